@@ -1,0 +1,311 @@
+"""Typed schema of every config group, registered with Hydra's ConfigStore.
+
+The YAML files in conf/ and sweeps/ are validated against these dataclasses at compose time, so an
+unknown key or a wrong type fails before anything runs. Value checks that types cannot express
+(d divisible by the head dim, R within the loop-index table, ...) live in `validate`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONF_DIR = REPO_ROOT / "conf"
+SWEEPS_DIR = REPO_ROOT / "sweeps"
+
+MAX_LOOPS = 16  # rows of the loop-index embedding table: the largest R a model can run
+
+
+class ConfigError(ValueError):
+    """A user-fixable config problem; its message is one line naming the key and the fix."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "cart"  # cart | dense
+    d_model: int = 1024
+    head_dim: int = 64
+    n_prelude: int = 6
+    n_loops: int = 6
+    n_layers: int = 12  # dense only
+    vocab_size: int = 32000
+    max_seq_len: int = 1024
+    norm_eps: float = 1e-6
+    rope_base: float = 10000.0
+    init_std: float = 0.02
+    gate_init: float = 0.9  # sigmoid(a) at init
+    core_update: str = "reference"  # reference: h = (1+sigmoid(a)) h_in + delta; paper: sigmoid(a) h_in + delta
+    unfreeze_kv: bool = False
+    unshare_core: bool = False
+    self_attn_core: bool = False
+    disable_hyper: bool = False
+    disable_lti: bool = False
+    disable_lie: bool = False
+
+
+@dataclass
+class SourceConfig:
+    """One text source read through `datasets` (a hub id or a local builder such as `json`)."""
+
+    name: str = MISSING
+    path: str = MISSING
+    config_name: str | None = None
+    split: str = "train"
+    data_files: list[str] | None = None
+    text_field: str = "text"
+    chunks_per_cycle: int = 1  # 1,024-token chunks this source contributes per interleave cycle
+
+
+@dataclass
+class ValSetConfig:
+    """One validation set: the first `n_tokens` of a source, optionally after a seeded shuffle."""
+
+    name: str = MISSING
+    path: str = MISSING
+    config_name: str | None = None
+    split: str = "validation"
+    data_files: list[str] | None = None
+    text_field: str = "text"
+    shuffle_seed: int | None = None
+    n_tokens: int = 500_000
+
+
+@dataclass
+class TokenizerConfig:
+    kind: str = "hub"  # hub: a pretrained tokenizer by name; bpe: byte-level BPE trained on the sources
+    name: str = "NousResearch/Llama-2-7b-hf"
+    vocab_size: int = 32000
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    cache_dir: str = "${oc.env:CART_SWEEPS_CACHE,.cache/cart_sweeps}/data"
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    sources: list[SourceConfig] = field(default_factory=list)
+    validation: list[ValSetConfig] = field(default_factory=list)
+    chunk_tokens: int = 1024
+    train_tokens: int | None = None  # stop the interleave here (None: when a source runs out)
+    streaming: bool = True
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 30_500
+    seq_len: int = 1024
+    micro_batch_size: int = 8
+    grad_accum: int = 4
+    optimizer: str = "adamw"  # adamw | adamw8bit (bitsandbytes, CUDA only)
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    warmup_steps: int = 100
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = 0.1
+    decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
+    grad_clip: float = 1.0
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32
+    compile: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int = 0  # torch CPU threads; 0 leaves torch's default
+    deterministic: bool = False
+    eval_every: int = 500
+    eval_windows: int = 50
+    eval_batch_size: int = 8
+    log_every: int = 50
+    ckpt_every: int = 5000
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "none"  # none | wandb
+    project: str = "cart-sweeps"
+    entity: str | None = None
+    mode: str = "offline"  # offline | online (needs a key); never prompts
+    dir: str = "${paths.runs}"
+
+
+@dataclass
+class LauncherConfig:
+    name: str = "local"  # local | slurm
+    slots: int = 1  # processes on a machine without GPUs
+    runs_per_gpu: int = 1
+    poll_s: float = 1.0
+    # SLURM only
+    partition: str | None = None
+    gpus_per_task: int = 1
+    cpus_per_task: int = 8
+    mem_gb: int = 64
+    timeout_min: int = 1440
+    array_parallelism: int = 64
+    max_num_timeout: int = 10
+    signal_delay_s: int = 120
+    setup: list[str] = field(default_factory=list)
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ScaleConfig:
+    """How a stage's paper numbers map onto this scale (identity at `paper`)."""
+
+    name: str = "paper"
+    d_model: dict[int, int] = field(default_factory=dict)  # paper width -> width at this scale
+    head_dim: int = 64
+    steps_divisor: int = 1
+    seq_len_divisor: int = 1
+    batch_divisor: int = 1
+    eval_windows: int | None = None
+
+
+@dataclass
+class StageConfig:
+    """A stage of the study: a grid of overrides over a fixed recipe (sweeps/<name>.yaml)."""
+
+    name: str = "single"
+    kind: str = "train"  # train | evaluate (variable-R: no training)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    recipe: dict[str, Any] = field(default_factory=dict)
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    select: str = "paper"  # stage 2 candidates: paper (fixed set) | zoom (from Stage-1 results)
+
+
+@dataclass
+class SweepConfig:
+    sampler: str = "grid"  # grid | tpe
+    n_trials: int | None = None  # tpe only
+    metric: str = "ppl_wiki"
+    max_retries: int = 1
+    storage: str = "sqlite"  # sqlite | journal
+
+
+@dataclass
+class PathsConfig:
+    runs: str = "${oc.env:CART_SWEEPS_RUNS,runs}"
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    stage: StageConfig = field(default_factory=StageConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    seed: int = 42
+
+
+def register_configs() -> None:
+    """Register the root schema, and sweeps/*.yaml as the `stage` group (sweeps/ is not under conf/).
+
+    The root schema types every group, so conf/ files need no schema of their own.
+    """
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+        stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
+        cs.store(group="stage", name=path.stem, node=stage, package="stage")
+
+
+def _allowed(key: str, value: Any, allowed: list[Any]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; use one of {allowed}")
+
+
+def validate_model(m: DictConfig | ModelConfig) -> None:
+    """Value checks on a model config, one clear line per problem."""
+    _allowed("model.name", m.name, ["cart", "dense"])
+    _allowed("model.core_update", m.core_update, ["reference", "paper"])
+    if m.head_dim < 1 or m.d_model < 1 or m.d_model % m.head_dim:
+        raise ConfigError(
+            f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}"
+        )
+    if m.vocab_size < 2:
+        raise ConfigError(f"model.vocab_size={m.vocab_size} must be at least 2")
+    if m.name == "dense":
+        if m.n_layers < 1:
+            raise ConfigError(f"model.n_layers={m.n_layers} must be >= 1 for the dense model")
+        return
+    if m.n_prelude < 0:
+        raise ConfigError(f"model.n_prelude={m.n_prelude} must be >= 0")
+    high = MAX_LOOPS if not m.disable_lie else 10**6
+    if not 1 <= m.n_loops <= high:
+        raise ConfigError(
+            f"model.n_loops={m.n_loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)"
+            if not m.disable_lie
+            else f"model.n_loops={m.n_loops} must be >= 1"
+        )
+    if m.self_attn_core and not m.unshare_core:
+        raise ConfigError("model.self_attn_core=true needs model.unshare_core=true (the paper's ablation)")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks across the whole composed config that the schema's types cannot express."""
+    validate_model(cfg.model)
+    t = cfg.trainer
+    _allowed("trainer.optimizer", t.optimizer, ["adamw", "adamw8bit"])
+    _allowed("trainer.precision", t.precision, ["auto", "bf16", "fp32"])
+    _allowed("trainer.device", t.device, ["auto", "cpu", "cuda"])
+    _allowed("logger.name", cfg.logger.name, ["none", "wandb"])
+    _allowed("logger.mode", cfg.logger.mode, ["offline", "online"])
+    for key in ("steps", "seq_len", "micro_batch_size", "grad_accum", "eval_every", "log_every", "ckpt_every"):
+        if t[key] < 1:
+            raise ConfigError(f"trainer.{key}={t[key]} must be >= 1")
+    if t.seq_len > cfg.model.max_seq_len:
+        raise ConfigError(
+            f"trainer.seq_len={t.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; lower one or raise the other"
+        )
+
+
+# Keys that change where or how fast a run goes, not what it computes: left out of its identity.
+_NON_IDENTITY_KEYS = {
+    "data": {"cache_dir", "streaming"},
+    "trainer": {"log_every", "ckpt_every", "device", "threads", "compile", "eval_batch_size"},
+}
+_ABLATION_SWITCHES = ["unfreeze_kv", "unshare_core", "self_attn_core", "disable_hyper", "disable_lti", "disable_lie"]
+
+
+def identity(cfg: DictConfig) -> dict[str, Any]:
+    """The meaning-bearing part of a run's config: model, data recipe, training recipe, seed."""
+    out: dict[str, Any] = {"seed": cfg.seed}
+    for group in ("model", "data", "trainer"):
+        node = OmegaConf.to_container(cfg[group], resolve=True)
+        out[group] = {k: v for k, v in node.items() if k not in _NON_IDENTITY_KEYS.get(group, set())}
+    return out
+
+
+def run_id(cfg: DictConfig) -> str:
+    """A short stable hash of `identity(cfg)`: the ledger's key for a run."""
+    blob = json.dumps(identity(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def variant(model: DictConfig | ModelConfig) -> str:
+    """The ablation label of a model config: 'base', or its switches joined by '+'."""
+    on = [s for s in _ABLATION_SWITCHES if model[s]]
+    if model.core_update != "reference":
+        on.append(f"core_{model.core_update}")
+    return "+".join(on) or "base"
+
+
+def run_label(cfg: DictConfig) -> str:
+    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42."""
+    m = cfg.model
+    if m.name == "dense":
+        label = f"dense-d{m.d_model}-L{m.n_layers}"
+    else:
+        label = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
+        if variant(m) != "base":
+            label += f"-{variant(m)}"
+    return f"{label}-s{cfg.seed}"
+
+
+OmegaConf.register_new_resolver("run_label", lambda *, _root_: run_label(_root_), replace=True)

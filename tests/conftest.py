@@ -1,0 +1,29 @@
+"""Shared fixtures: every test composes the real conf/ and sweeps/ trees."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cart_sweeps.compose import compose_config
+
+# Tests never reach the hub: the default and the tests run on the embedded corpus.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+
+@pytest.fixture
+def compose():
+    """compose(overrides) -> the DictConfig `python -m cart_sweeps <overrides>` would run."""
+    return compose_config
+
+
+@pytest.fixture(scope="session")
+def data_cache(tmp_path_factory):
+    """One embedded-corpus cache for the whole session, so its bins are prepared once."""
+    path = tmp_path_factory.mktemp("data-cache")
+    os.environ["CART_SWEEPS_CACHE"] = str(path)
+    return path
