@@ -1,0 +1,62 @@
+"""`python -m analysis`: regenerate the study's tables, figures and findings from runs or a CSV."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from analysis.load import AnalysisError, load_csv, load_runs
+from analysis.report import run
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description="Regenerate the CART study's tables (CSV, Markdown, LaTeX), figures (PNG), "
+        "findings.json and a summary from run folders or a results CSV.",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--runs", type=Path, metavar="DIR", help="run folders <DIR>/<stage>/<run>/ (default: $CART_SWEEPS_RUNS or runs)"
+    )
+    source.add_argument("--from-csv", type=Path, metavar="FILE", help="a results CSV, one row per run (and step)")
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", default=Path("analysis/out"), help="output folder (default: analysis/out)"
+    )
+    parser.add_argument(
+        "--metric", metavar="NAME", help="ranking metric, a ppl_<set> column (default: ppl_wiki, else the first ppl_*)"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="build only these tables/figures (names or prefixes, e.g. stage1 reversal); "
+        "missing input is then an error",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        if args.from_csv:
+            study = load_csv(args.from_csv)
+        else:
+            study = load_runs(args.runs or Path(os.environ.get("CART_SWEEPS_RUNS", "runs")))
+        report = run(study, args.out, args.metric, args.only)
+    except AnalysisError as error:
+        print(f"analysis: {error}", file=sys.stderr)
+        return 2
+    for path in report.written:
+        print(f"wrote {path}")
+    for name, reason in report.skipped.items():
+        print(f"skipped {name}: {reason}")
+    print()
+    print(report.summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

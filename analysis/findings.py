@@ -1,0 +1,203 @@
+"""The study's findings as data (findings.json) and in words (the closing paragraph), read off the tables."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import spearman
+
+Findings = dict[str, Any]
+
+
+def plain(value: Any) -> Any:
+    """A JSON-safe Python scalar: numpy/pandas numbers to int/float/bool, missing to None."""
+    if value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value)):
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    return float(value) if isinstance(value, float | np.floating) else value
+
+
+def _by_width(table: pd.DataFrame, column: str) -> dict[str, Any]:
+    """{width as a string: value of column}, the JSON shape for per-width results."""
+    return {str(plain(d)): plain(v) for d, v in zip(table["d"], table[column], strict=True)}
+
+
+def findings(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Findings from the tables that could be built; a key is present only where its tables are."""
+    out: Findings = {"metric": metric}
+    sections = {
+        "stage1": _stage1,
+        "stage2": _stage2,
+        "reversal": _reversal,
+        "parity": _parity,
+        "ablations": _ablations,
+        "variable_r": _variable_r,
+        "rho": _rho,
+    }
+    for key, section in sections.items():
+        if part := section(tables, metric):
+            out[key] = part
+    return out
+
+
+def _stage1(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Best config per width, R benefit, the P-ordering check and the variance shares."""
+    out: Findings = {}
+    if "stage1_best" in tables:
+        out["best_per_width"] = {
+            str(plain(r["d"])): {"R": plain(r["R"]), "P": plain(r["P"]), "metric": plain(r[metric])}
+            for _, r in tables["stage1_best"].iterrows()
+        }
+    if "stage1_r_benefit" in tables:
+        out["r_benefit_pct"] = _by_width(tables["stage1_r_benefit"], "change_pct")
+    if "stage1_p_ordering" in tables:
+        order = tables["stage1_p_ordering"]
+        out["p_ordering_holds"] = bool(order["holds"].all())
+        out["p_ranking"] = max(order["expected"], key=lambda chain: chain.count(">"))
+        out["p_ordering_breaks"] = [
+            {"d": plain(r["d"]), "R": plain(r["R"]), "ranking": r["ranking"]}
+            for _, r in order[~order["holds"]].iterrows()
+        ]
+    if "stage1_variance" in tables:
+        shares = tables["stage1_variance"].set_index("d")[["share_P", "share_R"]]
+        shares.columns = ["P", "R"]
+        out["variance_share"] = {k: plain(v) for k, v in shares.loc["pooled"].items()}
+        out["variance_share_per_width"] = {
+            d: {k: plain(v) for k, v in row.items()} for d, row in shares.drop("pooled").iterrows()
+        }
+    return out
+
+
+def _stage2(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """The best R per width over seeds."""
+    return {"best_R_per_width": _by_width(tables["stage2_best"], "R")} if "stage2_best" in tables else {}
+
+
+def _reversal(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Where the Stage-1 pick of R reverses in Stage 2, the Welch p-values, and the rank agreement."""
+    out: Findings = {}
+    if "reversal" in tables:
+        rev = tables["reversal"]
+        out["reversed_widths"] = [plain(d) for d in rev.loc[rev["reversed"].fillna(False).astype(bool), "d"]]
+        out.update(
+            {
+                k: _by_width(rev, column)
+                for k, column in (("stage1_R", "stage1_R"), ("stage2_R", "stage2_R"), ("welch_p", "p_value"))
+            }
+        )
+    if "reversal_cells" in tables:
+        cells = tables["reversal_cells"]
+        out["spearman"] = plain(spearman(cells[f"stage1_{metric}"], cells[f"stage2_{metric}"]))
+        out["spearman_cells"] = len(cells)
+    return out
+
+
+def _parity(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Gap per validation set at stored and effective parity (where several widths have parity runs,
+    the widest)."""
+    if "parity" not in tables:
+        return {}
+    table = tables["parity"].sort_values(["d", "L"])
+    return {
+        name: {
+            "d": plain(g["d"].iloc[0]),
+            "n_layers": plain(g["L"].iloc[0]),
+            "gap_pct": dict(zip(g["metric"], map(plain, g["gap_pct"]), strict=True)),
+        }
+        for (name, _), g in table.groupby(["parity", "d"], sort=False)
+    }
+
+
+def _ablations(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Delta % per variant and set, and whether it clears 2 sigma of seed noise."""
+    if "ablations" not in tables:
+        return {}
+    return {
+        variant: {
+            "delta_pct": dict(zip(g["metric"], map(plain, g["delta_pct"]), strict=True)),
+            "beyond_2sigma": dict(zip(g["metric"], g["beyond_2sigma"], strict=True)),
+        }
+        for variant, g in tables["ablations"].groupby("variant")
+    }
+
+
+def _rho(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """The range of final rho, beside the range weight decay alone predicts."""
+    if "rho" not in tables:
+        return {}
+    table = tables["rho"]
+    return {
+        "final_range": [plain(table["rho_min"].min()), plain(table["rho_max"].max())],
+        "wd_only_range": [plain(table["rho_wd_only"].min()), plain(table["rho_wd_only"].max())],
+    }
+
+
+def _variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Per width: the trained R, the best inference R per set, and whether the trained R is that best."""
+    if "variable_r" not in tables:
+        return {}
+    out: Findings = {}
+    for d, g in tables["variable_r"].groupby("d"):
+        sets = [c for c in g.columns if c.startswith("ppl_")]
+        best = {s: plain(g.loc[g[s].idxmin(), "R"]) for s in sets}
+        trained = plain(g["trained_R"].dropna().iloc[0]) if g["trained_R"].notna().any() else None
+        out[str(plain(d))] = {
+            "trained_R": trained,
+            "best_R": best,
+            "trained_is_best": {s: r == trained for s, r in best.items()},
+        }
+    return out
+
+
+def words(f: Findings, notes: list[str]) -> str:
+    """One paragraph saying what the findings are, in the order of the paper."""
+    metric, parts = f["metric"], []
+    s1 = f.get("stage1", {})
+    if "best_per_width" in s1:
+        best = "; ".join(f"d={d}: P={b['P']} R={b['R']} ({b['metric']:.4g})" for d, b in s1["best_per_width"].items())
+        parts.append(f"Stage 1, ranked by {metric} at the last step, picks {best}.")
+    if "p_ordering_holds" in s1:
+        breaks = len(s1["p_ordering_breaks"])
+        holds = "holds at every R and width" if s1["p_ordering_holds"] else f"breaks at {breaks} (d, R) cell(s)"
+        parts.append(f"The P ranking {s1['p_ranking']} {holds}.")
+    if "variance_share" in s1:
+        share = s1["variance_share"]
+        parts.append(
+            f"Pooled over widths, P explains {share['P']:.0%} and R {share['R']:.0%} of the variance of log-{metric}."
+        )
+    if "r_benefit_pct" in s1:
+        gains = ", ".join(f"d={d} {v:+.1f}%" for d, v in s1["r_benefit_pct"].items())
+        parts.append(f"From the smallest to the largest R at the best P, {metric} changes by {gains}.")
+    if "stage2" in f:
+        best = ", ".join(f"d={d} R={r}" for d, r in f["stage2"]["best_R_per_width"].items())
+        parts.append(f"Stage 2 (mean over seeds) prefers {best}.")
+    rev = f.get("reversal", {})
+    if "reversed_widths" in rev:
+        widths = ", ".join(map(str, rev["reversed_widths"])) or "no width"
+        parts.append(f"The Stage-1 choice of R reverses at {widths}.")
+    if rev.get("spearman") is not None:
+        parts.append(f"Spearman between the stages over {rev['spearman_cells']} shared cells: {rev['spearman']:.3f}.")
+    for name, p in f.get("parity", {}).items():
+        gaps = ", ".join(f"{m} {g:+.1f}%" for m, g in p["gap_pct"].items() if g is not None)
+        parts.append(
+            f"Dense with {p['n_layers']} layers ({name} parity, d={p['d']}) against CART: {gaps} "
+            "(negative = dense better)."
+        )
+    if "ablations" in f:
+        beyond = [v for v, a in f["ablations"].items() if a["beyond_2sigma"].get(metric) == "yes"]
+        parts.append(f"Ablations beyond 2 sigma of seed noise on {metric}: {', '.join(beyond) or 'none'}.")
+    for d, v in f.get("variable_r", {}).items():
+        best = v["best_R"].get(metric)
+        parts.append(f"Varying inference R at d={d} (trained R={v['trained_R']}): {metric} is best at R={best}.")
+    if "rho" in f:
+        lo, hi = f["rho"]["final_range"]
+        wlo, whi = f["rho"]["wd_only_range"]
+        parts.append(f"Final rho spans {lo:.3f}-{hi:.3f}; weight decay alone predicts {wlo:.3f}-{whi:.3f}.")
+    return " ".join(parts + notes)

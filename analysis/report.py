@@ -1,0 +1,101 @@
+"""Build every table and figure the inputs allow, write them with findings.json and report.md to one
+folder, and say in words what came out. Same inputs, same files: safe to rerun."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.figures import figure_jobs
+from analysis.findings import Findings, findings, words
+from analysis.load import AnalysisError, Study, pick_metric
+from analysis.render import markdown, write_table
+from analysis.tables import TABLES
+
+
+@dataclass
+class Report:
+    """What a run of the analysis wrote, what it could not build (and why), and what it found."""
+
+    written: list[Path] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    findings: Findings = field(default_factory=dict)
+    summary: str = ""
+
+
+def _selected(names: list[str], only: list[str] | None) -> list[str]:
+    """The names `only` asks for (a name, or a prefix such as 'stage1'); all of them without `only`."""
+    if not only:
+        return names
+    for wanted in only:
+        if not any(n == wanted or n.startswith(wanted + "_") for n in names):
+            raise AnalysisError(f"--only {wanted}: no such table or figure (have: {', '.join(names)})")
+    return [n for n in names if any(n == w or n.startswith(w + "_") for w in only)]
+
+
+def run(study: Study, out: Path, metric: str | None = None, only: list[str] | None = None) -> Report:
+    """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`.
+
+    Without `only`, what the inputs cannot give is skipped with its reason; with `only`, it is an error.
+    """
+    final = study.final()
+    if final.empty:
+        left = ", ".join(f"{n} {s}" for s, n in study.not_completed.items()) or "none"
+        raise AnalysisError(f"no completed runs in {study.source} (left out: {left})")
+    metric, note = pick_metric(final, metric)
+    figures = figure_jobs(study, metric)
+    chosen = _selected([*TABLES, *figures], only)
+    report, tables = Report(), {}
+    out.mkdir(parents=True, exist_ok=True)
+    for name in chosen:
+        try:
+            if name in TABLES:
+                tables[name] = TABLES[name](final, metric)
+                report.written += write_table(tables[name], out, name)
+            else:
+                figures[name](out / f"{name}.png")
+                report.written.append(out / f"{name}.png")
+        except AnalysisError as error:
+            if only:
+                raise
+            report.skipped[name] = str(error)
+    report.findings = {"input": _input(study, final), **findings(tables, metric)}
+    report.summary = words(report.findings, _notes(study, note, report.skipped))
+    (out / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
+    (out / "report.md").write_text(_markdown_report(tables, report))
+    report.written += [out / "findings.json", out / "report.md"]
+    return report
+
+
+def _input(study: Study, final: pd.DataFrame) -> Findings:
+    """Where the results came from and how many runs entered the tables."""
+    stages = final["stage"].value_counts().sort_index()
+    return {
+        "source": study.source,
+        "runs": len(final),
+        "runs_per_stage": {s: int(n) for s, n in stages.items()},
+        "not_completed": study.not_completed,
+    }
+
+
+def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> list[str]:
+    """The caveats the closing paragraph must carry."""
+    notes = [metric_note] if metric_note else []
+    if study.not_completed:
+        left = ", ".join(f"{n} {status}" for status, n in study.not_completed.items())
+        notes.append(f"Runs left out of the tables (not completed): {left}.")
+    if skipped:
+        notes.append(f"Not built for lack of input: {', '.join(skipped)}.")
+    return notes
+
+
+def _markdown_report(tables: dict[str, pd.DataFrame], report: Report) -> str:
+    """Every table and figure on one page, then the findings in words."""
+    parts = ["# CART study: regenerated tables\n"]
+    parts += [f"## {name}\n\n{markdown(table)}" for name, table in tables.items()]
+    parts += [f"![{p.stem}]({p.name})\n" for p in report.written if p.suffix == ".png"]
+    parts.append(f"## Summary\n\n{report.summary}\n")
+    return "\n".join(parts)

@@ -1,0 +1,92 @@
+"""The statistics the paper lacks: variance shares, the P-ordering check, seed-aware tests, and the
+value of rho that weight decay alone predicts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The parts of a run's trainer config that move the gate without any gradient."""
+
+    steps: int
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    decay_all: bool = True  # False: the gate is spared from weight decay, so it stays where it started
+
+
+def recipe_of(row: pd.Series) -> Recipe:
+    """The recipe of the run a row belongs to: its trainer columns, or the paper recipe with
+    steps = the row's step where the input carries no trainer config (a results CSV)."""
+    given = {f.name: row[f.name] for f in fields(Recipe) if f.name in row and pd.notna(row[f.name])}
+    given.setdefault("steps", row["step"])
+    types = {"steps": int, "warmup_steps": int, "decay_all": _flag}
+    return Recipe(**{k: types.get(k, float)(v) for k, v in given.items()})
+
+
+def _flag(value: object) -> bool:
+    """A boolean from JSON, pandas or CSV text ('True', 'false', 1)."""
+    return bool(value) if isinstance(value, bool | np.bool_) else str(value).strip().lower() in {"true", "1", "yes"}
+
+
+def lr_schedule(recipe: Recipe) -> np.ndarray:
+    """The learning rate of each optimiser step t = 0..steps-1: linear warm-up, then cosine to min_lr."""
+    t = np.arange(recipe.steps, dtype=np.float64)
+    warm = recipe.lr * (t + 1) / max(recipe.warmup_steps, 1)
+    progress = np.clip((t - recipe.warmup_steps) / max(recipe.steps - recipe.warmup_steps, 1), 0.0, 1.0)
+    cosine = recipe.min_lr + 0.5 * (recipe.lr - recipe.min_lr) * (1 + np.cos(np.pi * progress))
+    return np.where(t < recipe.warmup_steps, warm, cosine)
+
+
+@lru_cache(maxsize=64)
+def wd_only_rho(recipe: Recipe, rho0: float = 0.9) -> np.ndarray:
+    """sigmoid(a) after each of 0..steps steps when only AdamW's decoupled decay a <- a (1 - lr_t wd) acts.
+
+    If the reported rho sits on this curve, the "learned" stability band is weight decay, not learning.
+    """
+    a0 = math.log(rho0 / (1 - rho0))
+    wd = recipe.weight_decay if recipe.decay_all else 0.0
+    a = a0 * np.concatenate([[1.0], np.cumprod(1 - lr_schedule(recipe) * wd)])
+    return 1 / (1 + np.exp(-a))
+
+
+def variance_shares(y: pd.Series, factors: pd.DataFrame, within: pd.Series | None = None) -> dict[str, float]:
+    """Share of the variance of y explained by each factor's main effect (two-way additive decomposition).
+
+    SS of each factor's marginal means over the total SS; with `within` (the width) y is first centred
+    per group, so pooled shares measure effects common to all widths. Exact for a balanced grid; what
+    is left (interaction and noise) is 1 - sum.
+    """
+    centred = y - (y.groupby(within).transform("mean") if within is not None else y.mean())
+    total = float((centred**2).sum()) or math.nan  # all cells equal: nothing to explain
+    shares = {f: float((centred.groupby(factors[f]).transform("mean") ** 2).sum()) / total for f in factors}
+    shares["residual"] = 1 - sum(shares.values())
+    return {k: round(v, 12) for k, v in shares.items()}  # no 1e-16 float dust in the tables
+
+
+def ordering(values: pd.Series, levels: pd.Series) -> list:
+    """The levels sorted best (lowest value) first."""
+    return list(levels.iloc[np.argsort(values.to_numpy(), kind="stable")])
+
+
+def welch_less(a: pd.Series, b: pd.Series) -> tuple[float, float, str]:
+    """One-sided Welch t-test that a's mean is below b's: (t, p, note); NaN where a side has < 2 seeds."""
+    a, b = a.dropna(), b.dropna()
+    if min(len(a), len(b)) < 2:
+        return math.nan, math.nan, f"too few seeds for a test ({len(a)} vs {len(b)})"
+    result = stats.ttest_ind(a, b, equal_var=False, alternative="less")
+    return float(result.statistic), float(result.pvalue), f"Welch, {len(a)} vs {len(b)} seeds"
+
+
+def spearman(a: pd.Series, b: pd.Series) -> float:
+    """Spearman rank correlation (NaN below 3 pairs, where a rank correlation means nothing)."""
+    return float(stats.spearmanr(a, b).statistic) if len(a) >= 3 else math.nan

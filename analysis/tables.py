@@ -1,0 +1,324 @@
+"""One builder per table of the study. Each takes the final row of every run and the ranking metric and
+returns a DataFrame, or raises AnalysisError naming what the input lacks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import AnalysisError, ppl_sets, require
+from analysis.stats import ordering, recipe_of, variance_shares, wd_only_rho, welch_less
+
+SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "n_layers": "L"}
+CONFIG = ["d_model", "n_prelude", "n_loops"]
+Builder = Callable[[pd.DataFrame, str], pd.DataFrame]
+
+
+def select(final: pd.DataFrame, stages: tuple[str, ...], model: str = "cart", base_only: bool = True) -> pd.DataFrame:
+    """The completed runs of `stages` (one model; the baseline variant unless asked otherwise)."""
+    rows = final[final["stage"].isin(stages)]
+    if "model" in rows:
+        rows = rows[rows["model"] == model]
+    return rows[rows["variant"] == "base"] if base_only else rows
+
+
+def rows_of(
+    final: pd.DataFrame, stages: tuple[str, ...], table: str, model: str = "cart", base_only: bool = True
+) -> pd.DataFrame:
+    """`select`, refusing in one line when `table` would have no rows to work on."""
+    rows = select(final, stages, model, base_only)
+    if rows.empty:
+        raise AnalysisError(f"table {table!r} needs {model} runs of stage {' or '.join(stages)}; the input has none")
+    return rows
+
+
+def matching(rows: pd.DataFrame, config: pd.Series) -> pd.DataFrame:
+    """The rows whose columns equal every value of `config` (e.g. one d, P, R)."""
+    mask = np.logical_and.reduce([(rows[k] == v).fillna(False).to_numpy(bool) for k, v in config.items()])
+    return rows[mask]
+
+
+def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.DataFrame:
+    """Stage-1 metric per (d, P, R), averaged over seeds where a cell has several."""
+    rows = rows_of(final, ("1",), table)
+    require(rows, [*CONFIG, metric], table)
+    return rows.groupby(CONFIG)[metric].mean().reset_index().rename(columns=SHORT)
+
+
+def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The full Stage-1 grid: per width, rows P, columns R."""
+    grid = stage1_cells(final, metric, "stage1_grid").pivot(index=["d", "P"], columns="R", values=metric)
+    grid.columns = [f"R={r}" for r in grid.columns]
+    return grid.reset_index()
+
+
+def stage1_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The best (P, R) per width: what Stage 1 hands to Stage 2."""
+    cells = stage1_cells(final, metric, "stage1_best")
+    return cells.loc[cells.groupby("d")[metric].idxmin(), ["d", "P", "R", metric]].reset_index(drop=True)
+
+
+def stage1_r_benefit(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """What more loops buy at the best P: % change of the metric from the smallest to the largest R."""
+    cells = stage1_cells(final, metric, "stage1_r_benefit")
+    best = stage1_best(final, metric)[["d", "P"]]
+    rows = []
+    for (d, p), g in cells.merge(best, on=["d", "P"]).sort_values("R").groupby(["d", "P"]):
+        low, high = g.iloc[0], g.iloc[-1]
+        change = (high[metric] - low[metric]) / low[metric] * 100
+        rows.append(
+            {
+                "d": d,
+                "P": p,
+                "R_min": low["R"],
+                "R_max": high["R"],
+                "at_R_min": low[metric],
+                "at_R_max": high[metric],
+                "change_pct": change,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _stage1_factorial(final: pd.DataFrame, metric: str, table: str) -> pd.DataFrame:
+    """Stage-1 cells with log-metric, refused when P or R has a single level (nothing to compare)."""
+    cells = stage1_cells(final, metric, table)
+    for factor in ("P", "R"):
+        if cells[factor].nunique() < 2:
+            raise AnalysisError(f"table {table!r} needs at least 2 values of {factor} in stage 1")
+    return cells.assign(log=np.log(cells[metric].astype(float)))
+
+
+def stage1_p_ordering(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Does the ranking of P hold at every R and width? The reference ranking is the pooled one
+    (P's mean log-metric after removing each width's mean)."""
+    cells = _stage1_factorial(final, metric, "stage1_p_ordering")
+    centred = cells["log"] - cells.groupby("d")["log"].transform("mean")
+    pooled = centred.groupby(cells["P"]).mean()
+    reference = ordering(pooled, pd.Series(pooled.index))
+    rows = []
+    for (d, r), g in cells.groupby(["d", "R"]):
+        ranking = ordering(g[metric], g["P"])
+        expected = [p for p in reference if p in ranking]
+        rows.append(
+            {"d": d, "R": r, "ranking": _chain(ranking), "expected": _chain(expected), "holds": ranking == expected}
+        )
+    return pd.DataFrame(rows)
+
+
+def stage1_variance(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Share of the variance of log-metric explained by P and by R, per width and pooled over widths."""
+    cells = _stage1_factorial(final, metric, "stage1_variance")
+    parts = [(str(d), variance_shares(g["log"], g[["P", "R"]])) for d, g in cells.groupby("d")]
+    parts.append(("pooled", variance_shares(cells["log"], cells[["P", "R"]], within=cells["d"])))
+    return pd.DataFrame([{"d": d, **{f"share_{k}": v for k, v in s.items()}} for d, s in parts])
+
+
+def stage2_seeds(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Stage 2: mean and std over seeds of every validation set, per (d, P, R)."""
+    rows = rows_of(final, ("2",), "stage2_seeds")
+    require(rows, [*CONFIG, metric], "stage2_seeds")
+    groups = rows.groupby(CONFIG)
+    table = groups[ppl_sets(rows)].agg(["mean", "std"])
+    table.columns = [f"{s}_{stat}" for s, stat in table.columns]
+    table.insert(0, "seeds", groups.size())
+    return table.reset_index().rename(columns=SHORT)
+
+
+def stage2_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The best R per width by the seed mean of the metric."""
+    table = stage2_seeds(final, metric)
+    best = table.loc[table.groupby("d")[f"{metric}_mean"].idxmin()]
+    return best[["d", "P", "R", "seeds", f"{metric}_mean", f"{metric}_std"]].reset_index(drop=True)
+
+
+def reversal(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per width: the Stage-1 pick of R (at the stage-2 P), the Stage-2 best R, and whether the
+    Stage-2 winner beats the Stage-1 pick over seeds (one-sided Welch t-test)."""
+    seeds = rows_of(final, ("2",), "reversal")
+    best2 = stage2_best(final, metric)
+    cells1 = stage1_cells(final, metric, "reversal")
+    rows = []
+    for _, b in best2.iterrows():
+        d, p, r2 = b["d"], b["P"], b["R"]
+        at_p = cells1[(cells1["d"] == d) & (cells1["P"] == p)]
+        r1 = at_p.loc[at_p[metric].idxmin(), "R"] if not at_p.empty else pd.NA
+        t = pval = math.nan
+        if pd.isna(r1):
+            note = f"no stage-1 runs at d={d} P={p}"
+        elif r1 == r2:
+            note = "same R in both stages"
+        else:
+            cell = matching(seeds, pd.Series({"d_model": d, "n_prelude": p}))
+            picked = cell.loc[cell["n_loops"] == r1, metric]
+            t, pval, note = welch_less(cell.loc[cell["n_loops"] == r2, metric], picked)
+            if picked.empty:
+                note = f"stage-1 pick R={r1} was not run in stage 2"
+        reversed_ = pd.NA if pd.isna(r1) else bool(r1 != r2)
+        rows.append(
+            {
+                "d": d,
+                "P": p,
+                "stage1_R": r1,
+                "stage2_R": r2,
+                "reversed": reversed_,
+                "t": t,
+                "p_value": pval,
+                "note": note,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def reversal_cells(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The (d, R) cells both stages ran at the stage-2 P, side by side (what the Spearman is over)."""
+    stage2 = stage2_seeds(final, metric)[["d", "P", "R", f"{metric}_mean"]]
+    stage1 = stage1_cells(final, metric, "reversal_cells")
+    cells = stage1.merge(stage2, on=["d", "P", "R"]).sort_values(["d", "R"])
+    return cells.rename(columns={metric: f"stage1_{metric}", f"{metric}_mean": f"stage2_{metric}"})
+
+
+def parity(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """CART against dense per validation set; gap = (dense - CART) / CART x 100, negative = dense better.
+
+    The shallower dense model is stored-parameter parity, the deeper effective-parameter parity. CART
+    comes from the parity stage, or else from stage 2 at the same width and its best R.
+    """
+    dense = rows_of(final, ("parity",), "parity", model="dense", base_only=False)
+    require(dense, ["d_model", "n_layers", metric], "parity")
+    rows = []
+    for d, at_d in dense.groupby("d_model"):
+        cart, source = _parity_cart(final, metric, d)
+        depths = sorted(at_d["n_layers"].unique())
+        names = ["stored", "effective"] if len(depths) == 2 else [f"L{n}" for n in depths]
+        for name, depth in zip(names, depths, strict=True):
+            layer = at_d[at_d["n_layers"] == depth]
+            for s in ppl_sets(layer):
+                c, x = cart[s], layer[s]
+                rows.append(
+                    {
+                        "parity": name,
+                        "d": d,
+                        "L": depth,
+                        "cart": source,
+                        "metric": s,
+                        "cart_mean": c.mean(),
+                        "cart_std": c.std(),
+                        "dense_mean": x.mean(),
+                        "dense_std": x.std(),
+                        "seeds": f"{c.count()}/{x.count()}",
+                        "gap_pct": (x.mean() - c.mean()) / c.mean() * 100,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _parity_cart(final: pd.DataFrame, metric: str, d: int) -> tuple[pd.DataFrame, str]:
+    """The CART runs dense is measured against at width d, and where they came from."""
+    cart = select(final, ("parity",))
+    cart = cart[cart["d_model"] == d] if not cart.empty else cart
+    if not cart.empty:
+        p, r = cart["n_prelude"].mode()[0], cart["n_loops"].mode()[0]
+        return cart, f"parity P={p} R={r}"
+    best = stage2_best(final, metric)
+    best = best[best["d"] == d]
+    if best.empty:
+        raise AnalysisError(f"table 'parity' needs CART runs at d={d} in stage parity or 2; the input has none")
+    p, r = best["P"].iloc[0], best["R"].iloc[0]
+    cart = matching(select(final, ("2",)), pd.Series({"d_model": d, "n_prelude": p, "n_loops": r}))
+    return cart, f"stage 2 P={p} R={r}"
+
+
+def ablations(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Each ablation against the baseline: delta % (positive = worse) and whether it lies beyond 2 sigma
+    of the baseline's seed noise (from stage 2 or parity CART runs of the same config)."""
+    rows = rows_of(final, ("ablations",), "ablations", base_only=False)
+    require(rows, [*CONFIG, metric], "ablations")
+    base = rows[rows["variant"] == "base"]
+    config = (base if not base.empty else rows)[CONFIG].mode().iloc[0]
+    noise = matching(select(final, ("2", "parity")), config)
+    reference = base if not base.empty else noise
+    if reference.empty:
+        raise AnalysisError("table 'ablations' needs a 'base' run in stage ablations, 2 or parity")
+    out = []
+    for variant, g in rows[rows["variant"] != "base"].groupby("variant"):
+        for s in ppl_sets(g):
+            ref, value = reference[s].mean(), g[s].mean()
+            sigma = noise[s].std() if noise[s].count() >= 2 else math.nan
+            beyond = "unknown" if math.isnan(sigma) else ("yes" if abs(value - ref) > 2 * sigma else "no")
+            out.append(
+                {
+                    "variant": variant,
+                    "metric": s,
+                    "base": ref,
+                    "value": value,
+                    "delta_pct": (value - ref) / ref * 100,
+                    "base_seed_std": sigma,
+                    "beyond_2sigma": beyond,
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def variable_r(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Every validation set against inference R; the R the model was trained at is marked."""
+    rows = rows_of(final, ("variable_r",), "variable_r")
+    has_eval = "eval_n_loops" in rows and rows["eval_n_loops"].notna().any()
+    trained = "trained_n_loops" if "trained_n_loops" in rows else ("n_loops" if has_eval else None)
+    rows = rows.assign(
+        R=rows["eval_n_loops"] if has_eval else rows["n_loops"], trained_R=rows[trained] if trained else pd.NA
+    )
+    require(rows, ["d_model", "n_prelude", "R", metric], "variable_r")
+    keys = ["d_model", "n_prelude", "trained_R", "R"]
+    table = rows.groupby(keys, dropna=False)[ppl_sets(rows)].mean().reset_index().rename(columns=SHORT)
+    table.insert(4, "trained", table["R"] == table["trained_R"])
+    return table
+
+
+def rho(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Final rho per (stage, d, P, R) beside the value weight decay alone predicts for the run's recipe."""
+    rows = rows_of(final, ("1", "2", "parity"), "rho")
+    require(rows, [*CONFIG, "rho", "step"], "rho")
+    rows = rows[rows["rho"].notna() & rows["step"].notna()]
+    rows = rows.assign(rho_wd_only=[_wd_only_at(row) for _, row in rows.iterrows()])
+    groups = rows.groupby(["stage", *CONFIG])
+    table = groups.agg(
+        seeds=("rho", "size"),
+        step=("step", "max"),
+        rho=("rho", "mean"),
+        rho_min=("rho", "min"),
+        rho_max=("rho", "max"),
+        rho_wd_only=("rho_wd_only", "mean"),
+    )
+    return table.reset_index().rename(columns=SHORT)
+
+
+def _wd_only_at(row: pd.Series) -> float:
+    """rho that weight decay alone gives at the row's step under its run's recipe."""
+    recipe = recipe_of(row)
+    return float(wd_only_rho(recipe)[min(int(row["step"]), recipe.steps)])
+
+
+def _chain(levels: list) -> str:
+    """A ranking as text, best first: '6 > 4 > 3 > 2'."""
+    return " > ".join(str(level) for level in levels)
+
+
+TABLES: dict[str, Builder] = {
+    "stage1_grid": stage1_grid,
+    "stage1_best": stage1_best,
+    "stage1_r_benefit": stage1_r_benefit,
+    "stage1_p_ordering": stage1_p_ordering,
+    "stage1_variance": stage1_variance,
+    "stage2_seeds": stage2_seeds,
+    "stage2_best": stage2_best,
+    "reversal": reversal,
+    "reversal_cells": reversal_cells,
+    "parity": parity,
+    "ablations": ablations,
+    "variable_r": variable_r,
+    "rho": rho,
+}
