@@ -1,0 +1,119 @@
+"""What a run reads: the prepared bins, memory-mapped, addressed by step.
+
+The batch of a step is a pure function of (step, micro_step, micro_batch_size, grad_accum, seq_len), as
+in the author's code (a fixed-order DataLoader over seq_len-strided windows of seq_len + 1 tokens): no
+shuffle, every seed sees the same tokens, and a resumed run needs no loader state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from cart_sweeps.config import DataConfig
+from cart_sweeps.data.errors import DataError
+from cart_sweeps.data.manifest import TOKENIZER, check_bin, read_manifest
+from cart_sweeps.data.prepare import prepare
+from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
+
+log = logging.getLogger(__name__)
+_wrapped: set[tuple[int, int, int]] = set()  # (bin length, seq_len, micro-batch) already warned about
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A prepared recipe: its folder, manifest, and uint16 memmaps of train.bin and each val_<set>.bin."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    train: np.memmap
+    val: dict[str, np.memmap]  # validation set name -> tokens, in the recipe's order
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary; a model needs at least this many embeddings."""
+        return self.manifest["tokenizer"]["vocab_size"]
+
+    @property
+    def bytes_per_token(self) -> dict[str, float]:
+        """Validation set name -> UTF-8 bytes per token of its text, to turn CE into bits per byte."""
+        return {name: entry["bytes_per_token"] for name, entry in self.manifest["validation"].items()}
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.folder / TOKENIZER
+
+
+def load_prepared(data_cfg: DictConfig | DataConfig, verify_hash: bool = False) -> Prepared:
+    """Memory-map the recipe's bins, preparing them first if this recipe has never been prepared.
+
+    A folder that is there but damaged (bins missing or truncated, a manifest of another recipe) raises
+    DataError naming the fix; `verify_hash` also checks every bin's sha256 (seconds for 1B tokens).
+    """
+    cfg = as_config(data_cfg)
+    digest = recipe_hash(cfg)
+    folder = recipe_dir(cfg, digest)
+    if not folder.exists():
+        prepare(cfg)
+    manifest = read_manifest(folder, cfg.name, digest)
+
+    def mmap(entry: dict[str, Any]) -> np.memmap:
+        return np.memmap(check_bin(folder, entry, cfg.name, verify_hash), dtype=np.uint16, mode="r")
+
+    val = {name: mmap(entry) for name, entry in manifest["validation"].items()}
+    return Prepared(folder, manifest, mmap(manifest["train"]), val)
+
+
+def train_batch(
+    train_tokens: np.ndarray, step: int, micro_step: int, micro_batch_size: int, grad_accum: int, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets), int64 [micro_batch_size, seq_len], of micro-batch `micro_step` of optimizer step
+    `step` (0 for the first step).
+
+    Window w is tokens[w * seq_len : w * seq_len + seq_len + 1]; micro-batch b = step * grad_accum +
+    micro_step holds windows b * micro_batch_size ... + micro_batch_size - 1. Past the last whole
+    micro-batch the order wraps to the start (logged once).
+    """
+    if not 0 <= micro_step < grad_accum:
+        raise ValueError(f"micro_step={micro_step} must be in 0..{grad_accum - 1}")
+    n_batches = (len(train_tokens) - 1) // seq_len // micro_batch_size
+    if n_batches < 1:
+        raise DataError(
+            f"train.bin holds {len(train_tokens):,} tokens, too few for one micro-batch of "
+            f"{micro_batch_size} x {seq_len + 1}; lower trainer.micro_batch_size or trainer.seq_len"
+        )
+    batch = step * grad_accum + micro_step
+    if batch >= n_batches:
+        key = (len(train_tokens), seq_len, micro_batch_size)
+        if key not in _wrapped:
+            _wrapped.add(key)
+            log.warning(
+                "train.bin holds %d micro-batches of %d x %d tokens; the run goes past them and the data "
+                "order wraps around to the start",
+                n_batches,
+                micro_batch_size,
+                seq_len + 1,
+            )
+        batch %= n_batches
+    starts = (batch * micro_batch_size + np.arange(micro_batch_size)) * seq_len
+    rows = torch.from_numpy(np.stack([train_tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64))
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+
+def val_windows(val_tokens: np.ndarray, n_windows: int, seq_len: int) -> torch.Tensor:
+    """The first `n_windows` windows (int64 [n_windows, seq_len + 1], same striding as training) of a
+    validation bin; the paper evaluates 50 of them, one at a time."""
+    available = (len(val_tokens) - 1) // seq_len
+    if n_windows > available:
+        raise DataError(
+            f"a validation bin of {len(val_tokens):,} tokens holds {available} windows of {seq_len + 1} tokens, "
+            f"fewer than the {n_windows} asked; lower trainer.eval_windows or raise the set's n_tokens"
+        )
+    index = np.arange(n_windows)[:, None] * seq_len + np.arange(seq_len + 1)
+    return torch.from_numpy(np.asarray(val_tokens[index], dtype=np.int64))

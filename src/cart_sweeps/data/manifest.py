@@ -1,0 +1,59 @@
+"""manifest.json of a prepared recipe folder: what was built, from what, and how to check it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from cart_sweeps.data.errors import DataError
+
+MANIFEST = "manifest.json"
+TOKENIZER = "tokenizer.json"
+
+
+def rebuild_hint(recipe: str, folder: Path) -> str:
+    return f"delete {folder} and run `python -m cart_sweeps.data.prepare data={recipe}`"
+
+
+def read_manifest(folder: Path, recipe: str, digest: str) -> dict[str, Any]:
+    """The folder's manifest, after checking it belongs to this recipe (by hash)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        raise DataError(
+            f"data={recipe}: {folder / MANIFEST} is missing or unreadable; {rebuild_hint(recipe, folder)}"
+        ) from None
+    if manifest.get("recipe_hash") != digest:
+        raise DataError(
+            f"data={recipe}: {folder / MANIFEST} is for recipe hash {manifest.get('recipe_hash')}, not {digest}; "
+            f"{rebuild_hint(recipe, folder)}"
+        )
+    return manifest
+
+
+def bins(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """'train' and every validation set -> its bin's entry (file, tokens, sha256)."""
+    return {"train": manifest["train"], **manifest["validation"]}
+
+
+def check_bin(folder: Path, entry: dict[str, Any], recipe: str, verify_hash: bool = False) -> Path:
+    """The bin's path, after checking it exists and holds exactly the manifest's tokens (and hash)."""
+    path = folder / entry["file"]
+    if not path.is_file():
+        raise DataError(f"data={recipe}: {path} is missing; {rebuild_hint(recipe, folder)}")
+    size = path.stat().st_size
+    if size % 2 or size // 2 != entry["tokens"]:
+        raise DataError(
+            f"data={recipe}: {path} is truncated or corrupt ({size:,} bytes, the manifest says "
+            f"{entry['tokens']:,} uint16 tokens); {rebuild_hint(recipe, folder)}"
+        )
+    if verify_hash and file_sha256(path) != entry["sha256"]:
+        raise DataError(f"data={recipe}: {path} does not match its sha256; {rebuild_hint(recipe, folder)}")
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

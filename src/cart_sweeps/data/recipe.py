@@ -1,0 +1,88 @@
+"""A data recipe's identity: the hash that names its cache folder.
+
+The hash covers what changes the bins (sources, validation sets, tokenizer, chunking, targets, and the
+content of local input files) and nothing about where or how they are built (cache_dir, streaming).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from datasets.data_files import resolve_pattern
+from omegaconf import DictConfig, OmegaConf
+
+from cart_sweeps.config import DataConfig
+from cart_sweeps.data.errors import DataError
+
+PREP_VERSION = 1  # bump when prepare's output changes for the same recipe
+LOCAL_BUILDERS = {"json", "parquet", "csv", "text", "arrow"}  # `datasets` builders that read local files
+_NOT_IN_HASH = {"name", "cache_dir", "streaming"}
+_FULL_HASH_LIMIT = 256 << 20  # larger local inputs are fingerprinted by name and size only
+
+
+def as_config(data_cfg: DictConfig | DataConfig) -> DictConfig:
+    """Accept the composed `cfg.data` or a DataConfig dataclass."""
+    return data_cfg if isinstance(data_cfg, DictConfig) else OmegaConf.structured(data_cfg)
+
+
+def resolve_dir(data_dir: str | None) -> str | None:
+    """`pkg://package/sub/dir` -> that folder inside the installed package (how the shipped corpus is
+    named without an absolute path entering the recipe); other values pass through."""
+    if data_dir is None or not data_dir.startswith("pkg://"):
+        return data_dir
+    package, _, sub = data_dir.removeprefix("pkg://").partition("/")
+    spec = find_spec(package)
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(root) / sub).is_dir():
+            return str(Path(root) / sub)
+    raise DataError(f"data_dir={data_dir}: no such folder in an installed package")
+
+
+def local_files(spec: DictConfig) -> list[str]:
+    """The files a local builder (json, parquet, ...) reads, patterns resolved as `datasets` does."""
+    if spec.path not in LOCAL_BUILDERS or not spec.data_files:
+        return []
+    base = resolve_dir(spec.data_dir) or str(Path.cwd())
+    return sorted({f for pattern in spec.data_files for f in resolve_pattern(pattern, base_path=base)})
+
+
+def _fingerprint(path: str) -> str:
+    p = Path(path)
+    size = p.stat().st_size
+    if size > _FULL_HASH_LIMIT:
+        return f"size:{size}"
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def input_fingerprints(cfg: DictConfig) -> dict[str, str]:
+    """name -> content hash of every local input file, so a rebuilt corpus gets a new folder."""
+    out = {}
+    for spec in [*cfg.sources, *cfg.validation]:
+        try:
+            paths = local_files(spec)
+        except FileNotFoundError:
+            continue  # reported with the fix when prepare opens the source
+        for path in paths:
+            out[Path(path).name] = _fingerprint(path)
+    return out
+
+
+def recipe_content(cfg: DictConfig) -> dict[str, Any]:
+    """Everything that determines the bins, as plain data."""
+    node = OmegaConf.to_container(cfg, resolve=True)
+    content = {k: v for k, v in node.items() if k not in _NOT_IN_HASH}
+    return {"version": PREP_VERSION, "recipe": content, "inputs": input_fingerprints(cfg)}
+
+
+def recipe_hash(cfg: DictConfig) -> str:
+    blob = json.dumps(recipe_content(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def recipe_dir(cfg: DictConfig, digest: str) -> Path:
+    """`<cache_dir>/<recipe name>-<recipe hash>/`."""
+    return Path(cfg.cache_dir) / f"{cfg.name}-{digest}"
