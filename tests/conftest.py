@@ -8,6 +8,9 @@ import pytest
 
 from cart_sweeps.compose import compose_config
 
+# The `slurm_cluster` fixture: a real single-node SLURM cluster, or a clean skip where none runs.
+pytest_plugins = ["slurm.fixtures"]
+
 # Tests never reach the hub: the default and the tests run on the embedded corpus.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -59,6 +59,7 @@ class SourceConfig:
     config_name: str | None = None
     split: str = "train"
     data_files: list[str] | None = None
+    data_dir: str | None = None  # base of relative data_files; pkg://cart_sweeps/data/embedded: the shipped corpus
     text_field: str = "text"
     chunks_per_cycle: int = 1  # 1,024-token chunks this source contributes per interleave cycle
 
@@ -72,8 +73,10 @@ class ValSetConfig:
     config_name: str | None = None
     split: str = "validation"
     data_files: list[str] | None = None
+    data_dir: str | None = None  # as in SourceConfig
     text_field: str = "text"
-    shuffle_seed: int | None = None
+    last_docs: int | None = None  # keep only the last N documents (read without streaming)
+    shuffle_seed: int | None = None  # documents in random.Random(seed).shuffle order (read without streaming)
     n_tokens: int = 500_000
 
 
@@ -81,7 +84,10 @@ class ValSetConfig:
 class TokenizerConfig:
     kind: str = "hub"  # hub: a pretrained tokenizer by name; bpe: byte-level BPE trained on the sources
     name: str = "NousResearch/Llama-2-7b-hf"
-    vocab_size: int = 32000
+    vocab_size: int = 32000  # hub: must equal the tokenizer's; bpe: the size to train (at most 65,536: uint16 bins)
+    bos_token: str = "<s>"
+    eos_token: str = "</s>"
+    train_docs: int | None = None  # bpe: train on at most this many documents of each source (None: all)
 
 
 @dataclass
@@ -120,6 +126,7 @@ class TrainerConfig:
     eval_batch_size: int = 8
     log_every: int = 50
     ckpt_every: int = 5000
+    keep_checkpoints: int = 2  # newest checkpoints kept per run; 0 keeps all
 
 
 @dataclass
@@ -128,7 +135,6 @@ class LoggerConfig:
     project: str = "cart-sweeps"
     entity: str | None = None
     mode: str = "offline"  # offline | online (needs a key); never prompts
-    dir: str = "${paths.runs}"
 
 
 @dataclass
@@ -165,14 +171,24 @@ class ScaleConfig:
 
 @dataclass
 class StageConfig:
-    """A stage of the study: a grid of overrides over a fixed recipe (sweeps/<name>.yaml)."""
+    """A stage of the study: a grid of overrides over a fixed recipe (sweeps/<name>.yaml).
+
+    Keys of `grid`, `recipe` and `variants` are override keys in the paper's numbers; the sweep maps
+    them through `scale`. A run is one point of the product of the grid's axes, plus one variant when
+    `variants` is set (a variant may ask for `dense_parity: stored|effective`, a dense depth derived
+    from the CART model of the same point). `search` (sampler tpe): key -> {low, high, log}.
+    """
 
     name: str = "single"
     kind: str = "train"  # train | evaluate (variable-R: no training)
     grid: dict[str, list[Any]] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    search: dict[str, dict[str, Any]] = field(default_factory=dict)
     select: str = "paper"  # stage 2 candidates: paper (fixed set) | zoom (from Stage-1 results)
+    zoom_from: str = "1"  # select=zoom: the stage whose ledger ranks the candidates
+    source: str | None = None  # evaluate stages: the run folder of the trained model
+    eval_n_loops: int | None = None  # evaluate stages: the inference R
 
 
 @dataclass
@@ -182,6 +198,21 @@ class SweepConfig:
     metric: str = "ppl_wiki"
     max_retries: int = 1
     storage: str = "sqlite"  # sqlite | journal
+
+
+@dataclass
+class BenchConfig:
+    warmup: int = 3
+    steps: int = 10
+
+
+@dataclass
+class PlanConfig:
+    """`python -m cart_sweeps.plan`: how to cost a stage and print it."""
+
+    gpu: str = "h100"  # rtx3090 | a100 | h100 | h200 (peak dense bf16 FLOP/s)
+    mfu: float = 0.35  # assumed model FLOPs utilisation
+    format: str = "table"  # table | csv
 
 
 @dataclass
@@ -200,6 +231,8 @@ class Config:
     stage: StageConfig = field(default_factory=StageConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
     seed: int = 42
 
 
@@ -228,12 +261,18 @@ def validate_model(m: DictConfig | ModelConfig) -> None:
         raise ConfigError(
             f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}"
         )
+    if m.head_dim % 2:
+        raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates half of each head)")
     if m.vocab_size < 2:
         raise ConfigError(f"model.vocab_size={m.vocab_size} must be at least 2")
     if m.name == "dense":
         if m.n_layers < 1:
             raise ConfigError(f"model.n_layers={m.n_layers} must be >= 1 for the dense model")
         return
+    if m.d_model % 4:
+        raise ConfigError(f"model.d_model={m.d_model} must be a multiple of 4 (the K/V latent is d/4 wide)")
+    if not 0 < m.gate_init < 1:
+        raise ConfigError(f"model.gate_init={m.gate_init} must be in (0, 1): it is sigmoid(a) at init")
     if m.n_prelude < 0:
         raise ConfigError(f"model.n_prelude={m.n_prelude} must be >= 0")
     high = MAX_LOOPS if not m.disable_lie else 10**6
@@ -245,6 +284,8 @@ def validate_model(m: DictConfig | ModelConfig) -> None:
         )
     if m.self_attn_core and not m.unshare_core:
         raise ConfigError("model.self_attn_core=true needs model.unshare_core=true (the paper's ablation)")
+    if m.self_attn_core and m.unfreeze_kv:
+        raise ConfigError("model.unfreeze_kv=true does nothing with model.self_attn_core=true (no anchor)")
 
 
 def validate(cfg: DictConfig) -> None:
@@ -261,14 +302,15 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"trainer.{key}={t[key]} must be >= 1")
     if t.seq_len > cfg.model.max_seq_len:
         raise ConfigError(
-            f"trainer.seq_len={t.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; lower one or raise the other"
+            f"trainer.seq_len={t.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+            "lower one or raise the other"
         )
 
 
 # Keys that change where or how fast a run goes, not what it computes: left out of its identity.
 _NON_IDENTITY_KEYS = {
     "data": {"cache_dir", "streaming"},
-    "trainer": {"log_every", "ckpt_every", "device", "threads", "compile", "eval_batch_size"},
+    "trainer": {"log_every", "ckpt_every", "keep_checkpoints", "device", "threads", "compile", "eval_batch_size"},
 }
 _ABLATION_SWITCHES = ["unfreeze_kv", "unshare_core", "self_attn_core", "disable_hyper", "disable_lti", "disable_lie"]
 
@@ -279,6 +321,8 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
     for group in ("model", "data", "trainer"):
         node = OmegaConf.to_container(cfg[group], resolve=True)
         out[group] = {k: v for k, v in node.items() if k not in _NON_IDENTITY_KEYS.get(group, set())}
+    if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
+        out["eval_n_loops"] = cfg.stage.eval_n_loops
     return out
 
 
@@ -305,7 +349,10 @@ def run_label(cfg: DictConfig) -> str:
         label = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
         if variant(m) != "base":
             label += f"-{variant(m)}"
-    return f"{label}-s{cfg.seed}"
+    label += f"-s{cfg.seed}"
+    if cfg.stage.eval_n_loops is not None:
+        label += f"-at-R{cfg.stage.eval_n_loops}"
+    return label
 
 
 OmegaConf.register_new_resolver("run_label", lambda *, _root_: run_label(_root_), replace=True)

@@ -1,0 +1,34 @@
+# cart_sweeps: `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU wheel on a fresh machine; a torch that is already importable (e.g. a GPU user's CUDA build) is kept.
+TORCH_VERSION ?= 2.13.0
+
+.PHONY: help setup demo test lint tables clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==$(TORCH_VERSION)"
+	@$(PY) -m pip install -q -e ".[dev]"
+	@touch $@
+
+setup: $(VENV)/.installed ## create .venv: torch $(TORCH_VERSION) unless one is importable, then the project [dev]
+
+demo: setup ## the tiny study end to end on the embedded corpus, ending in tables
+	$(PY) -m cart_sweeps.demo
+
+test: setup ## the test suite (SLURM tests skip unless a cluster runs: see tests/slurm)
+	$(PY) -m pytest -q
+
+lint: setup ## ruff
+	$(VENV)/bin/ruff check .
+
+tables: setup ## regenerate tables, figures and findings from the runs under runs/
+	$(PY) -m analysis
+
+clean: ## remove runs, caches and analysis outputs (not .venv)
+	rm -rf runs .cache analysis/out

@@ -1,0 +1,89 @@
+"""`python -m cart_sweeps.bench [overrides]`: time training steps of the composed model; one JSON line.
+
+Steps run on random tokens of the model's vocabulary (the data pipeline is not what is timed), through
+the same `train_step` as a real run, after `bench.warmup` untimed steps (compile, allocator warm-up).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+from cart_sweeps.compose import compose_config, run_cli
+from cart_sweeps.config import validate
+from cart_sweeps.model import build_model, param_counts, train_flops_per_token
+from cart_sweeps.train.device import amp_dtype, pick_device
+from cart_sweeps.train.loop import train_step
+from cart_sweeps.train.metrics import mfu, peak_mem_mb
+from cart_sweeps.train.optim import build_optimizer
+
+USAGE = """usage: python -m cart_sweeps.bench [OVERRIDE ...]
+
+Times bench.steps training steps (after bench.warmup) of the composed model on this machine's device
+and prints one JSON line. Overrides are Hydra's, e.g.:
+  python -m cart_sweeps.bench scale=tiny model=dense bench.steps=20
+  python -m cart_sweeps.bench model.d_model=1024 trainer.compile=true   # on a GPU
+"""
+
+
+def bench(overrides: list[str]) -> dict:
+    cfg = compose_config(overrides)
+    validate(cfg)
+    t, b = cfg.trainer, cfg.bench
+    if t.threads > 0:
+        torch.set_num_threads(t.threads)
+    device = pick_device(t.device)
+    dtype = amp_dtype(t.precision, device)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model).to(device)
+    step_fn_model = torch.compile(model) if t.compile else model
+    optimizer = build_optimizer(model, t, device)
+    shape = (t.micro_batch_size, t.seq_len + 1)
+
+    def micro_batches():
+        for _ in range(t.grad_accum):
+            w = torch.randint(0, cfg.model.vocab_size, shape, device=device)
+            yield w[:, :-1], w[:, 1:]
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            train_step(step_fn_model, optimizer, micro_batches(), t.grad_accum, dtype, t.grad_clip)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    run(b.warmup)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    run(b.steps)
+    seconds = time.perf_counter() - start
+    tokens = b.steps * t.grad_accum * t.micro_batch_size * t.seq_len
+    counts = param_counts(cfg.model)
+    tokens_per_s = tokens / seconds
+    return {
+        "model": cfg.model.name,
+        "d_model": cfg.model.d_model,
+        "tokens_per_s": round(tokens_per_s, 1),
+        "ms_per_step": round(1000 * seconds / b.steps, 2),
+        "mfu": mfu(tokens_per_s, train_flops_per_token(cfg.model, t.seq_len), device),
+        "peak_mem_mb": peak_mem_mb(device),
+        "params_stored": counts["stored"],
+        "params_effective": counts["effective"],
+        "seq_len": t.seq_len,
+        "batch_size": t.micro_batch_size * t.grad_accum,
+        "vocab_size": cfg.model.vocab_size,
+        "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype or torch.float32).removeprefix("torch."),
+        "compile": t.compile,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli(lambda args: print(json.dumps(bench(args))), USAGE, argv)
+
+
+if __name__ == "__main__":
+    main()

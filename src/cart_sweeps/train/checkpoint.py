@@ -1,0 +1,69 @@
+"""Atomic checkpoints: a torch file with the training state beside a JSON meta readable without torch.
+
+A checkpoint is written to a temp file and renamed into place, so a run killed mid-write leaves the
+previous checkpoint intact. Loading uses `weights_only=True`: a checkpoint is data, never code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CKPT_DIR = "checkpoints"
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(state["python"]), None))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int) -> Path:
+    """Write checkpoint `step` atomically (meta last, so a meta always points at a whole file)."""
+    folder = run_dir / CKPT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step:07d}.pt"
+    _atomic_write(path, lambda tmp: torch.save(state, tmp))
+    meta = {**meta, "step": step, "file": path.name}
+    _atomic_write(path.with_suffix(".json"), lambda tmp: tmp.write_text(json.dumps(meta, indent=2)))
+    if keep > 0:
+        for old in list_checkpoints(run_dir)[:-keep]:
+            old.unlink(missing_ok=True)
+            old.with_suffix(".json").unlink(missing_ok=True)
+    return path
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints (a .pt with its .json meta), oldest first."""
+    folder = run_dir / CKPT_DIR
+    return sorted(p for p in folder.glob("step_*.pt") if p.with_suffix(".json").exists())
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    return json.loads(path.with_suffix(".json").read_text())
+
+
+def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
+    return torch.load(path, map_location=device, weights_only=True)

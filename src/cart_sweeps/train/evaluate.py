@@ -1,0 +1,65 @@
+"""Variable-R inference: evaluate a trained run's newest checkpoint at another loop count, no training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.data.loader import load_prepared, val_windows
+from cart_sweeps.model import build_model
+from cart_sweeps.train import checkpoint as ckpt
+from cart_sweeps.train.device import pick_device
+from cart_sweeps.train.loop import eval_metrics, evaluate_windows
+from cart_sweeps.train.runfolder import base_summary, write_summary
+
+
+def with_source(cfg: DictConfig) -> DictConfig:
+    """`cfg` with the model, data, recipe and seed of the trained run named by `stage.source`.
+
+    What is evaluated is the source's model, so those groups come from its saved config; the stage
+    contributes only the inference R (`stage.eval_n_loops`).
+    """
+    source = cfg.stage.source
+    if not source:
+        raise ConfigError("an evaluate stage needs the trained run: stage.source=<run folder>")
+    saved = Path(source) / "config.yaml"
+    if not saved.exists():
+        raise ConfigError(f"stage.source={source} holds no config.yaml; point it at a trained run's folder")
+    if cfg.stage.eval_n_loops is None:
+        raise ConfigError("an evaluate stage needs the inference R: stage.eval_n_loops=<R>")
+    trained = OmegaConf.load(saved)
+    cfg = cfg.copy()
+    for key in ("model", "data", "trainer", "seed"):
+        cfg[key] = trained[key]
+    return cfg
+
+
+def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Evaluate `stage.source`'s newest checkpoint at R = stage.eval_n_loops; write and return the summary."""
+    found = ckpt.list_checkpoints(Path(cfg.stage.source))
+    if not found:
+        raise ConfigError(f"stage.source={cfg.stage.source} has no checkpoint yet; train it first")
+    device = pick_device(cfg.trainer.device)
+    model = build_model(cfg.model).to(device)
+    state = ckpt.load_checkpoint(found[-1], device)
+    model.load_state_dict(state["model"])
+    data = load_prepared(cfg.data)
+    r = cfg.stage.eval_n_loops
+    summary = {
+        **base_summary(cfg),
+        "status": "completed",
+        "step": state["step"],
+        "eval_n_loops": r,
+        "trained_n_loops": cfg.model.n_loops,
+        "source": str(cfg.stage.source),
+        "rho": model.rho(),
+    }
+    for name, tokens in data.val.items():
+        windows = val_windows(tokens, cfg.trainer.eval_windows, cfg.trainer.seq_len).to(device)
+        mean_ce = evaluate_windows(model, windows, cfg.trainer.eval_batch_size, n_loops=r)
+        summary.update({f"{k}_{name}": v for k, v in eval_metrics(mean_ce, data.bytes_per_token[name]).items()})
+    write_summary(run_dir, summary)
+    return summary

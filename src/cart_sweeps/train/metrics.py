@@ -1,0 +1,79 @@
+"""The run folder's metric record (metrics.jsonl), throughput/MFU figures and the environment."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cart_sweeps.config import REPO_ROOT
+
+# Dense bf16 peak FLOP/s of the GPUs MFU is reported against (vendor datasheets, no sparsity).
+PEAK_BF16_FLOPS = {"3090": 71e12, "4090": 165e12, "a100": 312e12, "h100": 989e12, "h200": 989e12}
+
+
+class MetricsLog:
+    """Append-only JSON lines, one object per logged event; resumable without duplicates.
+
+    On resume, rows past the checkpoint's step are dropped: they were logged by the cut-off process
+    after its last checkpoint and will be logged again, identically, by the resumed one.
+    """
+
+    def __init__(self, path: Path, resume_step: int) -> None:
+        self.path = path
+        if path.exists():
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            kept = [r for r in rows if r["step"] <= resume_step]
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def write(self, row: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The device's dense bf16 peak, or None where MFU is not meaningful (CPU, unknown GPU)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device).lower()
+    return next((flops for key, flops in PEAK_BF16_FLOPS.items() if key in name), None)
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, device: torch.device) -> float | None:
+    peak = peak_flops(device)
+    return None if peak is None else tokens_per_s * flops_per_token / peak
+
+
+def peak_mem_mb(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """What produced a run: code version, packages, hardware."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5
+        ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        sha = None
+    packages = {}
+    for name in ("torch", "hydra-core", "optuna", "submitit", "wandb", "datasets", "tokenizers", "cart_sweeps"):
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            packages[name] = None
+    return {
+        "git_sha": sha,
+        "python": platform.python_version(),
+        "packages": packages,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "threads": torch.get_num_threads(),
+        "host": platform.node(),
+    }

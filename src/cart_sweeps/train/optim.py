@@ -1,0 +1,57 @@
+"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit), warm-up then cosine."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from cart_sweeps.config import ConfigError, TrainerConfig
+
+
+def lr_at(step: int, t: TrainerConfig) -> float:
+    """Learning rate for optimizer step `step` (0-based): linear warm-up, cosine to min_lr at the end.
+
+    The cosine spans the run's own length (`t.steps`), as in the paper: a 3,000-step Stage-1 run
+    anneals fully, it is not a prefix of a 30,500-step schedule.
+    """
+    if step < t.warmup_steps:
+        return t.lr * (step + 1) / t.warmup_steps
+    span = max(1, t.steps - t.warmup_steps)
+    progress = min(1.0, (step - t.warmup_steps) / span)
+    return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def param_groups(model: nn.Module, t: TrainerConfig) -> list[dict]:
+    """Weight decay on every parameter (the paper), or all but the model's no-decay set (corrected)."""
+    params = dict(model.named_parameters())
+    if t.decay_all:
+        return [{"params": list(params.values()), "weight_decay": t.weight_decay, "names": list(params)}]
+    spared = model.no_decay_names()
+    decayed = [n for n in params if n not in spared]
+    kept = [n for n in params if n in spared]
+    return [
+        {"params": [params[n] for n in decayed], "weight_decay": t.weight_decay, "names": decayed},
+        {"params": [params[n] for n in kept], "weight_decay": 0.0, "names": kept},
+    ]
+
+
+def build_optimizer(model: nn.Module, t: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:
+    groups = param_groups(model, t)
+    kwargs = {"lr": t.lr, "betas": tuple(t.betas)}
+    if t.optimizer == "adamw8bit":
+        if device.type != "cuda":
+            raise ConfigError(
+                "trainer.optimizer=adamw8bit needs a CUDA GPU (bitsandbytes); use trainer.optimizer=adamw"
+            )
+        try:
+            import bitsandbytes as bnb
+        except ImportError as err:
+            raise ConfigError("trainer.optimizer=adamw8bit needs bitsandbytes: pip install bitsandbytes") from err
+        return bnb.optim.AdamW8bit(groups, **kwargs)
+    return torch.optim.AdamW(groups, fused=device.type == "cuda", **kwargs)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, t: TrainerConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, t) / t.lr)

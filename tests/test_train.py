@@ -1,0 +1,191 @@
+"""One run end to end on the embedded corpus: real tiny models trained on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cart_sweeps.bench import bench
+from cart_sweeps.dashboard import build_workspace, dashboard
+from cart_sweeps.model import build_model
+from cart_sweeps.train.optim import build_optimizer, lr_at
+from cart_sweeps.train.run import execute
+
+TINY = ["scale=tiny", "trainer.steps=40", "trainer.eval_every=20", "trainer.ckpt_every=10", "trainer.log_every=5"]
+# Timing fields differ between two runs of the same config; everything else must not.
+TIMING = {"tokens_per_s", "mfu", "peak_mem_mb"}
+
+
+def cli(args: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "cart_sweeps", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, **kwargs,
+    )
+
+
+def rows(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, data_cache) -> Path:
+    """One tiny CART run, trained to the end (in-process), shared by the read-only checks."""
+    run_dir = tmp_path_factory.mktemp("run")
+    from cart_sweeps.compose import compose_config
+
+    execute(compose_config([*TINY, "trainer.deterministic=true"]), run_dir)
+    return run_dir
+
+
+def test_loss_falls_and_the_run_folder_holds_everything(finished_run):
+    train = [r for r in rows(finished_run) if r["kind"] == "train"]
+    evals = [r for r in rows(finished_run) if r["kind"] == "eval"]
+    assert [r["step"] for r in train] == list(range(5, 41, 5))
+    assert train[-1]["loss"] < train[0]["loss"] - 0.5
+    assert [r["step"] for r in evals] == [20, 40]
+    assert all(0.5 < r["rho"] < 1.0 for r in train)
+    s = summary(finished_run)
+    assert s["status"] == "completed" and s["step"] == 40
+    ppl_keys = sorted(k for k in s if k.startswith("ppl_"))
+    assert len(ppl_keys) == 3 and all(f"bpb_{k[4:]}" in s for k in ppl_keys)
+    assert s["params_stored"] == sum(p.numel() for p in build_model_from(finished_run).parameters())
+    assert s["params_effective"] > s["params_stored"]
+    for key in ("rho", "tokens_per_s", "wall_time_s", "env", "run_id", "label"):
+        assert s[key] is not None, key
+    assert s["env"]["packages"]["torch"] == torch.__version__.split("+")[0] or s["env"]["packages"]["torch"]
+    assert (finished_run / "config.yaml").exists()
+    assert sorted(p.name for p in (finished_run / "checkpoints").glob("*.pt")) == ["step_0000030.pt", "step_0000040.pt"]
+    meta = json.loads((finished_run / "checkpoints" / "step_0000040.json").read_text())
+    assert meta["step"] == 40 and meta["run_id"] == s["run_id"]
+
+
+def build_model_from(run_dir: Path):
+    from omegaconf import OmegaConf
+
+    return build_model(OmegaConf.load(run_dir / "config.yaml").model)
+
+
+def test_killed_run_resumes_to_the_same_metrics(tmp_path, data_cache, finished_run):
+    """SIGKILL mid-run, relaunch the same command: same rows, no duplicates, no gaps, same final metrics."""
+    run_dir = tmp_path / "killed"
+    args = [*TINY, "trainer.deterministic=true", f"hydra.run.dir={run_dir}"]
+    proc = cli(args)
+    deadline = time.time() + 120
+    while not (run_dir / "checkpoints" / "step_0000020.json").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoints"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert summary(run_dir)["status"] == "running"
+    out, _ = cli(args).communicate(timeout=300)
+    assert "resuming from step" in out
+    assert rows(run_dir) == rows(finished_run)
+    final = {k: v for k, v in summary(finished_run).items() if k.startswith(("ppl_", "bpb_", "ce_")) or k == "rho"}
+    assert {k: summary(run_dir)[k] for k in final} == final
+
+
+def test_finished_run_relaunched_does_nothing(finished_run):
+    before = (finished_run / "summary.json").stat().st_mtime_ns
+    from cart_sweeps.compose import compose_config
+
+    result = execute(compose_config([*TINY, "trainer.deterministic=true"]), finished_run)
+    assert result["status"] == "completed"
+    assert (finished_run / "summary.json").stat().st_mtime_ns == before
+
+
+def test_another_config_in_a_used_folder_is_refused(finished_run, capsys):
+    from cart_sweeps.compose import compose_config
+    from cart_sweeps.config import ConfigError
+
+    with pytest.raises(ConfigError, match="hydra.run.dir"):
+        execute(compose_config([*TINY, "trainer.lr=1e-3"]), finished_run)
+
+
+def test_huge_lr_ends_diverged_with_one_line(tmp_path, data_cache):
+    run_dir = tmp_path / "diverged"
+    proc = cli([*TINY, "trainer.lr=1e6", "trainer.warmup_steps=1", f"hydra.run.dir={run_dir}"])
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert "diverged" in out and "trainer.lr" in out
+    assert summary(run_dir)["status"] == "diverged"
+
+
+def test_bad_override_is_one_line_before_anything_runs(tmp_path):
+    proc = cli(["scale=tiny", "model.d_model=50", f"hydra.run.dir={tmp_path / 'bad'}"])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert out.strip().splitlines() == ["error: model.d_model=50 must be a positive multiple of model.head_dim=16"]
+    assert not (tmp_path / "bad" / "summary.json").exists()
+
+
+def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    from cart_sweeps.compose import compose_config
+
+    run_dir = tmp_path / "wandb-run"
+    execute(compose_config([*TINY, "trainer.steps=10", "logger=wandb"]), run_dir)
+    [record_file] = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    store = datastore.DataStore()
+    store.open_for_scan(str(record_file))
+    keys: set[str] = set()
+    steps: list[int] = []
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            items = {(item.nested_key or [item.key])[0]: item.value_json for item in record.history.item}
+            keys |= set(items)
+            steps.append(int(items["step"]))
+    assert {"train/loss", "rho", "step"} <= keys
+    assert steps == sorted(steps) and steps[-1] == 10
+
+
+def test_decay_all_false_spares_gate_hc_norms_and_lie(compose):
+    cfg = compose(["scale=tiny", "trainer.decay_all=false"])
+    model = build_model(cfg.model)
+    decayed, spared = build_optimizer(model, cfg.trainer, torch.device("cpu")).param_groups
+    assert decayed["weight_decay"] == 0.1 and spared["weight_decay"] == 0.0
+    assert {"gate", "hc_logits"} <= set(spared["names"])
+    assert any("lie" in n for n in spared["names"]) and any("norm" in n for n in spared["names"])
+    assert not any("norm" in n or n == "gate" for n in decayed["names"])
+    paper = build_optimizer(model, compose(["scale=tiny"]).trainer, torch.device("cpu")).param_groups
+    assert len(paper) == 1 and paper[0]["weight_decay"] == 0.1
+
+
+def test_lr_schedule_warms_up_then_anneals_to_min(compose):
+    t = compose([]).trainer
+    assert lr_at(0, t) == pytest.approx(3e-6)
+    assert lr_at(99, t) == pytest.approx(3e-4)
+    assert lr_at(t.steps, t) == pytest.approx(3e-5)
+    assert lr_at(t.steps // 2, t) < 3e-4
+
+
+def test_bench_prints_the_figures(capsys):
+    result = bench(["scale=tiny", "bench.warmup=1", "bench.steps=2"])
+    assert result["tokens_per_s"] > 0 and result["ms_per_step"] > 0
+    assert result["device"] == "cpu" and result["mfu"] is None and result["dtype"] == "float32"
+    assert result["batch_size"] == 8 and result["seq_len"] == 64
+
+
+def test_dashboard_offline_prints_the_workspace_it_would_create(compose, capsys):
+    dashboard(["stage=1", "scale=tiny"])
+    out = capsys.readouterr().out
+    assert "train/loss" in out and "rho" in out and "not saved" in out
+    workspace = build_workspace(compose(["stage=1", "scale=tiny"]), entity="someone")
+    assert [s.name for s in workspace.sections] == ["Training", "Validation perplexity", "Spectral radius"]
