@@ -133,26 +133,21 @@ def test_bad_override_is_one_line_before_anything_runs(tmp_path):
 
 
 def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
+    import wandb
 
     from cart_sweeps.compose import compose_config
 
     run_dir = tmp_path / "wandb-run"
     execute(compose_config([*TINY, "trainer.steps=10", "logger=wandb"]), run_dir)
-    [record_file] = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    store = datastore.DataStore()
-    store.open_for_scan(str(record_file))
-    keys: set[str] = set()
-    steps: list[int] = []
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "history":
-            items = {(item.nested_key or [item.key])[0]: item.value_json for item in record.history.item}
-            keys |= set(items)
-            steps.append(int(items["step"]))
-    assert {"train/loss", "rho", "step"} <= keys
+    wandb.teardown()  # finish() returns before wandb-core has closed the run's .wandb log
+    [offline_run] = run_dir.glob("wandb/offline-run-*")
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    history = [json.loads(line)["history"]["item"] for line in out.splitlines() if '"type":"history"' in line]
+    assert {"train/loss", "rho", "step"} <= set().union(*history)
+    steps = [int(row["step"]) for row in history]
     assert steps == sorted(steps) and steps[-1] == 10
 
 

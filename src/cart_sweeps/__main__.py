@@ -13,6 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from cart_sweeps.compose import quote_stage
 from cart_sweeps.config import CONF_DIR, ConfigError, register_configs
 
 register_configs()
@@ -35,6 +36,7 @@ def _run(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    sys.argv[1:] = quote_stage(sys.argv[1:])
     _run()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -17,6 +18,11 @@ from cart_sweeps.config import CONF_DIR, ConfigError, register_configs
 T = TypeVar("T")
 
 
+def quote_stage(argv: Sequence[str]) -> list[str]:
+    """`stage=1` -> `stage='1'`: Hydra reads an unquoted 1 as an int, which is no group option."""
+    return [re.sub(r"^(\+{0,2}stage)=(\d\w*)$", r"\1='\2'", a) for a in argv]
+
+
 def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) -> DictConfig:
     """The config `python -m cart_sweeps <overrides>` would run, composed from the real conf/ tree.
 
@@ -26,7 +32,7 @@ def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) ->
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+            return compose("config", overrides=quote_stage(overrides), return_hydra_config=hydra_config)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(first_line(err)) from err
 

@@ -163,9 +163,11 @@ class ScaleConfig:
     name: str = "paper"
     d_model: dict[int, int] = field(default_factory=dict)  # paper width -> width at this scale
     head_dim: int = 64
-    steps_divisor: int = 1
+    steps: dict[int, int] = field(default_factory=dict)  # paper run length -> run length at this scale
+    steps_divisor: int = 1  # run lengths not in `steps`
     seq_len_divisor: int = 1
     batch_divisor: int = 1
+    eval_every: int | None = None  # fixed eval interval (None: scaled with the run length)
     eval_windows: int | None = None
 
 

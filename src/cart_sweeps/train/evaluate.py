@@ -30,11 +30,8 @@ def with_source(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"stage.source={source} holds no config.yaml; point it at a trained run's folder")
     if cfg.stage.eval_n_loops is None:
         raise ConfigError("an evaluate stage needs the inference R: stage.eval_n_loops=<R>")
-    trained = OmegaConf.load(saved)
-    cfg = cfg.copy()
-    for key in ("model", "data", "trainer", "seed"):
-        cfg[key] = trained[key]
-    return cfg
+    trained = OmegaConf.masked_copy(OmegaConf.load(saved), ["model", "data", "trainer", "seed"])
+    return OmegaConf.merge(cfg, trained)
 
 
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:

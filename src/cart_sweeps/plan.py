@@ -1,0 +1,171 @@
+"""`python -m cart_sweeps.plan stage=<name> [overrides]`: a stage's runs and their cost, without launching.
+
+Runs are expanded exactly as `python -m cart_sweeps -m` would launch them (same ids, same folders);
+the status column comes from the stage's ledger when it exists.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+from optuna.trial import TrialState
+from rich.console import Console
+from rich.table import Table
+
+from cart_sweeps.compose import run_cli
+from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.cost import peak_flops, run_cost
+from cart_sweeps.sweep.expand import Run, Stage
+from cart_sweeps.sweep.ledger import Ledger, status_of
+
+USAGE = """usage: python -m cart_sweeps.plan stage=<name> [overrides]
+
+Lists the runs of a stage without launching any: run id, model, seed, variant, parameters, training
+tokens and FLOPs, estimated GPU-hours, and the status recorded in the stage's ledger.
+
+  stage=1|2|parity|ablations|variable_r|lr   the stage (sweeps/<name>.yaml)
+  plan.gpu=rtx3090|a100|h100|h200            GPU for the estimate (peak dense bf16 FLOP/s)
+  plan.mfu=0.35                              assumed model FLOPs utilisation
+  plan.format=table|csv                      output
+  scale=tiny, model.d_model=256,512, ...     any override `python -m cart_sweeps -m` takes
+"""
+
+COLUMNS = [
+    "run_id",
+    "label",
+    "model.name",
+    "model.d_model",
+    "model.n_prelude",
+    "model.n_loops",
+    "model.n_layers",
+    "seed",
+    "variant",
+    "params_stored",
+    "params_effective",
+    "tokens",
+    "train_flops",
+    "gpu_hours",
+    "status",
+]
+
+
+def driver_running(sweep_dir: Path) -> bool:
+    """Whether a driver holds the stage's lock (then RUNNING trials are running, not cut off)."""
+    lock = FileLock(sweep_dir / ".driver.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
+def statuses(stage: Stage, runs: Sequence[Run]) -> dict[str, str]:
+    """Run id -> status in the ledger: new, completed, failed, diverged, running, or cut off (no driver)."""
+    ledger = Ledger.read(stage.sweep_dir, stage.name, stage.base.sweep.storage)
+    history = ledger.attempts() if ledger else {}
+    driver = ledger is not None and driver_running(stage.sweep_dir)
+    out = {}
+    for run in runs:
+        trials = history.get(run.run_id)
+        if not trials:
+            out[run.run_id] = "new"
+        elif trials[-1].state == TrialState.RUNNING:
+            out[run.run_id] = "running" if driver else "cut off"
+        else:
+            out[run.run_id] = status_of(trials[-1])
+    return out
+
+
+def rows(stage: Stage) -> list[dict[str, Any]]:
+    """One row per run, in COLUMNS order."""
+    flops_per_s = peak_flops(stage.base.plan.gpu, stage.base.plan.mfu)
+    ledger = Ledger.read(stage.sweep_dir, stage.name, stage.base.sweep.storage)
+    runs = stage.known_runs(ledger.attempts() if ledger else {})
+    status = statuses(stage, runs)
+    out = []
+    for run in runs:
+        m, cost, dense = run.cfg.model, run_cost(run.cfg, flops_per_s), run.cfg.model.name == "dense"
+        out.append(
+            {
+                "run_id": run.run_id,
+                "label": run.label,
+                "model.name": m.name,
+                "model.d_model": m.d_model,
+                "model.n_prelude": None if dense else m.n_prelude,
+                "model.n_loops": None if dense else m.n_loops,
+                "model.n_layers": m.n_layers if dense else None,
+                "seed": run.cfg.seed,
+                "variant": run.params.get("variant", "base"),
+                "params_stored": cost.params_stored,
+                "params_effective": cost.params_effective,
+                "tokens": cost.tokens,
+                "train_flops": cost.flops,
+                "gpu_hours": cost.gpu_hours,
+                "status": status[run.run_id],
+            }
+        )
+    return out
+
+
+def _si(value: float) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key.startswith("params_") or key == "tokens":
+        return _si(value)
+    if key == "train_flops":
+        return f"{value:.3g}"
+    if key == "gpu_hours":
+        return f"{value:,.2f}"
+    return str(value)
+
+
+def print_table(stage: Stage, table_rows: list[dict[str, Any]]) -> None:
+    p = stage.base.plan
+    total_flops = sum(r["train_flops"] for r in table_rows)
+    total_hours = sum(r["gpu_hours"] for r in table_rows)
+    title = f"stage {stage.name} at scale={stage.base.scale.name}: {len(table_rows)} runs"
+    table = Table(title=title, header_style="bold")
+    for key in COLUMNS:
+        table.add_column(key.removeprefix("model."), justify="right" if key not in ("label", "status") else "left")
+    for row in table_rows:
+        table.add_row(*(_cell(k, row[k]) for k in COLUMNS))
+    console = Console(width=400)  # the table takes the width its cells need
+    console.print(table)
+    if not stage.runs:
+        console.print(f"search: {len(table_rows)} of sweep.n_trials={stage.base.sweep.n_trials} sampled so far")
+    console.print(
+        f"total: {total_flops:.3g} training FLOPs = {total_hours:,.1f} GPU-hours ({total_hours / 24:,.2f} GPU-days) "
+        f"on one {p.gpu} at {p.mfu:.0%} MFU; ledger status from {stage.sweep_dir}",
+        highlight=False,
+    )
+
+
+def main(argv: list[str]) -> None:
+    stage = Stage(argv)
+    fmt = stage.base.plan.format
+    if fmt not in ("table", "csv"):
+        raise ConfigError(f"plan.format={fmt!r} is not allowed; use one of ['table', 'csv']")
+    table_rows = rows(stage)
+    if fmt == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table_rows)
+    else:
+        print_table(stage, table_rows)
+
+
+if __name__ == "__main__":
+    run_cli(main, USAGE)

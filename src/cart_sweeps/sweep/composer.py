@@ -1,0 +1,50 @@
+"""Compose the configs of many runs quickly, exactly as `compose_config` (and so run_job) composes each.
+
+Hydra composes in two steps: the defaults list (group choices such as model=dense), then the value
+overrides on top, with its own `_apply_overrides_to_config`. The first step is the slow one (~0.1 s)
+and a stage has few distinct group choices, so it is done once per choice set and the second step per run.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from cart_sweeps.compose import compose_config, first_line
+from cart_sweeps.config import CONF_DIR, ConfigError
+
+GROUPS = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"stage"}
+
+
+def _is_group(o: Override) -> bool:
+    return o.key_or_group in GROUPS or "/" in o.key_or_group or o.package is not None
+
+
+class Composer:
+    """`composer(overrides)` == `compose_config(overrides)`, with the group composition cached."""
+
+    def __init__(self) -> None:
+        self._parser = OverridesParser.create()
+        self._bases: dict[tuple[str, ...], DictConfig] = {}
+
+    def __call__(self, overrides: Sequence[str]) -> DictConfig:
+        try:
+            parsed = self._parser.parse_overrides(list(overrides))
+        except HydraException as err:
+            raise ConfigError(first_line(err)) from err
+        groups = tuple(o.input_line for o in parsed if _is_group(o))
+        if groups not in self._bases:
+            self._bases[groups] = compose_config(groups)
+        cfg = copy.deepcopy(self._bases[groups])
+        try:
+            ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not _is_group(o)], cfg)
+        except (HydraException, OmegaConfBaseException) as err:
+            raise ConfigError(first_line(err)) from err
+        return cfg

@@ -1,0 +1,177 @@
+"""Run a stage against its ledger: skip what is done, resume what was cut off, retry what failed.
+
+The whole stage is composed and validated first (one line on a config error, nothing launched). Each
+run's result lands in the ledger the moment its job ends, and one run failing never stops the others.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from filelock import FileLock, Timeout
+from omegaconf import DictConfig
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.expand import Run, Stage
+from cart_sweeps.sweep.launcher import Pool, Task
+from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
+from cart_sweeps.sweep.progress import Progress
+from cart_sweeps.train.runfolder import read_summary
+
+PoolFactory = Callable[[DictConfig, Path], Pool[Any]]
+
+
+@dataclass
+class Attempt:
+    """A run to execute now; `trial` is set once it has one (a resumed run brings its own)."""
+
+    run: Run
+    trial: Trial | None = None
+    tries: int = 1
+
+
+def _attrs(run: Run) -> dict[str, Any]:
+    """What the ledger keeps of a run besides its params."""
+    return {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class StageDriver:
+    """One launch of a stage: its ledger, its pool, and the queue of attempts between them."""
+
+    def __init__(self, stage: Stage, ledger: Ledger, pool: Pool[Attempt]) -> None:
+        self.stage, self.ledger, self.pool = stage, ledger, pool
+        self.sweep = stage.base.sweep
+        self.queue: deque[Attempt] = deque()
+        self.attached: list[tuple[Attempt, Any]] = []
+        self.skipped = 0
+        self.history = ledger.attempts()
+        self.failed_finally = 0
+        self.progress: Progress | None = None
+        self.known = stage.known_runs(self.history)
+        for run in self.known:
+            self._classify(run, self.history.get(run.run_id, []))
+
+    def _classify(self, run: Run, trials: list[FrozenTrial]) -> None:
+        last = trials[-1] if trials else None
+        if last is None or status_of(last) in ("failed", "interrupted"):
+            self.queue.append(Attempt(run))
+        elif last.state == TrialState.RUNNING:  # cut off: its driver died
+            trial = self.ledger.resume(last)
+            summary = read_summary(run.run_dir)
+            job_id = last.user_attrs.get("job_id")
+            if summary is not None and summary.get("status") == "completed":
+                self.ledger.finish(trial, summary, self.sweep.metric)  # it ended after its driver did
+                self.skipped += 1
+            elif job := (self.pool.attach(job_id) if job_id else None):
+                self.attached.append((Attempt(run, trial), job))
+            else:
+                self.queue.append(Attempt(run, trial))
+        else:  # completed or diverged: a result, not run again
+            self.skipped += 1
+
+    def _sampled_attempt(self) -> Attempt | None:
+        """A new search trial, while the search has fewer than sweep.n_trials runs."""
+        if self.stage.runs or len(self.history) >= self.sweep.n_trials:
+            return None
+        trial = self.ledger.ask()
+        params = {
+            k: trial.suggest_int(k, d.low, d.high, log=d.log)
+            if isinstance(d, IntDistribution)
+            else trial.suggest_float(k, d.low, d.high, log=d.log)
+            for k, d in self.stage.search.items()
+            if isinstance(d, (IntDistribution, FloatDistribution))
+        }
+        run = self.stage.run(params)
+        self.ledger.tag(trial, _attrs(run))
+        self.history[run.run_id] = []
+        return Attempt(run, trial)
+
+    def take(self, n: int) -> list[Attempt]:
+        out = []
+        while len(out) < n:
+            attempt = self.queue.popleft() if self.queue else self._sampled_attempt()
+            if attempt is None:
+                break
+            if attempt.trial is None:
+                run = attempt.run
+                attempt.trial = self.ledger.start(run.params, self.stage.dists(run.params), _attrs(run))
+            out.append(attempt)
+        return out
+
+    def task(self, attempt: Attempt) -> Task:
+        extra = [o for o in self.pool.extra_overrides() if o.split("=")[0] not in self.stage.args.passed]
+        return Task(attempt.run.overrides + extra, str(attempt.run.run_dir), {})
+
+    def on_start(self, attempt: Attempt, job_id: str) -> None:
+        assert attempt.trial is not None
+        attempt.trial.set_user_attr("job_id", job_id)
+        assert self.progress is not None
+        self.progress.started()
+
+    def on_done(self, attempt: Attempt, summary: dict[str, Any]) -> None:
+        assert attempt.trial is not None and self.progress is not None
+        status = self.ledger.finish(attempt.trial, summary, self.sweep.metric)
+        retry = status == "failed" and attempt.tries <= self.sweep.max_retries
+        self.progress.finished(attempt.run.label, summary, final=not retry)
+        if retry:
+            self.queue.appendleft(Attempt(attempt.run, tries=attempt.tries + 1))
+        elif status == "failed":
+            self.failed_finally += 1
+
+    def to_run(self) -> int:
+        left = self.sweep.n_trials - len(self.history) if not self.stage.runs else 0
+        return len(self.queue) + len(self.attached) + max(0, left)
+
+    def launch(self) -> int:
+        """Run everything left; the exit code: 0, 1 when a run failed, 130 when interrupted."""
+        s = self.stage
+        print(
+            f"stage {s.name}: {len(self.known) if s.runs else self.sweep.n_trials} runs; "
+            f"{self.skipped} done, skipped; {len(self.attached)} still queued or running; "
+            f"{sum(a.trial is not None for a in self.queue)} cut off, resumed; "
+            f"-> {s.sweep_dir}",
+            flush=True,
+        )
+        interrupted = False
+        with Progress(s.name, self.to_run(), self.sweep.metric) as self.progress:
+            for _ in self.attached:
+                self.progress.started()
+            try:
+                self.pool.run(self.take, self.task, self.on_start, self.on_done, self.attached)
+            except KeyboardInterrupt:
+                interrupted = True
+            self.progress.close(self.skipped, str(ledger_path(s.sweep_dir, self.sweep.storage)), interrupted)
+        return 130 if interrupted else int(self.failed_finally > 0)
+
+
+def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
+    """Validate the stage, take its driver lock, launch what is left; returns the exit code."""
+    stage = Stage(arguments)
+    stage.sweep_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(stage.sweep_dir / ".driver.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout as err:
+        raise ConfigError(f"stage {stage.name} is already being run by another driver ({lock.lock_file})") from err
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        sampler = optuna.samplers.TPESampler(seed=stage.base.seed)  # grid trials have fixed params: unused there
+        ledger = Ledger.open(stage.sweep_dir, stage.name, stage.base.sweep.storage, sampler)
+        pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
+        return StageDriver(stage, ledger, pool).launch()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        lock.release()

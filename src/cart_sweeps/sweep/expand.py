@@ -1,0 +1,169 @@
+"""A stage expanded into its runs: each composed from the real conf/ tree and validated before any launches.
+
+Both the sweeper and `plan` go through `load_stage`, so a run's overrides, run id and folder are the
+same whether it is planned or launched.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial
+
+from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_id, run_label, validate
+from cart_sweeps.model import dense_parity
+from cart_sweeps.sweep.composer import Composer
+from cart_sweeps.sweep.ledger import Ledger
+from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
+from cart_sweeps.sweep.scale import to_scale
+from cart_sweeps.sweep.zoom import ZOOM_AXES, zoom_candidates
+from cart_sweeps.train.evaluate import with_source
+
+VARIANT = "variant"  # the grid axis over a stage's named variants
+PARITY = "dense_parity"  # a variant key: derive model.n_layers at parity with the point's CART model
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a stage: its grid point (paper numbers), what run_job receives, and who it is."""
+
+    params: dict[str, Any]
+    overrides: list[str]
+    cfg: DictConfig
+    run_id: str
+    label: str
+    run_dir: Path
+
+
+def distribution(values: Sequence[Any]) -> BaseDistribution:
+    """The Optuna distribution recording a grid axis (numeric ranges may change between launches)."""
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return IntDistribution(min(values), max(values))
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return FloatDistribution(min(values), max(values))
+    return CategoricalDistribution(list(values))
+
+
+def _search_distribution(key: str, spec: dict[str, Any]) -> BaseDistribution:
+    try:
+        low, high, log = spec["low"], spec["high"], bool(spec.get("log", False))
+    except KeyError as err:
+        raise ConfigError(f"stage.search.{key} needs low and high (and optionally log)") from err
+    if isinstance(low, int) and isinstance(high, int):
+        return IntDistribution(low, high, log=log)
+    return FloatDistribution(float(low), float(high), log=log)
+
+
+class Stage:
+    """A stage with the command line applied: its grid axes or search space, and its runs."""
+
+    def __init__(self, arguments: Sequence[str]) -> None:
+        first = split_arguments(arguments, ())
+        if first.stage is None:
+            names = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
+            raise ConfigError(f"name a stage: stage=<name>, one of {names}")
+        self._compose = Composer()
+        self.base = self._compose(first.base)
+        self.spec = self.base.stage
+        self.name: str = self.spec.name
+        self.sweep_dir = Path(self.base.paths.runs) / self.name
+        self.args: Arguments = split_arguments(arguments, list(self.spec.grid))
+        self.train = self.spec.kind == "train"
+        self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
+        self.axes: dict[str, list[Any]] = {
+            **OmegaConf.to_container(self.spec.grid, resolve=True),
+            **self.args.axes,
+        }
+        if self.spec.variants:
+            self.axes[VARIANT] = list(self.spec.variants)
+        self.search = {k: _search_distribution(k, v) for k, v in self.spec.search.items()}
+        if self.base.sweep.sampler == "tpe":
+            if not self.search or not self.base.sweep.n_trials:
+                raise ConfigError(
+                    f"sweep.sampler=tpe needs a stage with a search space and sweep.n_trials=N; stage {self.name} "
+                    + ("has none" if not self.search else "has one, so add sweep.n_trials")
+                )
+            self.runs: list[Run] = []
+        elif self.base.sweep.sampler == "grid":
+            if self.search and not self.spec.grid:
+                raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
+            self.runs = self._grid_runs()
+        else:
+            raise ConfigError(f"sweep.sampler={self.base.sweep.sampler!r} is not allowed; use one of ['grid', 'tpe']")
+
+    def known_runs(self, history: dict[str, list[FrozenTrial]]) -> list[Run]:
+        """The grid's runs; for a search, the runs its trials so far sampled (from the ledger's history)."""
+        if self.runs:
+            return self.runs
+        firsts = sorted((trials[0] for trials in history.values()), key=lambda t: t.number)
+        return [self.run(t.params) for t in firsts]
+
+    def dists(self, params: dict[str, Any]) -> dict[str, BaseDistribution]:
+        """The distributions a trial at `params` records (the axis it came from, or the search space)."""
+        return {
+            k: self.search[k] if k in self.search else distribution(self.axes.get(k, [v])) for k, v in params.items()
+        }
+
+    def _points(self) -> list[dict[str, Any]]:
+        if self.spec.select not in ("paper", "zoom"):
+            raise ConfigError(f"stage.select={self.spec.select!r} is not allowed; use one of ['paper', 'zoom']")
+        if self.spec.select == "zoom":
+            if not all(k in self.axes for k in ZOOM_AXES[:2]):
+                raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
+            source = Ledger.read(
+                Path(self.base.paths.runs) / self.spec.zoom_from, self.spec.zoom_from, self.base.sweep.storage
+            )
+            cands = zoom_candidates(source, self.base.sweep.metric, self.axes[ZOOM_AXES[0]], self.spec.zoom_from)
+            rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
+            return [
+                {**c, **dict(zip(rest, vals, strict=True))} for c in cands for vals in itertools.product(*rest.values())
+            ]
+        return [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
+
+    def _grid_runs(self) -> list[Run]:
+        runs, seen = [], {}
+        for point in self._points():
+            run = self.run(point)
+            if run.run_id in seen:
+                raise ConfigError(f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})")
+            seen[run.run_id] = point
+            runs.append(run)
+        return runs
+
+    def _overrides(self, values: dict[str, Any]) -> list[str]:
+        mine = [f"{k}={format_value(v)}" for k, v in values.items() if k not in self.args.passed]
+        return [f"stage={format_value(self.name)}", *mine, *self.args.passed.values()]
+
+    def run(self, params: dict[str, Any]) -> Run:
+        """The run at a grid point or sampled point (paper numbers), composed and validated."""
+        paper = {**OmegaConf.to_container(self.spec.recipe, resolve=True)}
+        paper.update({k: v for k, v in params.items() if k != VARIANT})
+        if VARIANT in params:
+            paper.update(OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
+        parity = paper.pop(PARITY, None)
+        values = to_scale(paper, self.base.scale, self._paper, self.train)
+        if parity is not None:
+            cart = {k: v for k, v in values.items() if k not in ("model", "model.n_layers")}
+            values["model.n_layers"] = dense_parity(self._compose(self._overrides(cart)).model, parity)
+        overrides = self._overrides(values)
+        return make_run(dict(params), overrides, self._compose(overrides))
+
+
+def make_run(params: dict[str, Any], overrides: list[str], cfg: DictConfig) -> Run:
+    """Validate a composed run config and name it: `<paths.runs>/<stage>/<label>-<run id[:8]>`."""
+    if cfg.stage.kind == "evaluate":
+        cfg = with_source(cfg)
+    validate(cfg)
+    rid, label = run_id(cfg), run_label(cfg)
+    return Run(params, overrides, cfg, rid, label, Path(cfg.paths.runs) / cfg.stage.name / f"{label}-{rid[:8]}")

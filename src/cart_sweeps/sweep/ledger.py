@@ -1,0 +1,123 @@
+"""The ledger of a stage: an Optuna study stored in the stage's sweep folder.
+
+Every attempt at a run is one trial. Its params are the run's grid point (paper numbers), its user
+attrs the run id, label, overrides, run folder, job id, status and final metrics, and its value the
+sweep metric. Results are written the moment a run ends, so a killed driver loses nothing; a trial
+still RUNNING when a driver starts was cut off, and is resumed rather than started again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
+_METRIC_PREFIXES = ("ppl_", "bpb_", "ce_")
+_RESULT_KEYS = ("rho", "step", "params_stored", "params_effective", "tokens_per_s", "wall_time_s")
+
+
+def ledger_path(sweep_dir: Path, storage: str) -> Path:
+    return sweep_dir / LEDGER_FILES[storage]
+
+
+def _storage(path: Path, kind: str) -> BaseStorage:
+    if kind == "journal":
+        return JournalStorage(JournalFileBackend(str(path)))
+    return RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 60}})
+
+
+def status_of(trial: FrozenTrial) -> str:
+    """running | completed | failed | diverged | interrupted (a driver stopped it)."""
+    return trial.user_attrs.get("status", "running" if trial.state == TrialState.RUNNING else "failed")
+
+
+def results(summary: dict[str, Any]) -> dict[str, Any]:
+    """The final numbers of a run summary that belong in the ledger (the run folder keeps the rest)."""
+    return {k: v for k, v in summary.items() if k.startswith(_METRIC_PREFIXES) or k in _RESULT_KEYS}
+
+
+class Ledger:
+    """One stage's study; trials are grouped by the run id they attempt."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self.study = study
+
+    @classmethod
+    def open(
+        cls, sweep_dir: Path, stage: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None
+    ) -> Ledger:
+        """Create or reopen the ledger; trials queued by a driver that died between queue and start are closed."""
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        study = optuna.create_study(
+            storage=_storage(ledger_path(sweep_dir, storage), storage),
+            study_name=stage,
+            sampler=sampler,
+            direction="minimize",
+            load_if_exists=True,
+        )
+        while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            trial = study.ask()
+            trial.set_user_attr("status", "interrupted")
+            study.tell(trial, state=TrialState.FAIL)
+        return cls(study)
+
+    @classmethod
+    def read(cls, sweep_dir: Path, stage: str, storage: str) -> Ledger | None:
+        """The existing ledger, or None when the stage was never launched (creates nothing)."""
+        path = ledger_path(sweep_dir, storage)
+        if not path.exists():
+            return None
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            return cls(optuna.load_study(study_name=stage, storage=_storage(path, storage)))
+        except KeyError:  # the file exists but holds no study of that name
+            return None
+
+    def attempts(self) -> dict[str, list[FrozenTrial]]:
+        """Run id -> its trials, oldest first."""
+        out: dict[str, list[FrozenTrial]] = defaultdict(list)
+        for trial in self.study.get_trials(deepcopy=False):
+            if "run_id" in trial.user_attrs:
+                out[trial.user_attrs["run_id"]].append(trial)
+        return dict(out)
+
+    def start(self, params: dict[str, Any], dists: dict[str, BaseDistribution], attrs: dict[str, Any]) -> Trial:
+        """A new trial for a run at fixed params (a grid point, or a retry of a sampled one)."""
+        self.study.enqueue_trial(params, user_attrs={**attrs, "status": "running"}, skip_if_exists=False)
+        return self.study.ask(dists)
+
+    def ask(self) -> Trial:
+        """A new trial whose params the study's sampler chooses (a search); `tag` it once they are known."""
+        return self.study.ask()
+
+    def tag(self, trial: Trial, attrs: dict[str, Any]) -> None:
+        for key, value in {**attrs, "status": "running"}.items():
+            trial.set_user_attr(key, value)
+
+    def resume(self, trial: FrozenTrial) -> Trial:
+        """The live handle of a trial a previous driver left RUNNING."""
+        return Trial(self.study, trial._trial_id)
+
+    def finish(self, trial: Trial, summary: dict[str, Any], metric: str) -> str:
+        """Record how a run ended, now; returns its status."""
+        status = summary.get("status", "failed")
+        trial.set_user_attr("status", status)
+        trial.set_user_attr("results", results(summary))
+        if summary.get("error"):
+            trial.set_user_attr("error", str(summary["error"]))
+        value = summary.get(metric)
+        if status == "completed":
+            finite = isinstance(value, (int, float)) and math.isfinite(value)
+            self.study.tell(trial, float(value) if finite else math.inf)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        return status

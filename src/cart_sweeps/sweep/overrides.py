@@ -1,0 +1,78 @@
+"""Command-line overrides of a stage: which are grid axes, which pass to every run, how to write them.
+
+A sweep value (`model.d_model=256,512`) or an override of a key the stage sweeps replaces that axis of
+the stage's grid, in the paper's numbers. Any other override passes unchanged to every run, after the
+stage's own values, so it wins. Launcher, sweep, plan and Hydra settings stay with the driver.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
+from cart_sweeps.compose import quote_stage
+from cart_sweeps.config import ConfigError
+
+DRIVER_KEYS = ("hydra", "launcher", "sweep", "plan")  # settings of the sweep, not of its runs
+_BARE = re.compile(r"[A-Za-z_/][\w./-]*")
+_RESERVED = {"true", "false", "null", "nan", "inf"}
+
+
+@dataclass
+class Arguments:
+    """Command-line overrides split by role."""
+
+    stage: str | None = None
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # key -> values (paper numbers)
+    passed: dict[str, str] = field(default_factory=dict)  # key -> override line for every run
+    base: list[str] = field(default_factory=list)  # every single-valued override: the base config
+
+
+def format_value(value: Any) -> str:
+    """A value in Hydra's override grammar (strings quoted only when they need it)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    text = str(value)
+    if _BARE.fullmatch(text) and text.lower() not in _RESERVED:
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _root(key: str) -> str:
+    return re.split(r"[./@]", key.lstrip("+~"), maxsplit=1)[0]
+
+
+def split_arguments(arguments: Sequence[str], stage_axes: Sequence[str]) -> Arguments:
+    """Sort the command line into the stage name, grid axes, per-run overrides and the base config's."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(quote_stage(arguments))
+    except HydraException as err:
+        raise ConfigError(str(err).splitlines()[0]) from err
+    out = Arguments()
+    for o in parsed:
+        key = o.key_or_group
+        if key == "stage":
+            if o.is_sweep_override():
+                raise ConfigError(f"{o.input_line}: one stage per sweep; launch each stage on its own")
+            out.stage = str(o.value())
+        if o.is_sweep_override():
+            out.axes[key] = list(o.sweep_iterator())
+            continue
+        if key in stage_axes:
+            out.axes[key] = [o.value()]
+            continue
+        out.base.append(o.input_line)
+        if key != "stage" and _root(key) not in DRIVER_KEYS:
+            out.passed[key] = o.input_line
+    return out

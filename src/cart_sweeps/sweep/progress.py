@@ -1,0 +1,85 @@
+"""What a running stage tells its user: a line per finished run, a live status line, a closing summary."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+FINAL = ("completed", "failed", "diverged")
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+class Progress:
+    """Counts of this launch, with an ETA from the pace of the runs finished so far.
+
+    In a terminal the status line stays live at the bottom; in a log each finished run's line carries it.
+    """
+
+    def __init__(self, stage: str, to_run: int, metric: str, console: Console | None = None) -> None:
+        self.stage, self.to_run, self.metric = stage, to_run, metric
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+        self.counts: Counter[str] = Counter()
+        self.running = 0
+        self.t0 = time.monotonic()
+        self.live = Live(console=self.console, transient=True) if self.console.is_terminal else None
+
+    def __enter__(self) -> Progress:
+        if self.live:
+            self.live.start()
+            self._refresh()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.live.stop()
+
+    def status(self) -> str:
+        done = sum(self.counts[s] for s in FINAL)
+        left = self.to_run - done - self.running
+        elapsed = time.monotonic() - self.t0
+        eta = _duration(elapsed / done * (self.to_run - done)) if done else "?"
+        return (
+            f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
+            f"{self.counts['failed'] + self.counts['diverged']} failed, {left} left, ETA {eta}"
+        )
+
+    def _refresh(self) -> None:
+        if self.live:
+            self.live.update(Text(self.status()))
+
+    def started(self) -> None:
+        self.running += 1
+        self._refresh()
+
+    def finished(self, label: str, summary: dict[str, Any], final: bool) -> None:
+        """A run ended; `final` False means it failed and will be tried again."""
+        self.running -= 1
+        status = summary.get("status", "failed")
+        if final:
+            self.counts[status] += 1
+        value = summary.get(self.metric)
+        detail = f"{self.metric}={value:.4g}" if isinstance(value, (int, float)) else summary.get("error", "")
+        retry = "" if final else " (retrying)"
+        line = f"{label}: {status}{retry} {detail}".rstrip()
+        self.console.print(line if self.live else f"{line}  [{self.status()}]", markup=False)
+        self._refresh()
+
+    def close(self, skipped: int, ledger: str, interrupted: bool) -> None:
+        """The closing summary of this launch."""
+        counts = ", ".join(f"{self.counts[s]} {s}" for s in FINAL)
+        how = "interrupted after" if interrupted else "finished in"
+        took = _duration(time.monotonic() - self.t0)
+        self.console.print(
+            f"stage {self.stage}: {counts}, {skipped} skipped (done before); {how} {took}; ledger {ledger}",
+            markup=False,
+        )

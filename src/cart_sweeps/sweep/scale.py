@@ -1,0 +1,68 @@
+"""The one mapping from a stage's paper numbers to explicit overrides at the current scale.
+
+Stages state the paper's design (d=1024, 30,500 steps, sequence 1,024, ...). `scale=paper` passes those
+numbers through; `scale=tiny` shrinks them so the same study runs on a CPU. The sweeper and `plan` both
+call `to_scale`, so what is planned is what runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from cart_sweeps.config import ConfigError
+
+# Keys shrunk with the run's length; at a train stage each is always emitted (from the paper recipe when
+# the stage does not state it), so a run's schedule, evals and checkpoints shrink with its length.
+_STEP_KEYS = ("trainer.steps", "trainer.warmup_steps", "trainer.eval_every", "trainer.log_every", "trainer.ckpt_every")
+_SEQ_KEYS = ("trainer.seq_len", "model.max_seq_len")
+_BATCH_KEYS = ("trainer.micro_batch_size",)
+
+
+def _length_ratio(paper_steps: int, scale: DictConfig) -> float:
+    """Run length at this scale over the paper's: the `steps` table, else the divisor."""
+    table = {int(k): v for k, v in scale.steps.items()}
+    return table[paper_steps] / paper_steps if paper_steps in table else 1 / scale.steps_divisor
+
+
+def _shrink(value: int, factor: float) -> int:
+    return max(1, round(value * factor))
+
+
+def _width(d: int, scale: DictConfig) -> int:
+    if not scale.d_model:
+        return d
+    table = {int(k): v for k, v in scale.d_model.items()}
+    if d not in table:
+        raise ConfigError(
+            f"model.d_model={d} has no width at scale={scale.name}; use one of {sorted(table)} "
+            "(paper widths) or add it to scale.d_model"
+        )
+    return table[d]
+
+
+def to_scale(paper: dict[str, Any], scale: DictConfig, paper_defaults: DictConfig, train: bool) -> dict[str, Any]:
+    """`paper` (override key -> value in the paper's numbers) at `scale`, as override key -> value.
+
+    `paper_defaults` is the config composed at scale=paper: it supplies the paper's values of the
+    scaled keys the stage does not state (warm-up, eval and checkpoint intervals, max sequence).
+    """
+    out = dict(paper)
+    if train:
+        for key in (*_STEP_KEYS, *_SEQ_KEYS, *_BATCH_KEYS):
+            out.setdefault(key, OmegaConf.select(paper_defaults, key))
+        out["model.head_dim"] = scale.head_dim
+        out["trainer.eval_windows"] = scale.eval_windows or paper_defaults.trainer.eval_windows
+    factors = {key: 1 / scale.seq_len_divisor for key in _SEQ_KEYS}
+    factors |= {key: 1 / scale.batch_divisor for key in _BATCH_KEYS}
+    if "trainer.steps" in out:
+        factors |= {key: _length_ratio(out["trainer.steps"], scale) for key in _STEP_KEYS}
+    for key, factor in factors.items():
+        if key in out and isinstance(out[key], int) and factor != 1:
+            out[key] = _shrink(out[key], factor)
+    if train and scale.eval_every is not None:
+        out["trainer.eval_every"] = min(scale.eval_every, out["trainer.steps"])
+    if "model.d_model" in out:
+        out["model.d_model"] = _width(out["model.d_model"], scale)
+    return out

@@ -1,0 +1,55 @@
+"""Stage-2 candidates by the author's "zoom and confirm" rule, from a Stage-1 ledger.
+
+Per width: the best R and the best P of Stage 1 (lowest sweep metric at the end), each with its grid
+neighbour on either side; past the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds
+R=10). The candidates are the best (R, P) and its neighbours along each axis (a cross, not a square).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from optuna.trial import TrialState
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.ledger import Ledger
+
+D, R, P = "model.d_model", "model.n_loops", "model.n_prelude"
+ZOOM_AXES = (D, R, P)
+_LOWEST = {R: 1, P: 0}
+
+
+def neighbours(grid: list[int], best: int, lowest: int) -> list[int]:
+    """`best` and its neighbours in `grid`, extending past an edge by the last step."""
+    values = sorted(set(grid))
+    i = values.index(best)
+    if len(values) == 1:
+        return [best]
+    below = values[i - 1] if i > 0 else best - (values[1] - values[0])
+    above = values[i + 1] if i < len(values) - 1 else best + (values[-1] - values[-2])
+    return [v for v in (below, best, above) if v >= lowest]
+
+
+def zoom_candidates(ledger: Ledger | None, metric: str, widths: list[int], source: str) -> list[dict[str, Any]]:
+    """The (d, R, P) points to confirm, for each width in `widths`."""
+    if ledger is None:
+        raise ConfigError(f"stage.select=zoom needs Stage-1 results: run stage={source} first")
+    by_width: dict[int, list[tuple[float, dict[str, Any]]]] = defaultdict(list)
+    for trial in ledger.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        value = trial.user_attrs.get("results", {}).get(metric)
+        if value is not None and all(k in trial.params for k in ZOOM_AXES):
+            by_width[trial.params[D]].append((value, trial.params))
+    out = []
+    for d in widths:
+        if not by_width.get(d):
+            raise ConfigError(f"stage.select=zoom: stage {source} has no completed run with {metric} at d={d}")
+        ranked = sorted(by_width[d], key=lambda pair: pair[0])
+        best = ranked[0][1]
+        points = {(best[R], best[P])}
+        for axis in (R, P):
+            grid = [params[axis] for _, params in ranked]
+            for value in neighbours(grid, best[axis], _LOWEST[axis]):
+                points.add((value, best[P]) if axis == R else (best[R], value))
+        out += [{D: d, R: r, P: p} for r, p in sorted(points)]
+    return out

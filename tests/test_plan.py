@@ -1,0 +1,158 @@
+"""`python -m cart_sweeps.plan`: the study's stages expand to the paper's runs, costed, without launching."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from cart_sweeps import plan
+from cart_sweeps.compose import compose_config
+from cart_sweeps.config import run_id
+from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.sweep.ledger import Ledger
+
+# REFERENCE section 5: Stage 1 PPL_wiki at step 3,000 with P=6 (d -> R -> ppl).
+STAGE1_P6 = {
+    256: {2: 185.7, 4: 185.3, 6: 184.9, 8: 186.2},
+    512: {2: 138.8, 4: 137.9, 6: 137.4, 8: 136.4},
+    768: {2: 118.3, 4: 116.4, 6: 116.0, 8: 115.0},
+    1024: {2: 103.1, 4: 101.1, 6: 98.75, 8: 97.73},
+}
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    return tmp_path
+
+
+def axis(stage: Stage, key: str) -> set:
+    return {OmegaConf.select(run.cfg, key) for run in stage.runs}
+
+
+def test_stage1_is_the_papers_screen(runs_dir):
+    stage = Stage(["stage=1"])
+    assert len(stage.runs) == 64 == len({r.run_id for r in stage.runs}) == len({r.run_dir for r in stage.runs})
+    points = {(r.cfg.model.d_model, r.cfg.model.n_loops, r.cfg.model.n_prelude) for r in stage.runs}
+    assert points == set(itertools.product([256, 512, 768, 1024], [2, 4, 6, 8], [2, 3, 4, 6]))
+    for run in stage.runs:
+        t = run.cfg.trainer
+        assert (run.cfg.seed, t.steps, t.seq_len, t.micro_batch_size * t.grad_accum * t.seq_len) == (
+            42,
+            3000,
+            512,
+            16384,
+        )
+        assert run.run_dir.parent == runs_dir / "1" and run.run_dir.name == f"{run.label}-{run.run_id[:8]}"
+
+
+def test_stage2_is_the_papers_confirmation(runs_dir):
+    stage = Stage(["stage=2"])
+    assert len(stage.runs) == 36 == len({r.run_id for r in stage.runs})
+    assert axis(stage, "model.n_prelude") == {6} and axis(stage, "model.n_loops") == {6, 8, 10}
+    assert axis(stage, "seed") == {42, 137, 271} and axis(stage, "model.d_model") == {256, 512, 768, 1024}
+    t = stage.runs[0].cfg.trainer
+    assert (t.steps, t.seq_len, t.micro_batch_size, t.grad_accum) == (30500, 1024, 8, 4)
+
+
+def test_parity_derives_the_dense_depths(runs_dir):
+    stage = Stage(["stage=parity"])
+    depths = {r.params["variant"]: r.cfg.model.n_layers for r in stage.runs if r.cfg.model.name == "dense"}
+    assert depths == {"dense_stored": 7, "dense_effective": 12}
+    assert len(stage.runs) == 9 and axis(stage, "model.d_model") == {1024}
+
+
+def test_ablations_and_scale_tiny(runs_dir):
+    stage = Stage(["stage=ablations", "scale=tiny"])
+    assert len(stage.runs) == 8 == len({r.run_id for r in stage.runs})
+    t = stage.runs[0].cfg.trainer
+    assert (t.steps, t.seq_len, t.micro_batch_size, t.warmup_steps, t.log_every) == (100, 128, 2, 1, 1)
+    assert (t.eval_every, t.ckpt_every) == (20, 16)  # scale.eval_every; 5,000 x 100 / 30,500
+    assert axis(stage, "model.d_model") == {96} and stage.runs[0].cfg.model.max_seq_len == 128
+
+
+def test_planned_ids_are_the_ids_run_job_computes(runs_dir):
+    """The fast composer must agree with compose_config, which run_job uses."""
+    for args in (["stage=1", "scale=tiny"], ["stage=parity"]):
+        for run in Stage(args).runs[::5]:
+            assert run_id(compose_config(run.overrides)) == run.run_id
+
+
+def test_command_line_grid_replaces_axes(runs_dir):
+    stage = Stage(["stage=1", "scale=tiny", "model.d_model=256,512", "model.n_loops=2", "trainer.lr=1e-3,2e-3"])
+    assert len(stage.runs) == 2 * 1 * 4 * 2
+    assert axis(stage, "model.d_model") == {32, 48} and axis(stage, "trainer.lr") == {1e-3, 2e-3}
+
+
+def test_csv_format(runs_dir, capsys):
+    plan.main(["stage=parity", "plan.format=csv", "plan.gpu=rtx3090"])
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert list(rows[0]) == plan.COLUMNS and len(rows) == 9
+    assert {r["status"] for r in rows} == {"new"}
+    assert sum(float(r["gpu_hours"]) for r in rows) > 0
+
+
+def test_table_reports_totals(runs_dir, capsys):
+    plan.main(["stage=2", "plan.gpu=rtx3090"])
+    out = capsys.readouterr().out
+    assert "36 runs" in out and "GPU-days" in out and "rtx3090" in out
+
+
+def test_zoom_selects_from_the_stage1_ledger(runs_dir):
+    """Stage-1 results (the paper's, P=6 best) in a real Optuna ledger -> the author's zoom candidates."""
+    s1 = Stage(["stage=1"])
+    ledger = Ledger.open(s1.sweep_dir, "1", "sqlite", sampler=None)
+    for run in s1.runs:
+        d, r, p = (run.params[k] for k in ("model.d_model", "model.n_loops", "model.n_prelude"))
+        trial = ledger.start(run.params, s1.dists(run.params), {"run_id": run.run_id})
+        ledger.finish(trial, {"status": "completed", "ppl_wiki": STAGE1_P6[d][r] + (6 - p) * 10}, "ppl_wiki")
+    zoom = Stage(["stage=2", "stage.select=zoom"])
+    points = {(r.cfg.model.d_model, r.cfg.model.n_loops, r.cfg.model.n_prelude) for r in zoom.runs}
+    assert {(r, p) for d, r, p in points if d == 1024} == {(8, 6), (6, 6), (10, 6), (8, 4), (8, 8)}
+    assert {(r, p) for d, r, p in points if d == 256} == {(6, 6), (4, 6), (8, 6), (6, 4), (6, 8)}
+    assert len(zoom.runs) == 4 * 5 * 3
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["stage=1", "foo=1"], "foo"),
+        (["stage=1", "trainer.steps=abc"], "abc"),
+        (["stage=1", "model.d_model=1000"], "multiple of model.head_dim"),
+        (["stage=1", "scale=tiny", "model.d_model=100"], "no width at scale=tiny"),
+        (["stage=1", "model.n_loops=0"], "model.n_loops=0"),
+        (["stage=nope"], "nope"),
+        ([], "stage=<name>"),
+        (["stage=1", "plan.gpu=tpu"], "plan.gpu"),
+    ],
+)
+def test_bad_input_is_one_line(runs_dir, capsys, args, says):
+    with pytest.raises(SystemExit) as exit_:
+        plan.run_cli(plan.main, plan.USAGE, args)
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ") and says in err
+    assert not any(runs_dir.iterdir())  # nothing created, nothing launched
+
+
+def test_command_line(runs_dir):
+    env = {**os.environ, "CART_SWEEPS_RUNS": str(runs_dir)}
+    help_ = subprocess.run(
+        [sys.executable, "-m", "cart_sweeps.plan", "--help"], capture_output=True, text=True, env=env
+    )
+    assert help_.returncode == 0 and "plan.gpu" in help_.stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "cart_sweeps.plan", "stage=ablations", "plan.format=csv"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == ",".join(plan.COLUMNS) and len(out.stdout.splitlines()) == 9

@@ -1,0 +1,83 @@
+"""`launcher=slurm`: a tiny stage as real SLURM job arrays, and a job requeued after a timeout signal.
+
+Needs the real single-node cluster of tests/slurm (skipped cleanly when none answers).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import submitit
+from optuna.trial import TrialState
+
+pytestmark = pytest.mark.slurm
+
+GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2", "sweep.metric=ppl_austen"]
+
+
+def slurm_args(cluster) -> list[str]:
+    return [
+        "launcher=slurm",
+        f"launcher.partition={cluster.partition}",
+        "launcher.gpus_per_task=0",
+        "launcher.cpus_per_task=1",
+        "launcher.mem_gb=1",
+        "launcher.timeout_min=10",
+        "launcher.signal_delay_s=5",
+        "launcher.poll_s=1",
+    ]
+
+
+def driver(runs: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "CART_SWEEPS_RUNS": str(runs)}
+    cmd = [sys.executable, "-m", "cart_sweeps", "-m", *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def trials(runs: Path) -> list[optuna.trial.FrozenTrial]:
+    path = runs / "1" / "ledger.db"
+    if not path.exists():
+        return []
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.load_study(study_name="1", storage=f"sqlite:///{path}").trials
+    except KeyError:  # the driver has not created its study yet
+        return []
+
+
+def test_tiny_array_completes(slurm_cluster, tmp_path, data_cache):
+    proc = driver(tmp_path, *GRID, "model.n_loops=2,4", *slurm_args(slurm_cluster))
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    done = trials(tmp_path)
+    assert len(done) == 2 and {t.state for t in done} == {TrialState.COMPLETE}
+    assert all("_" in t.user_attrs["job_id"] for t in done)  # array tasks: <array id>_<index>
+
+
+def test_timeout_signal_requeues_and_resumes(slurm_cluster, tmp_path, data_cache):
+    """job._interrupt(timeout=True) once the run has a checkpoint: the job is requeued, the run resumes."""
+    steps = ["trainer.steps=400", "trainer.ckpt_every=20", "trainer.eval_every=400"]
+    proc = driver(tmp_path, *GRID, "model.n_loops=2", *steps, *slurm_args(slurm_cluster))
+    deadline = time.monotonic() + 300
+    while True:
+        assert proc.poll() is None, proc.stdout.read()[-3000:] if proc.stdout else ""
+        found = trials(tmp_path)
+        ckpts = list(Path(found[0].user_attrs["run_dir"]).glob("checkpoints/*")) if found else []
+        if ckpts:
+            break
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(1)
+    job = submitit.SlurmJob(tmp_path / "1" / ".submitit", found[0].user_attrs["job_id"])
+    job._interrupt(timeout=True)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    (trial,) = trials(tmp_path)
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs["results"]["step"] == 400
+    log = Path(job.paths.stdout).read_text()
+    assert "resuming from step" in log, log[-3000:]

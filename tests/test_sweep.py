@@ -1,0 +1,199 @@
+"""`python -m cart_sweeps -m`: real tiny stages through the Optuna ledger and submitit local slots.
+
+Every run trains for real on the embedded corpus (scale=tiny); the driver is a real subprocess that is
+killed and relaunched; the ledger is the real SQLite study.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+GRID = ["stage=1", "scale=tiny", "model.d_model=256,512", "model.n_loops=2,4", "model.n_prelude=2"]
+COMMON = ["launcher.slots=2", "launcher.poll_s=0.2", "sweep.metric=ppl_austen"]
+
+
+def sweep_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cart_sweeps", "-m", *args, *COMMON]
+
+
+def env(runs: Path) -> dict[str, str]:
+    return {**os.environ, "CART_SWEEPS_RUNS": str(runs)}
+
+
+def sweep(runs: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(sweep_cmd(*args), env=env(runs), capture_output=True, text=True, timeout=timeout)
+
+
+def trials(runs: Path, stage: str = "1") -> list[optuna.trial.FrozenTrial]:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=stage, storage=f"sqlite:///{runs / stage / 'ledger.db'}").trials
+
+
+def leftovers(root: Path) -> list[str]:
+    """Command lines of processes still working under `root` (submitit controllers and tasks)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(root) in cmd and int(proc.name) != os.getpid():
+            found.append(cmd)
+    return found
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def completed(runs: Path) -> list[optuna.trial.FrozenTrial]:
+    """Completed trials so far (none while the driver has not created its study yet)."""
+    if not (runs / "1" / "ledger.db").exists():
+        return []
+    try:
+        return [t for t in trials(runs) if t.state == TrialState.COMPLETE]
+    except KeyError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, data_cache) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A 2x2 tiny grid run to the end once; later tests read and relaunch it."""
+    runs = tmp_path_factory.mktemp("finished")
+    return runs, sweep(runs, *GRID)
+
+
+def test_every_run_recorded(finished):
+    runs, proc = finished
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = trials(runs)
+    assert len(done) == 4 and {t.state for t in done} == {TrialState.COMPLETE}
+    assert len({t.user_attrs["run_id"] for t in done}) == 4
+    for t in done:
+        assert t.user_attrs["status"] == "completed" and t.value == t.user_attrs["results"]["ppl_austen"]
+        assert Path(t.user_attrs["run_dir"]).name.endswith(t.user_attrs["run_id"][:8])
+        assert (Path(t.user_attrs["run_dir"]) / "summary.json").exists()
+    assert {t.params["model.d_model"] for t in done} == {256, 512}  # params in the paper's numbers
+    assert "4 completed, 0 failed, 0 diverged" in proc.stderr
+    assert not leftovers(runs)
+
+
+def test_relaunch_of_a_finished_stage_skips_everything(finished):
+    runs, _ = finished
+    before = {t.number: t.datetime_complete for t in trials(runs)}
+    proc = sweep(runs, *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "4 done, skipped" in proc.stdout
+    assert {t.number: t.datetime_complete for t in trials(runs)} == before
+
+
+def test_variable_r_evaluates_a_trained_run(finished):
+    runs, _ = finished
+    source = next(t.user_attrs["run_dir"] for t in trials(runs) if t.params["model.n_loops"] == 4)
+    proc = sweep(runs, "stage=variable_r", f"stage.source={source}", "stage.eval_n_loops=2,4,6")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evals = trials(runs, "variable_r")
+    assert len(evals) == 3 and {t.state for t in evals} == {TrialState.COMPLETE}
+    assert {t.params["stage.eval_n_loops"] for t in evals} == {2, 4, 6}
+    assert len({t.user_attrs["run_id"] for t in evals}) == 3
+
+
+def test_plan_reads_status_from_the_ledger(finished):
+    runs, _ = finished
+    out = subprocess.run(
+        [sys.executable, "-m", "cart_sweeps.plan", *GRID, "plan.format=csv"],
+        env=env(runs),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert [line.rsplit(",", 1)[1] for line in out.stdout.splitlines()[1:]] == ["completed"] * 4
+
+
+def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache):
+    """SIGTERM stops the jobs; SIGKILL leaves jobs that end themselves; the relaunch finishes the rest."""
+    runs = tmp_path
+    for sig, code in ((signal.SIGTERM, 130), (signal.SIGKILL, -signal.SIGKILL)):
+        n_before = len(completed(runs))
+        with open(runs / f"driver-{sig.name}.log", "w") as log:
+            driver = subprocess.Popen(sweep_cmd(*GRID), env=env(runs), stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda n=n_before: len(completed(runs)) > n, 240, "a run to finish")
+        driver.send_signal(sig)
+        assert driver.wait(60) == code
+        wait_for(lambda: not leftovers(runs), 20, "the jobs to end")
+    kept = {t.user_attrs["run_id"]: t.datetime_complete for t in completed(runs)}
+    cut_off = [t for t in trials(runs) if t.state == TrialState.RUNNING]
+    proc = sweep(runs, *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = trials(runs)
+    assert len(after) == 4 == len({t.user_attrs["run_id"] for t in after})  # one trial per run, none lost
+    assert {t.state for t in after} == {TrialState.COMPLETE}
+    assert {k: v for k, v in ((t.user_attrs["run_id"], t.datetime_complete) for t in after) if k in kept} == kept
+    done, resumed = map(int, re.search(r"(\d+) done, skipped; .* (\d+) cut off, resumed", proc.stdout).groups())
+    assert done + resumed == len(kept) + len(cut_off) and done >= len(kept)  # a cut-off run may have just finished
+
+
+def test_failed_and_diverged_runs_are_recorded_and_the_rest_finish(tmp_path, data_cache):
+    """lr=1e6 diverges (a result, not retried); adamw8bit on a CPU fails (retried once, then recorded)."""
+    args = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2", "model.n_prelude=2"]
+    proc = sweep(tmp_path, *args, "trainer.lr=3e-4,1e6", "trainer.optimizer=adamw,adamw8bit", "sweep.max_retries=1")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    status = Counter(
+        (t.params["trainer.lr"], t.params["trainer.optimizer"], t.user_attrs["status"]) for t in trials(tmp_path)
+    )
+    assert status == {
+        (3e-4, "adamw", "completed"): 1,
+        (1e6, "adamw", "diverged"): 1,
+        (3e-4, "adamw8bit", "failed"): 2,
+        (1e6, "adamw8bit", "failed"): 2,
+    }
+    assert "1 completed, 2 failed, 1 diverged" in proc.stderr
+    assert all("adamw8bit" in t.user_attrs["error"] for t in trials(tmp_path) if t.user_attrs["status"] == "failed")
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("model.d_model=256,100", "no width at scale=tiny"),
+        ("model.n_loops=0,2", "model.n_loops=0"),
+        ("trainer.steps=10,abc", "abc"),
+    ],
+)
+def test_bad_values_stop_the_stage_before_launch(tmp_path, bad, says):
+    proc = sweep(tmp_path, "stage=1", "scale=tiny", bad, timeout=60)
+    assert proc.returncode == 2 and says in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "1").exists()
+
+
+def test_tpe_search(tmp_path, data_cache):
+    args = ["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2", "trainer.steps=5"]
+    proc = sweep(tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = trials(tmp_path, "lr")
+    assert len(found) == 2 and all(1e-4 <= t.params["trainer.lr"] <= 3e-3 for t in found)
+    again = sweep(tmp_path, *args)
+    assert again.returncode == 0 and "2 done, skipped" in again.stdout and len(trials(tmp_path, "lr")) == 2
+
+
+@pytest.mark.slow
+def test_whole_tiny_stage1_within_ten_minutes(tmp_path, data_cache):
+    """The acceptance budget of scale=tiny: all 64 runs of Stage 1 on 2 CPU cores with 2 slots."""
+    start = time.monotonic()
+    proc = sweep(tmp_path, "stage=1", "scale=tiny", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(completed(tmp_path)) == 64 and time.monotonic() - start < 600
