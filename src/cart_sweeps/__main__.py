@@ -11,9 +11,11 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from cart_sweeps.compose import quote_stage
+from cart_sweeps.compose import compose_config, describe, quote_stage
 from cart_sweeps.config import CONF_DIR, ConfigError, register_configs
 
 register_configs()
@@ -35,8 +37,32 @@ def _run(cfg: DictConfig) -> None:
     print(f"{summary['label']}: completed at step {summary['step']}: {metrics}")
 
 
+def precheck(args: list[str]) -> None:
+    """Compose the command's config once, so a bad override is one line before Hydra starts anything.
+
+    Sweep overrides (`a=1,2`) are checked with their first value; Hydra's own flags are left to Hydra.
+    """
+    if {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info"} & set(args):
+        return
+    overrides = [a for a in args if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as err:
+        raise ConfigError(describe(err)) from err
+    single = [
+        f"{o.get_key_element()}={next(o.sweep_string_iterator())}" if o.is_sweep_override() else o.input_line
+        for o in parsed
+    ]
+    compose_config(single)
+
+
 def main() -> None:
     sys.argv[1:] = quote_stage(sys.argv[1:])
+    try:
+        precheck(sys.argv[1:])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     _run()
 
 

@@ -34,11 +34,28 @@ def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) ->
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             return compose("config", overrides=quote_stage(overrides), return_hydra_config=hydra_config)
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(first_line(err)) from err
+        raise ConfigError(describe(err)) from err
 
 
 def first_line(err: BaseException) -> str:
     return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+
+
+def describe(err: BaseException) -> str:
+    """One line from Hydra's multi-line errors: what failed, why (the root cause), what is allowed."""
+    parts = [first_line(err)]
+    root = err
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if root is not err:
+        parts.append(first_line(root))
+    text = str(err)
+    if "Available options" in text:
+        options = text.split("Available options", 1)[1].split("Config search path", 1)[0]
+        parts.append("available: " + ", ".join(o.strip() for o in options.splitlines()[1:] if o.strip()))
+    if "To append to your config use" in text:
+        parts.append(text.split("To append to your config use", 1)[1].strip().splitlines()[0] + " adds a new key")
+    return "; ".join(parts)
 
 
 def run_cli(main: Callable[[list[str]], T], usage: str, argv: Sequence[str] | None = None) -> T | None:

@@ -17,7 +17,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from cart_sweeps.compose import compose_config, first_line
+from cart_sweeps.compose import compose_config, describe
 from cart_sweeps.config import CONF_DIR, ConfigError
 
 GROUPS = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"stage"}
@@ -38,7 +38,7 @@ class Composer:
         try:
             parsed = self._parser.parse_overrides(list(overrides))
         except HydraException as err:
-            raise ConfigError(first_line(err)) from err
+            raise ConfigError(describe(err)) from err
         groups = tuple(o.input_line for o in parsed if _is_group(o))
         if groups not in self._bases:
             self._bases[groups] = compose_config(groups)
@@ -46,5 +46,5 @@ class Composer:
         try:
             ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not _is_group(o)], cfg)
         except (HydraException, OmegaConfBaseException) as err:
-            raise ConfigError(first_line(err)) from err
+            raise ConfigError(describe(err)) from err
         return cfg

@@ -15,7 +15,7 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from cart_sweeps.compose import quote_stage
+from cart_sweeps.compose import describe, quote_stage
 from cart_sweeps.config import ConfigError
 
 DRIVER_KEYS = ("hydra", "launcher", "sweep", "plan")  # settings of the sweep, not of its runs
@@ -58,7 +58,7 @@ def split_arguments(arguments: Sequence[str], stage_axes: Sequence[str]) -> Argu
     try:
         parsed = OverridesParser.create().parse_overrides(quote_stage(arguments))
     except HydraException as err:
-        raise ConfigError(str(err).splitlines()[0]) from err
+        raise ConfigError(describe(err)) from err
     out = Arguments()
     for o in parsed:
         key = o.key_or_group
