@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -30,3 +33,18 @@ def data_cache(tmp_path_factory):
     path = tmp_path_factory.mktemp("data-cache")
     os.environ["CART_SWEEPS_CACHE"] = str(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def quick_demo(tmp_path_factory, data_cache):
+    """`python -m cart_sweeps.demo --quick`, run twice in a fresh folder: the study's seams end to end."""
+    root = tmp_path_factory.mktemp("demo")
+    env = {**os.environ, "CART_SWEEPS_RUNS": str(root / "runs"), "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "cart_sweeps.demo", "--quick", "--out", str(root / "out")]
+    results = []
+    for _ in range(2):
+        start = time.perf_counter()
+        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
+        assert done.returncode == 0, done.stdout[-5000:]
+        results.append((done.stdout, time.perf_counter() - start))
+    return root, results

@@ -212,7 +212,7 @@ class BenchConfig:
 class PlanConfig:
     """`python -m cart_sweeps.plan`: how to cost a stage and print it."""
 
-    gpu: str = "h100"  # rtx3090 | a100 | h100 | h200 (peak dense bf16 FLOP/s)
+    gpu: str = "h100"  # rtx3090 | rtx4090 | a100 | h100 | h200 (hardware.PEAK_BF16_FLOPS)
     mfu: float = 0.35  # assumed model FLOPs utilisation
     format: str = "table"  # table | csv
 

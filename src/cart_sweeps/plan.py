@@ -29,7 +29,7 @@ Lists the runs of a stage without launching any: run id, model, seed, variant, p
 tokens and FLOPs, estimated GPU-hours, and the status recorded in the stage's ledger.
 
   stage=1|2|parity|ablations|variable_r|lr   the stage (sweeps/<name>.yaml)
-  plan.gpu=rtx3090|a100|h100|h200            GPU for the estimate (peak dense bf16 FLOP/s)
+  plan.gpu=rtx3090|rtx4090|a100|h100|h200    GPU for the estimate (peak dense bf16 FLOP/s)
   plan.mfu=0.35                              assumed model FLOPs utilisation
   plan.format=table|csv                      output
   scale=tiny, model.d_model=256,512, ...     any override `python -m cart_sweeps -m` takes

@@ -20,7 +20,8 @@ from cart_sweeps.data.recipe import LOCAL_BUILDERS, resolve_dir
 BATCH_DOCS = 256  # documents handed to the tokenizer at once
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """Whether the HF offline variables are set: then a hub fetch fails at once instead of retrying."""
     return any(
         os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
     )
@@ -30,7 +31,7 @@ def _open_error(spec: DictConfig, recipe: str, err: Exception) -> DataError:
     where = f"{spec.path}" + (f" ({', '.join(spec.data_files)})" if spec.data_files else "")
     if spec.path in LOCAL_BUILDERS:
         fix = "check its data_files and data_dir"
-    elif _offline():
+    elif hub_offline():
         fix = (
             "the hub is off (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set): use data=embedded, or run "
             f"`python -m cart_sweeps.data.prepare data={recipe}` where the hub is reachable"

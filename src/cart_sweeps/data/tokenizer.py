@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from cart_sweeps.data.errors import DataError
+from cart_sweeps.data.sources import hub_offline
 
 UINT16_VOCAB = 1 << 16  # token ids are stored as uint16
 MIN_FREQUENCY = 2  # a merge must occur at least twice, so a BPE never memorises one-off strings
@@ -30,7 +31,7 @@ def load_hub(tcfg: DictConfig, recipe: str) -> Tokenizer:
     from huggingface_hub import hf_hub_download
 
     try:
-        return Tokenizer.from_file(hf_hub_download(tcfg.name, "tokenizer.json"))
+        return Tokenizer.from_file(hf_hub_download(tcfg.name, "tokenizer.json", local_files_only=hub_offline()))
     except OSError as e:
         raise DataError(
             f"data={recipe}: cannot fetch tokenizer {tcfg.name} ({type(e).__name__}); the hub is unreachable "

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.hardware import PEAK_BF16_FLOPS
 from cart_sweeps.model import param_counts, train_flops_per_token
-
-# Peak dense bf16 tensor FLOP/s (no sparsity): RTX 3090 as the paper quotes it, A100, H100/H200 SXM.
-PEAK_FLOPS = {"rtx3090": 71e12, "a100": 312e12, "h100": 989e12, "h200": 989e12}
 
 
 @dataclass(frozen=True)
@@ -24,11 +22,11 @@ class Cost:
 
 def peak_flops(gpu: str, mfu: float) -> float:
     """Sustained FLOP/s: the GPU's peak times the assumed MFU."""
-    if gpu not in PEAK_FLOPS:
-        raise ConfigError(f"plan.gpu={gpu!r} is not allowed; use one of {sorted(PEAK_FLOPS)}")
+    if gpu not in PEAK_BF16_FLOPS:
+        raise ConfigError(f"plan.gpu={gpu!r} is not allowed; use one of {sorted(PEAK_BF16_FLOPS)}")
     if not 0 < mfu <= 1:
         raise ConfigError(f"plan.mfu={mfu} must be in (0, 1]")
-    return PEAK_FLOPS[gpu] * mfu
+    return PEAK_BF16_FLOPS[gpu] * mfu
 
 
 def run_cost(cfg: DictConfig, flops_per_s: float) -> Cost:

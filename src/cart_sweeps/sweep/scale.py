@@ -56,12 +56,13 @@ def to_scale(paper: dict[str, Any], scale: DictConfig, paper_defaults: DictConfi
         out["trainer.eval_windows"] = scale.eval_windows or paper_defaults.trainer.eval_windows
     factors = {key: 1 / scale.seq_len_divisor for key in _SEQ_KEYS}
     factors |= {key: 1 / scale.batch_divisor for key in _BATCH_KEYS}
-    if "trainer.steps" in out:
-        factors |= {key: _length_ratio(out["trainer.steps"], scale) for key in _STEP_KEYS}
+    steps = out.get("trainer.steps")
+    if isinstance(steps, int):  # a bad value is left for validation to name
+        factors |= {key: _length_ratio(steps, scale) for key in _STEP_KEYS}
     for key, factor in factors.items():
         if key in out and isinstance(out[key], int) and factor != 1:
             out[key] = _shrink(out[key], factor)
-    if train and scale.eval_every is not None:
+    if train and scale.eval_every is not None and isinstance(out["trainer.steps"], int):
         out["trainer.eval_every"] = min(scale.eval_every, out["trainer.steps"])
     if "model.d_model" in out:
         out["model.d_model"] = _width(out["model.d_model"], scale)

@@ -12,9 +12,7 @@ from typing import Any
 import torch
 
 from cart_sweeps.config import REPO_ROOT
-
-# Dense bf16 peak FLOP/s of the GPUs MFU is reported against (vendor datasheets, no sparsity).
-PEAK_BF16_FLOPS = {"3090": 71e12, "4090": 165e12, "a100": 312e12, "h100": 989e12, "h200": 989e12}
+from cart_sweeps.hardware import peak_for_device_name
 
 
 class MetricsLog:
@@ -40,8 +38,7 @@ def peak_flops(device: torch.device) -> float | None:
     """The device's dense bf16 peak, or None where MFU is not meaningful (CPU, unknown GPU)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device).lower()
-    return next((flops for key, flops in PEAK_BF16_FLOPS.items() if key in name), None)
+    return peak_for_device_name(torch.cuda.get_device_name(device))
 
 
 def mfu(tokens_per_s: float, flops_per_token: float, device: torch.device) -> float | None:

@@ -1,0 +1,48 @@
+"""The CUDA paths (bf16 autocast, torch.compile, AdamW8bit, MFU): run on a GPU, skipped cleanly without."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cart_sweeps.bench import bench
+from cart_sweeps.compose import compose_config
+from cart_sweeps.config import ConfigError
+from cart_sweeps.model import build_model
+from cart_sweeps.train.optim import build_optimizer
+from cart_sweeps.train.run import execute
+
+
+def needs_gpu(test):
+    """Marked `cuda`, and skipped with one line where no GPU is visible."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+    return pytest.mark.cuda(skip(test))
+
+
+@needs_gpu
+def test_bench_on_the_gpu_runs_bf16_and_reports_mfu():
+    result = bench(["scale=tiny", "trainer.device=cuda", "bench.warmup=2", "bench.steps=3"])
+    assert result["dtype"] == "bfloat16" and result["peak_mem_mb"] > 0
+    if any(k in result["device"].lower() for k in ("3090", "4090", "a100", "h100", "h200")):
+        assert 0 < result["mfu"] < 1
+
+
+@needs_gpu
+def test_compiled_bf16_run_completes(tmp_path, data_cache):
+    summary = execute(compose_config(["scale=tiny", "trainer.steps=6", "trainer.eval_every=3", "trainer.compile=true"]),
+                      tmp_path / "run")
+    assert summary["status"] == "completed"
+
+
+@needs_gpu
+def test_adamw8bit_builds_on_the_gpu():
+    pytest.importorskip("bitsandbytes")
+    cfg = compose_config(["scale=tiny", "trainer.optimizer=adamw8bit"])
+    optimizer = build_optimizer(build_model(cfg.model).cuda(), cfg.trainer, torch.device("cuda"))
+    assert type(optimizer).__name__ == "AdamW8bit"
+
+
+def test_adamw8bit_on_the_cpu_is_one_clear_error():
+    cfg = compose_config(["scale=tiny", "trainer.optimizer=adamw8bit"])
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        build_optimizer(build_model(cfg.model), cfg.trainer, torch.device("cpu"))

@@ -1,0 +1,132 @@
+"""Every command in the README's code blocks is exercised here or by the demo, so none can rot.
+
+Commands that launch a stage are expanded and validated with `plan` (same arguments, nothing launched);
+commands that train or time are run with a few steps appended; the rest run as written, against the
+quick demo's runs. `make` and the SLURM cluster script are run by CI (.ci/run) itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cart_sweeps.config import REPO_ROOT
+from cart_sweeps.demo import QUICK, steps
+
+README = REPO_ROOT / "README.md"
+ENTRY_POINTS = ["cart_sweeps", "cart_sweeps.plan", "cart_sweeps.bench", "cart_sweeps.dashboard",
+                "cart_sweeps.data.prepare", "analysis"]
+
+
+def readme_commands() -> list[str]:
+    """Each line of the README's bash blocks, without its trailing comment."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line]
+
+
+def python(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO_ROOT)
+
+
+@pytest.fixture(scope="module")
+def demo_env(quick_demo):
+    root, _ = quick_demo
+    return root, {**os.environ, "CART_SWEEPS_RUNS": str(root / "runs"), "HF_DATASETS_OFFLINE": "1"}
+
+
+def source_folder(root: Path) -> str:
+    return str(next((root / "runs" / "2").glob("d96-P6-R6-s42-*")))
+
+
+def test_the_demo_block_is_what_the_demo_runs():
+    ran = [shlex.join(["python", *command]) for _, command in steps(Path("runs"), Path("analysis/out"), quick=False)]
+    readme = readme_commands()
+    start = readme.index(ran[0])
+    assert [shlex.join(shlex.split(line)) for line in readme[start : start + len(ran)]] == ran
+    assert set(QUICK) == {"1", "2", "parity", "ablations", "variable_r"}
+
+
+def test_every_readme_command_runs(demo_env, tmp_path):
+    root, env = demo_env
+    exercised = 0
+    for line in readme_commands():
+        if line.startswith(("make ", "bash tests/slurm/")):
+            continue  # CI runs these (.ci/run: the cluster script, then make test; the demo below)
+        line = re.sub(r"runs/2/d\w+-P6-R6-s42-<id>", source_folder(root), line)  # the trained run to evaluate
+        args = shlex.split(line)
+        if args[0] == "optuna-dashboard":
+            check_optuna_dashboard(args, root)
+        else:
+            assert args[:2] == ["python", "-m"], line
+            check_python(args[1:], env, root, tmp_path)
+        exercised += 1
+    assert exercised >= 15
+
+
+def check_python(args: list[str], env: dict, root: Path, tmp_path: Path) -> None:
+    module, rest = args[1], args[2:]
+    rest = [a.replace("runs/", f"{root}/runs/") if a.startswith("runs/") else a for a in rest]
+    if module == "cart_sweeps" and rest[:1] == ["-m"]:  # a stage launch: expand and validate, launch nothing
+        if "stage.select=zoom" in rest:  # zoom reads Stage 1's ledger: the quick demo's, at the widths it ran
+            rest += ["scale=tiny", "model.d_model=256,1024"]
+        done = python(["-m", "cart_sweeps.plan", *rest[1:], "plan.format=csv"], env)
+    elif module == "cart_sweeps":  # one run: a few steps
+        done = python(["-m", "cart_sweeps", *rest, "trainer.steps=2", f"hydra.run.dir={tmp_path / 'one'}"], env)
+    elif module == "cart_sweeps.bench":
+        done = python(["-m", module, *rest, "scale=tiny", "bench.warmup=0", "bench.steps=1"], env)
+        assert json.loads(done.stdout)["d_model"] == 1024
+    elif module == "cart_sweeps.data.prepare" and "data=paper_mix" in rest:  # offline here: one clear line
+        done = python(["-m", module, *rest], env)
+        assert done.returncode == 2 and "data=embedded" in done.stderr and len(done.stderr.splitlines()) == 1
+        return
+    elif module == "analysis":
+        out = tmp_path / "analysis"
+        rest = [str(root / "runs") if a == "runs" else str(out) if a == "analysis/out" else a for a in rest]
+        done = python(["-m", module, *rest, "--out", str(out)] if "--out" not in rest else ["-m", module, *rest], env)
+    else:
+        done = python(["-m", module, *rest], env)
+    assert done.returncode == 0, f"python -m {module} {' '.join(rest)}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+
+
+def check_optuna_dashboard(args: list[str], root: Path) -> None:
+    """Serve the demo's ledger on a free loopback port and read its studies back over HTTP."""
+    storage = args[1].replace("sqlite:///runs/", f"sqlite:///{root}/runs/")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(Path(sys.executable).parent / "optuna-dashboard"), storage,
+                               "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as reply:
+                    studies = json.loads(reply.read())
+                break
+            except OSError:
+                assert time.time() < deadline and server.poll() is None, "optuna-dashboard did not answer"
+                time.sleep(0.5)
+        assert [s["study_name"] for s in studies["study_summaries"]] == ["1"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_every_entry_point_has_help(module):
+    done = python(["-m", module, "--help"], dict(os.environ), timeout=120)
+    assert done.returncode == 0
+    assert "usage" in done.stdout.lower() or "Powered by Hydra" in done.stdout
