@@ -44,7 +44,9 @@ def quick_demo(tmp_path_factory, data_cache):
     results = []
     for _ in range(2):
         start = time.perf_counter()
-        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
+        done = subprocess.run(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500
+        )
         assert done.returncode == 0, done.stdout[-5000:]
         results.append((done.stdout, time.perf_counter() - start))
     return root, results
