@@ -73,8 +73,8 @@ def test_ablations_and_scale_tiny(runs_dir):
     stage = Stage(["stage=ablations", "scale=tiny"])
     assert len(stage.runs) == 8 == len({r.run_id for r in stage.runs})
     t = stage.runs[0].cfg.trainer
-    assert (t.steps, t.seq_len, t.micro_batch_size, t.warmup_steps, t.log_every) == (100, 128, 2, 1, 1)
-    assert (t.eval_every, t.ckpt_every) == (20, 16)  # scale.eval_every; 5,000 x 100 / 30,500
+    assert (t.steps, t.seq_len, t.micro_batch_size, t.warmup_steps, t.log_every) == (80, 128, 2, 1, 1)
+    assert (t.eval_every, t.ckpt_every) == (20, 13)  # scale.eval_every; 5,000 x 80 / 30,500
     assert axis(stage, "model.d_model") == {96} and stage.runs[0].cfg.model.max_seq_len == 128
 
 

@@ -19,7 +19,6 @@ from omegaconf import DictConfig
 from cart_sweeps.config import DataConfig
 from cart_sweeps.data.errors import DataError
 from cart_sweeps.data.manifest import TOKENIZER, check_bin, read_manifest
-from cart_sweeps.data.prepare import prepare
 from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
 
 log = logging.getLogger(__name__)
@@ -60,6 +59,8 @@ def load_prepared(data_cfg: DictConfig | DataConfig, verify_hash: bool = False) 
     digest = recipe_hash(cfg)
     folder = recipe_dir(cfg, digest)
     if not folder.exists():
+        from cart_sweeps.data.prepare import prepare  # imports `datasets` (~1.5 s): only when there is work
+
         prepare(cfg)
     manifest = read_manifest(folder, cfg.name, digest)
 

@@ -6,13 +6,14 @@ content of local input files) and nothing about where or how they are built (cac
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import os
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from datasets.data_files import resolve_pattern
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import DataConfig
@@ -43,11 +44,15 @@ def resolve_dir(data_dir: str | None) -> str | None:
 
 
 def local_files(spec: DictConfig) -> list[str]:
-    """The files a local builder (json, parquet, ...) reads, patterns resolved as `datasets` does."""
+    """The local files a local builder (json, parquet, ...) reads.
+
+    Plain glob, not `datasets`' resolver: every run hashes its recipe, and importing `datasets` costs a
+    second or two per run process; a pattern that matches nothing is reported when prepare opens it.
+    """
     if spec.path not in LOCAL_BUILDERS or not spec.data_files:
         return []
     base = resolve_dir(spec.data_dir) or str(Path.cwd())
-    return sorted({f for pattern in spec.data_files for f in resolve_pattern(pattern, base_path=base)})
+    return sorted({f for pattern in spec.data_files for f in glob.glob(os.path.join(base, pattern), recursive=True)})
 
 
 def _fingerprint(path: str) -> str:
@@ -62,11 +67,7 @@ def input_fingerprints(cfg: DictConfig) -> dict[str, str]:
     """name -> content hash of every local input file, so a rebuilt corpus gets a new folder."""
     out = {}
     for spec in [*cfg.sources, *cfg.validation]:
-        try:
-            paths = local_files(spec)
-        except FileNotFoundError:
-            continue  # reported with the fix when prepare opens the source
-        for path in paths:
+        for path in local_files(spec):
             out[Path(path).name] = _fingerprint(path)
     return out
 

@@ -73,6 +73,11 @@ class Trainer:
         self.device = pick_device(self.t.device)
         self.amp = amp_dtype(self.t.precision, self.device)
         self.data = load_prepared(cfg.data)
+        if self.data.vocab_size > cfg.model.vocab_size:
+            raise ConfigError(
+                f"data={cfg.data.name} has a vocabulary of {self.data.vocab_size}, more than "
+                f"model.vocab_size={cfg.model.vocab_size}; raise model.vocab_size"
+            )
         torch.manual_seed(cfg.seed)  # seeds change only the init; the data order is fixed
         self.model = build_model(cfg.model).to(self.device)
         self.forward = torch.compile(self.model) if self.t.compile else self.model
