@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,14 +89,15 @@ def _why(err: Exception) -> str:
     return (lines[-1] if len(parts) > 2 else lines[0]) if lines else repr(err)
 
 
-class Pool(Generic[Item]):
+class Pool(ABC, Generic[Item]):
     """At most `capacity` submitit jobs in flight; `run` feeds it until nothing is left."""
 
     def __init__(self, capacity: int, poll_s: float) -> None:
         self.capacity, self.poll_s = capacity, poll_s
 
+    @abstractmethod
     def submit(self, tasks: Sequence[Task]) -> list[submitit.Job]:
-        raise NotImplementedError
+        """Start `tasks` now (the pool has room for them); one job each."""
 
     def release(self, job: submitit.Job) -> None:
         """A job ended: its slot is free again."""
