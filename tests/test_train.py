@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def test_loss_falls_and_the_run_folder_holds_everything(finished_run):
     assert s["params_effective"] > s["params_stored"]
     for key in ("rho", "tokens_per_s", "wall_time_s", "env", "run_id", "label"):
         assert s[key] is not None, key
-    assert s["env"]["packages"]["torch"] == torch.__version__.split("+")[0] or s["env"]["packages"]["torch"]
+    assert s["env"]["packages"]["torch"] == metadata.version("torch") and s["env"]["device"]
     assert (finished_run / "config.yaml").exists()
     assert sorted(p.name for p in (finished_run / "checkpoints").glob("*.pt")) == ["step_0000030.pt", "step_0000040.pt"]
     meta = json.loads((finished_run / "checkpoints" / "step_0000040.json").read_text())
