@@ -53,10 +53,12 @@ def leftovers(root: Path) -> list[str]:
     return found
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:
+def wait_for(predicate, timeout: float, what: str, log: Path | None = None) -> None:
+    """Poll `predicate`; on timeout fail with the driver's log, which says what went wrong."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}; the driver said:\n{log.read_text()[-3000:] if log else ''}")
         time.sleep(0.2)
 
 
@@ -129,9 +131,10 @@ def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache
     runs = tmp_path
     for sig, code in ((signal.SIGTERM, 130), (signal.SIGKILL, -signal.SIGKILL)):
         n_before = len(completed(runs))
-        with open(runs / f"driver-{sig.name}.log", "w") as log:
-            driver = subprocess.Popen(sweep_cmd(*GRID), env=env(runs), stdout=log, stderr=subprocess.STDOUT)
-        wait_for(lambda n=n_before: len(completed(runs)) > n, 240, "a run to finish")
+        log = runs / f"driver-{sig.name}.log"
+        with open(log, "w") as out:
+            driver = subprocess.Popen(sweep_cmd(*GRID), env=env(runs), stdout=out, stderr=subprocess.STDOUT)
+        wait_for(lambda n=n_before: len(completed(runs)) > n, 240, "a run to finish", log)
         driver.send_signal(sig)
         assert driver.wait(60) == code
         wait_for(lambda: not leftovers(runs), 20, "the jobs to end")

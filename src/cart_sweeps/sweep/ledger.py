@@ -8,7 +8,9 @@ still RUNNING when a driver starts was cut off, and is resumed rather than start
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,27 @@ def ledger_path(sweep_dir: Path, storage: str) -> Path:
 
 
 def _storage(path: Path, kind: str) -> BaseStorage:
+    """The ledger's storage; a SQLite file is only ever opened once its schema is whole."""
     if kind == "journal":
         return JournalStorage(JournalFileBackend(str(path)))
-    return RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 60}})
+    if not path.exists():
+        _create_sqlite(path)
+    return RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 60}}, skip_table_creation=True)
+
+
+def _create_sqlite(path: Path) -> None:
+    """Build a fresh SQLite ledger beside `path` and link it into place unless one appeared meanwhile.
+    Optuna creates its tables check-then-create, so two processes opening a new file at once (a driver
+    starting while `plan`, the dashboard or a test polls) make one of them fail: "table already exists"."""
+    tmp = path.with_name(f".{path.name}.new{os.getpid()}")
+    try:
+        fresh = RDBStorage(f"sqlite:///{tmp}")
+        fresh.remove_session()
+        fresh.engine.dispose()
+        with contextlib.suppress(FileExistsError):  # another process made it first: keep theirs
+            os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def status_of(trial: FrozenTrial) -> str:

@@ -1,0 +1,32 @@
+"""The ledger file under concurrent openers: a driver starting while `plan`, the dashboard or a test reads."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+from optuna.trial import TrialState
+
+from cart_sweeps.sweep.ledger import Ledger
+
+
+def open_when_released(sweep_dir: str, barrier) -> None:
+    barrier.wait()
+    Ledger.open(Path(sweep_dir), "1", "sqlite")
+
+
+def test_processes_opening_a_new_ledger_at_once_all_succeed(tmp_path):
+    """Optuna creates SQLite tables check-then-create; unguarded, about one pair in five fails here."""
+    spawn = multiprocessing.get_context("spawn")
+    for attempt in range(8):
+        sweep_dir = tmp_path / str(attempt)
+        barrier = spawn.Barrier(3)
+        procs = [spawn.Process(target=open_when_released, args=(str(sweep_dir), barrier)) for _ in range(3)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(120)
+        assert [proc.exitcode for proc in procs] == [0, 0, 0], f"attempt {attempt}: an opener failed"
+        ledger = Ledger.read(sweep_dir, "1", "sqlite")
+        assert ledger is not None and ledger.study.get_trials(states=(TrialState.RUNNING,)) == []
+        assert [p.name for p in sweep_dir.iterdir()] == ["ledger.db"]  # no temp file left behind
