@@ -26,6 +26,7 @@ test: setup ## the test suite (SLURM tests skip unless a cluster runs: see tests
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 tables: setup ## regenerate tables, figures and findings from the runs under runs/
 	$(PY) -m analysis

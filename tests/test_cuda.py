@@ -29,8 +29,10 @@ def test_bench_on_the_gpu_runs_bf16_and_reports_mfu():
 
 @needs_gpu
 def test_compiled_bf16_run_completes(tmp_path, data_cache):
-    summary = execute(compose_config(["scale=tiny", "trainer.steps=6", "trainer.eval_every=3", "trainer.compile=true"]),
-                      tmp_path / "run")
+    summary = execute(
+        compose_config(["scale=tiny", "trainer.steps=6", "trainer.eval_every=3", "trainer.compile=true"]),
+        tmp_path / "run",
+    )
     assert summary["status"] == "completed"
 
 

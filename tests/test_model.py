@@ -37,9 +37,7 @@ SWITCHES = [
 
 
 def label(cfg: ModelConfig) -> str:
-    flags = [k for k in SWITCH_NAMES if getattr(cfg, k)] + (
-        [cfg.core_update] if cfg.core_update == "paper" else []
-    )
+    flags = [k for k in SWITCH_NAMES if getattr(cfg, k)] + ([cfg.core_update] if cfg.core_update == "paper" else [])
     return f"{cfg.name}-d{cfg.d_model}-P{cfg.n_prelude}-R{cfg.n_loops}-" + ",".join(flags)
 
 

@@ -24,8 +24,14 @@ from cart_sweeps.config import REPO_ROOT
 from cart_sweeps.demo import QUICK, steps
 
 README = REPO_ROOT / "README.md"
-ENTRY_POINTS = ["cart_sweeps", "cart_sweeps.plan", "cart_sweeps.bench", "cart_sweeps.dashboard",
-                "cart_sweeps.data.prepare", "analysis"]
+ENTRY_POINTS = [
+    "cart_sweeps",
+    "cart_sweeps.plan",
+    "cart_sweeps.bench",
+    "cart_sweeps.dashboard",
+    "cart_sweeps.data.prepare",
+    "analysis",
+]
 
 
 def readme_commands() -> list[str]:
@@ -36,8 +42,9 @@ def readme_commands() -> list[str]:
 
 
 def python(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +113,11 @@ def check_optuna_dashboard(args: list[str], root: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([str(Path(sys.executable).parent / "optuna-dashboard"), storage,
-                               "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "optuna-dashboard"), storage, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 60
         while True:

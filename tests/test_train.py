@@ -28,8 +28,12 @@ TIMING = {"tokens_per_s", "mfu", "peak_mem_mb"}
 def cli(args: list[str], **kwargs) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "cart_sweeps", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, **kwargs,
+        [sys.executable, "-m", "cart_sweeps", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
     )
 
 
@@ -144,7 +148,9 @@ def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
     [offline_run] = run_dir.glob("wandb/offline-run-*")
     out = subprocess.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     history = [json.loads(line)["history"]["item"] for line in out.splitlines() if '"type":"history"' in line]
     assert {"train/loss", "rho", "step"} <= set().union(*history)

@@ -260,9 +260,7 @@ def validate_model(m: DictConfig | ModelConfig) -> None:
     _allowed("model.name", m.name, ["cart", "dense"])
     _allowed("model.core_update", m.core_update, ["reference", "paper"])
     if m.head_dim < 1 or m.d_model < 1 or m.d_model % m.head_dim:
-        raise ConfigError(
-            f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}"
-        )
+        raise ConfigError(f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}")
     if m.head_dim % 2:
         raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates half of each head)")
     if m.vocab_size < 2:

@@ -59,9 +59,7 @@ class CART(nn.Module):
 
     def _check_loops(self, n_loops: int) -> None:
         if len(self.cores) > 1 and n_loops != len(self.cores):
-            raise ValueError(
-                f"this model has {len(self.cores)} unshared cores, so it runs only R={len(self.cores)}"
-            )
+            raise ValueError(f"this model has {len(self.cores)} unshared cores, so it runs only R={len(self.cores)}")
         if n_loops < 1 or (self.lie_proj is not None and n_loops > MAX_LOOPS):
             raise ValueError(f"n_loops={n_loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
 

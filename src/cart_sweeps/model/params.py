@@ -53,14 +53,10 @@ def param_counts(cfg: Any) -> dict[str, int]:
     one_core = s["mla_block"] if cfg.self_attn_core else s["cross_block"]
     core = one_core * (loops if cfg.unshare_core else 1)
     extras = (
-        (0 if cfg.disable_hyper else HC_TAPS)
-        + (0 if cfg.disable_lti else d)
-        + (0 if cfg.disable_lie else LIE_DIM * d)
+        (0 if cfg.disable_hyper else HC_TAPS) + (0 if cfg.disable_lti else d) + (0 if cfg.disable_lie else LIE_DIM * d)
     )
     stored = embedding + (cfg.n_prelude + 1) * s["mla_block"] + anchor + core + d + extras
-    effective = stored + (loops - 1) * (
-        (0 if cfg.unshare_core else one_core) + (anchor if cfg.unfreeze_kv else 0)
-    )
+    effective = stored + (loops - 1) * ((0 if cfg.unshare_core else one_core) + (anchor if cfg.unfreeze_kv else 0))
     return {
         "stored": stored,
         "effective": effective,

@@ -55,9 +55,12 @@ def peak_mem_mb(device: torch.device) -> float | None:
 def environment(device: torch.device) -> dict[str, Any]:
     """What produced a run: code version, packages, hardware."""
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5
-        ).stdout.strip() or None
+        sha = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         sha = None
     packages = {}

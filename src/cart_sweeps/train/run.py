@@ -153,8 +153,13 @@ class Trainer:
                     elapsed = time.perf_counter() - window_t0
                     tokens_per_s = window_tokens / elapsed
                     row = {
-                        "step": step, "kind": "train", "loss": loss, "grad_norm": grad_norm, "lr": lr,
-                        "tokens": step * self.tokens_per_step, "rho": self._rho(),
+                        "step": step,
+                        "kind": "train",
+                        "loss": loss,
+                        "grad_norm": grad_norm,
+                        "lr": lr,
+                        "tokens": step * self.tokens_per_step,
+                        "rho": self._rho(),
                         "tokens_per_s": tokens_per_s,
                         "mfu": mfu(tokens_per_s, self.flops_per_token, self.device),
                         "peak_mem_mb": peak_mem_mb(self.device),
