@@ -24,7 +24,7 @@ demo: setup ## the tiny study end to end on the embedded corpus, ending in table
 test: setup ## the test suite (SLURM tests skip unless a cluster runs: see tests/slurm)
 	$(PY) -m pytest -q
 
-lint: setup ## ruff
+lint: setup ## ruff: lint and format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
