@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+LAUNCHES = "launches"  # study user attr: what each launch asked for (see Ledger.record_launch)
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
 _METRIC_PREFIXES = ("ppl_", "bpb_", "ce_")
 _RESULT_KEYS = ("rho", "step", "params_stored", "params_effective", "tokens_per_s", "wall_time_s")
@@ -101,6 +103,21 @@ class Ledger:
             return cls(optuna.load_study(study_name=stage, storage=_storage(path, storage)))
         except KeyError:  # the file exists but holds no study of that name
             return None
+
+    def record_launch(self, run_ids: list[str], args: list[str]) -> None:
+        """Remember the runs this launch of the stage stands for (its whole grid, done ones included).
+
+        The analysis tables a stage from its newest launch, so runs of an earlier launch with other
+        settings (another trainer.lr, say) are never averaged in with it.
+        """
+        launches = self.launches()
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        launches.append({"at": at, "args": list(args), "run_ids": list(run_ids)})
+        self.study.set_user_attr(LAUNCHES, launches)
+
+    def launches(self) -> list[dict[str, Any]]:
+        """Every launch of this stage, oldest first: {"at": ISO time, "args": [...], "run_ids": [...]}."""
+        return list(self.study.user_attrs.get(LAUNCHES, []))
 
     def attempts(self) -> dict[str, list[FrozenTrial]]:
         """Run id -> its trials, oldest first."""

@@ -1,0 +1,29 @@
+"""How a run stands: one vocabulary for the trainer, the ledger, the driver, the progress line and the analysis.
+
+Torch-free, so the driver and the analysis can import it. A StrEnum compares equal to its value, so
+summary.json and the ledger keep plain strings on disk.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"  # a process trains it now, or was cut off (kill -9, node loss): resumes when relaunched
+    COMPLETED = "completed"  # reached its last step; its summary carries the final metrics
+    DIVERGED = "diverged"  # the loss stopped being finite: a result, never retried
+    FAILED = "failed"  # an error in the run; retried up to sweep.max_retries
+    INTERRUPTED = "interrupted"  # stopped by its driver or user (Ctrl-C, SIGTERM); resumes when relaunched
+    CANCELLED = "cancelled"  # ended from outside (scancel, an OOM kill, preemption without requeue): not retried now
+    REJECTED = "rejected"  # cannot succeed as given (a setting this machine cannot run, a busy folder): not retried
+
+    @property
+    def is_result(self) -> bool:
+        """A relaunch keeps it: the run is done, one way or the other."""
+        return self in (RunStatus.COMPLETED, RunStatus.DIVERGED)
+
+    @property
+    def retry_now(self) -> bool:
+        """The driver tries it again within the same launch (a relaunch tries every non-result again)."""
+        return self is RunStatus.FAILED
