@@ -6,70 +6,18 @@ killed and relaunched; the ledger is the real SQLite study.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
-import optuna
 import pytest
 from optuna.trial import TrialState
+from stages import completed, env, leftovers, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
 
 GRID = ["stage=1", "scale=tiny", "model.d_model=256,512", "model.n_loops=2,4", "model.n_prelude=2"]
-COMMON = ["launcher.slots=2", "launcher.poll_s=0.2", "sweep.metric=ppl_austen"]
-
-
-def sweep_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cart_sweeps", "-m", *args, *COMMON]
-
-
-def env(runs: Path) -> dict[str, str]:
-    return {**os.environ, "CART_SWEEPS_RUNS": str(runs)}
-
-
-def sweep(runs: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(sweep_cmd(*args), env=env(runs), capture_output=True, text=True, timeout=timeout)
-
-
-def trials(runs: Path, stage: str = "1") -> list[optuna.trial.FrozenTrial]:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.load_study(study_name=stage, storage=f"sqlite:///{runs / stage / 'ledger.db'}").trials
-
-
-def leftovers(root: Path) -> list[str]:
-    """Command lines of processes still working under `root` (submitit controllers and tasks)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(root) in cmd and int(proc.name) != os.getpid():
-            found.append(cmd)
-    return found
-
-
-def wait_for(predicate, timeout: float, what: str, log: Path | None = None) -> None:
-    """Poll `predicate`; on timeout fail with the driver's log, which says what went wrong."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; the driver said:\n{log.read_text()[-3000:] if log else ''}")
-        time.sleep(0.2)
-
-
-def completed(runs: Path) -> list[optuna.trial.FrozenTrial]:
-    """Completed trials so far (none while the driver has not created its study yet)."""
-    if not (runs / "1" / "ledger.db").exists():
-        return []
-    try:
-        return [t for t in trials(runs) if t.state == TrialState.COMPLETE]
-    except KeyError:
-        return []
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +85,7 @@ def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache
         wait_for(lambda n=n_before: len(completed(runs)) > n, 240, "a run to finish", log)
         driver.send_signal(sig)
         assert driver.wait(60) == code
-        wait_for(lambda: not leftovers(runs), 20, "the jobs to end")
+        wait_until_gone(runs, 10)
     kept = {t.user_attrs["run_id"]: t.datetime_complete for t in completed(runs)}
     cut_off = [t for t in trials(runs) if t.state == TrialState.RUNNING]
     proc = sweep(runs, *GRID)
@@ -151,21 +99,24 @@ def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache
 
 
 def test_failed_and_diverged_runs_are_recorded_and_the_rest_finish(tmp_path, data_cache):
-    """lr=1e6 diverges (a result, not retried); adamw8bit on a CPU fails (retried once, then recorded)."""
-    args = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2", "model.n_prelude=2"]
-    proc = sweep(tmp_path, *args, "trainer.lr=3e-4,1e6", "trainer.optimizer=adamw,adamw8bit", "sweep.max_retries=1")
+    """lr=1e6 diverges (a result, not retried); an error in R=4's first step fails it (retried once, then recorded)."""
+    args = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2"]
+    fault = with_fault(tmp_path, "step:raise:1:-R4-", tmp_path / "mark")
+    cmd = sweep_cmd(*args, "trainer.lr=3e-4,1e6", "sweep.max_retries=1")
+    proc = subprocess.run(cmd, env=fault, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     status = Counter(
-        (t.params["trainer.lr"], t.params["trainer.optimizer"], t.user_attrs["status"]) for t in trials(tmp_path)
+        (t.params["trainer.lr"], t.params["model.n_loops"], t.user_attrs["status"]) for t in trials(tmp_path)
     )
     assert status == {
-        (3e-4, "adamw", "completed"): 1,
-        (1e6, "adamw", "diverged"): 1,
-        (3e-4, "adamw8bit", "failed"): 2,
-        (1e6, "adamw8bit", "failed"): 2,
+        (3e-4, 2, "completed"): 1,
+        (1e6, 2, "diverged"): 1,
+        (3e-4, 4, "failed"): 2,
+        (1e6, 4, "failed"): 2,
     }
     assert "1 completed, 2 failed, 1 diverged" in proc.stderr
-    assert all("adamw8bit" in t.user_attrs["error"] for t in trials(tmp_path) if t.user_attrs["status"] == "failed")
+    failed = [t for t in trials(tmp_path) if t.user_attrs["status"] == "failed"]
+    assert all("injected fault" in t.user_attrs["error"] for t in failed)
 
 
 @pytest.mark.parametrize(

@@ -1,17 +1,22 @@
 """Where runs execute: submitit jobs on local slots or SLURM arrays, each calling run_job in-process.
 
 A pool keeps at most `capacity` jobs in flight and starts the next run as soon as one ends (no
-batches). Stopping the driver (Ctrl-C, SIGTERM) cancels its jobs; a local job whose driver is killed
-outright ends itself. A SLURM job cut by its time limit or a preemption is requeued by submitit
-(Checkpointable) and its run resumes from the run folder's newest checkpoint.
+batches). A local job is a process group of its own that ends with its driver, however the driver ends
+(local_controller). A SLURM job cut by its time limit or a preemption is requeued by submitit
+(Checkpointable) and its run resumes from the run folder's newest checkpoint. When a job dies without a
+result, the pool says why (a signal, an out-of-memory kill, scancel, a full disk) and whether a retry can help.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shlex
+import shutil
 import signal
-import threading
+import subprocess
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -21,36 +26,16 @@ from typing import Any, Generic, TypeVar
 
 import submitit
 from omegaconf import DictConfig
+from submitit.local.local import LocalJob
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.status import RunStatus
+from cart_sweeps.sweep.local_controller import DRIVER_ENV, GRACE_S, exit_codes_path
 from cart_sweeps.train.runfolder import read_summary
 
 Item = TypeVar("Item")
 _ACTIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"}
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return not Path("/proc/self").exists() and _signalable(pid)
-
-
-def _signalable(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _end_with(pid: int) -> None:
-    """End this job (and its submitit controller) once process `pid`, the driver, is gone."""
-    while _alive(pid):
-        time.sleep(1.0)
-    os.kill(os.getppid(), signal.SIGKILL)
-    os._exit(1)
+_LOW_DISK_BYTES = 64 * 2**20  # less free space than this beside a dead run: the disk is the likely cause
 
 
 @dataclass
@@ -61,24 +46,15 @@ class Task(submitit.helpers.Checkpointable):
     overrides: list[str]
     run_dir: str
     env: dict[str, str]
-    driver_pid: int | None = None  # local jobs: end when this driver dies
 
     def __call__(self) -> dict[str, Any]:
         os.environ.update(self.env)
-        if self.driver_pid is not None:
-            threading.Thread(target=_end_with, args=(self.driver_pid,), daemon=True).start()
         from cart_sweeps.train.run import run_job  # in the job's process only: the driver needs no torch
 
-        return run_job(self.overrides, self.run_dir)
-
-
-def outcome(job: submitit.Job, run_dir: Path) -> dict[str, Any]:
-    """The run's summary, or a failed one saying why the job died (with what its run folder recorded)."""
-    try:
-        return job.result()
-    except Exception as err:  # an exception in run_job or a killed process: the run failed
-        summary = read_summary(run_dir) or {}
-        return {**summary, "status": "failed", "error": summary.get("error") or _why(err)}
+        try:
+            return run_job(self.overrides, self.run_dir)
+        except ConfigError as err:  # a run that cannot succeed as given: recorded, not retried
+            return {"status": RunStatus.REJECTED, "error": str(err)}
 
 
 def _why(err: Exception) -> str:
@@ -87,6 +63,15 @@ def _why(err: Exception) -> str:
     parts = text.split("----------------------\n")
     lines = [line for line in (parts[1] if len(parts) > 2 else text).splitlines() if line.strip()]
     return (lines[-1] if len(parts) > 2 else lines[0]) if lines else repr(err)
+
+
+def _disk_full(run_dir: Path, error: str) -> str | None:
+    """Why a run died when its disk is the cause (a full disk fails every retry the same way)."""
+    folder = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("/"))
+    free = shutil.disk_usage(folder).free
+    if "No space left on device" in error or free < _LOW_DISK_BYTES:
+        return f"disk full at {folder} ({free / 2**20:.0f} MiB free): free some space, then relaunch"
+    return None
 
 
 class Pool(ABC, Generic[Item]):
@@ -99,6 +84,10 @@ class Pool(ABC, Generic[Item]):
     def submit(self, tasks: Sequence[Task]) -> list[submitit.Job]:
         """Start `tasks` now (the pool has room for them); one job each."""
 
+    @abstractmethod
+    def ending(self, job: submitit.Job) -> tuple[RunStatus, str] | None:
+        """How a job that left no result ended, when the scheduler or the job's controller knows."""
+
     def release(self, job: submitit.Job) -> None:
         """A job ended: its slot is free again."""
 
@@ -109,6 +98,19 @@ class Pool(ABC, Generic[Item]):
     def extra_overrides(self) -> list[str]:
         """Per-run overrides of this pool (how many CPU threads a run may use)."""
         return []
+
+    def outcome(self, job: submitit.Job, run_dir: Path) -> dict[str, Any]:
+        """The run's summary; for a job that died, its status and one line saying why (no stale metrics)."""
+        try:
+            return job.result()
+        except Exception as err:  # an exception in run_job, or a process that died
+            recorded = read_summary(run_dir) or {}
+            status, why = self.ending(job) or (RunStatus.FAILED, "")
+            error = recorded.get("error") if recorded.get("status") == RunStatus.FAILED else None
+            error = error or why or _why(err)
+            if disk := _disk_full(run_dir, error):
+                status, error = RunStatus.REJECTED, disk
+            return {"status": status, "error": error, "step": recorded.get("step")}
 
     def run(
         self,
@@ -133,13 +135,53 @@ class Pool(ABC, Generic[Item]):
                 for job in [j for j in active if j.done()]:
                     item, t = active.pop(job)
                     self.release(job)
-                    on_done(item, outcome(job, Path(t.run_dir)))
+                    on_done(item, self.outcome(job, Path(t.run_dir)))
         finally:
             self.cancel(list(active))
 
     def cancel(self, jobs: Sequence[submitit.Job]) -> None:
         for job in jobs:
             job.cancel(check=False)
+
+
+class LocalExecutor(submitit.LocalExecutor):
+    """submitit's LocalExecutor with each job's controller in a session of its own, tied to this driver.
+
+    Mirrors `submitit.local.local.start_controller` (submitit 1.5.4), which has no such option, and runs
+    `local_controller` instead of submitit's controller module.
+    """
+
+    def _submit_command(self, command: str) -> LocalJob:
+        p = self.parameters
+        n_gpus, visible = p.get("gpus_per_node", 0), p.get("visible_gpus", ())
+        gpus = range(n_gpus) if visible == () else visible[:n_gpus]
+        ntasks = p.get("tasks_per_node", 1)
+        env = {
+            **os.environ,
+            "SUBMITIT_LOCAL_NTASKS": str(ntasks),
+            "SUBMITIT_LOCAL_COMMAND": command,
+            "SUBMITIT_LOCAL_TIMEOUT_S": str(int(60 * p.get("timeout_min", 2.0))),
+            "SUBMITIT_LOCAL_SIGNAL_DELAY_S": str(int(p.get("signal_delay_s", 30))),
+            "SUBMITIT_LOCAL_NODEID": "0",
+            "SUBMITIT_LOCAL_JOB_NUM_NODES": "1",
+            "SUBMITIT_STDERR_TO_STDOUT": "1" if p.get("stderr_to_stdout") else "",
+            "SUBMITIT_EXECUTOR": "local",
+            "SUBMITIT_LOCAL_WITH_SHELL": "",  # `exec` below keeps the job id the controller's own pid
+            "CUDA_VISIBLE_DEVICES": ",".join(str(k) for k in gpus),
+            DRIVER_ENV: str(os.getpid()),
+        }
+        controller = [sys.executable, "-m", "cart_sweeps.sweep.local_controller", str(self.folder)]
+        setup = list(p.get("setup", ()))
+        args: Any = " && ".join([*setup, "exec " + shlex.join(controller)]) if setup else controller
+        process = subprocess.Popen(args, shell=bool(setup), env=env, start_new_session=True)
+        return LocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=list(range(ntasks)))
+
+
+_SIGNAL_ENDINGS = {
+    signal.SIGKILL: (RunStatus.CANCELLED, "killed by SIGKILL (the out-of-memory killer, or kill -9)"),
+    signal.SIGINT: (RunStatus.CANCELLED, "interrupted by SIGINT from outside the driver"),
+    signal.SIGTERM: (RunStatus.CANCELLED, "terminated by SIGTERM from outside the driver"),
+}
 
 
 class LocalPool(Pool[Item]):
@@ -150,8 +192,9 @@ class LocalPool(Pool[Item]):
         self.free: list[int | None] = [g for g in gpus for _ in range(lc.runs_per_gpu)] if gpus else [None] * lc.slots
         super().__init__(len(self.free), lc.poll_s)
         self.threads = max(1, len(os.sched_getaffinity(0)) // self.capacity)
-        self.executor = submitit.LocalExecutor(folder, max_num_timeout=lc.max_num_timeout)
+        self.executor = LocalExecutor(folder, max_num_timeout=lc.max_num_timeout)
         self.executor.update_parameters(timeout_min=lc.timeout_min, setup=list(lc.setup))
+        self.folder = folder
         self.slot_of: dict[str, int | None] = {}
 
     def extra_overrides(self) -> list[str]:
@@ -165,7 +208,6 @@ class LocalPool(Pool[Item]):
                 gpus_per_node=0 if gpu is None else 1, visible_gpus=() if gpu is None else (gpu,)
             )
             task.env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
-            task.driver_pid = os.getpid()
             job = self.executor.submit(task)
             self.slot_of[job.job_id] = gpu
             jobs.append(job)
@@ -174,26 +216,41 @@ class LocalPool(Pool[Item]):
     def release(self, job: submitit.Job) -> None:
         self.free.append(self.slot_of.pop(job.job_id))
 
+    def ending(self, job: submitit.Job) -> tuple[RunStatus, str] | None:
+        """From the exit code its controller recorded; none recorded means the controller itself was killed."""
+        path = exit_codes_path(self.folder, job.job_id)
+        if not path.exists():
+            return RunStatus.CANCELLED, f"its controller (pid {job.job_id}) was killed from outside the driver"
+        codes = json.loads(path.read_text())
+        code = codes[0] if codes else None
+        if code is None or code >= 0:
+            return None  # it exited: its own error (result pickle, error.log) says why
+        sig = signal.Signals(-code)
+        return _SIGNAL_ENDINGS.get(sig, (RunStatus.FAILED, f"crashed with {sig.name}"))
+
     def cancel(self, jobs: Sequence[submitit.Job]) -> None:
-        """SIGINT to each job's task (the trainer records the run as interrupted), then wait until every
-        process is gone. A controller whose task has not started yet is simply killed. Signalling the
-        task rather than its submitit controller keeps the driver's terminal free of tracebacks."""
+        """Ask each job's controller to stop (its tasks get SIGINT and record their runs as interrupted),
+        wait for them, then kill whatever is left of each job's process group."""
         for job in jobs:
-            pid = int(job.job_id)
-            try:
-                tasks = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            except OSError:
-                tasks = []
-            for target, sig in [(int(t), signal.SIGINT) for t in tasks] or [(pid, signal.SIGKILL)]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(target, sig)
-        deadline = time.monotonic() + 30
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(job.job_id), signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_S + 5
         while any(not j.done() for j in jobs) and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.05)
         for job in jobs:
-            if not job.done():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(job.job_id), signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(job.job_id), signal.SIGKILL)
+
+
+_SLURM_ENDINGS = {
+    "CANCELLED": (RunStatus.CANCELLED, "cancelled on the cluster (scancel)"),
+    "OUT_OF_MEMORY": (RunStatus.REJECTED, "out of memory on its node: raise launcher.mem_gb"),
+    "TIMEOUT": (RunStatus.CANCELLED, "out of time more often than launcher.max_num_timeout allows: raise it"),
+    "PREEMPTED": (RunStatus.CANCELLED, "preempted and not requeued"),
+    "DEADLINE": (RunStatus.CANCELLED, "past its deadline"),
+    "NODE_FAIL": (RunStatus.FAILED, "its node failed"),
+    "BOOT_FAIL": (RunStatus.FAILED, "its node failed to boot"),
+}
 
 
 class SlurmPool(Pool[Item]):
@@ -231,6 +288,10 @@ class SlurmPool(Pool[Item]):
     def attach(self, job_id: str) -> submitit.Job | None:
         job = submitit.SlurmJob(self.folder, job_id)
         return job if job.state in _ACTIVE_SLURM_STATES else None
+
+    def ending(self, job: submitit.Job) -> tuple[RunStatus, str] | None:
+        """From the job's final state in SLURM's accounting ("CANCELLED by 0" reads as CANCELLED)."""
+        return _SLURM_ENDINGS.get(job.state.split()[0]) if job.state else None
 
 
 def make_pool(cfg: DictConfig, folder: Path) -> Pool[Any]:

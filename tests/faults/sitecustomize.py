@@ -1,0 +1,113 @@
+"""Fault injection for the tests: real processes stopped or broken at an exact point.
+
+A test puts this folder on PYTHONPATH and names one fault in CART_FAULT; every Python process of a stage
+(the driver, each job's controller, each task) imports `sitecustomize` at start-up, and the process the
+fault is about stops or fails there, so the test can kill it at the worst moment rather than by timing.
+
+    CART_FAULT=<point>:<action>[:<n>[:<where>]]
+
+points   submit  the driver: a job's controller has started, its pickle is not yet handed over
+         task    a task process starting, before it imports submitit or the project
+         step    a run, before its n-th training step in this process (n defaults to 1)
+         save    a run, with its n-th checkpoint written to the temp file, not yet renamed into place
+actions  pause   write this process's pid to $CART_FAULT_MARK, then sleep until killed
+         raise   raise RuntimeError("injected fault ...") (step only)
+where    only in runs whose folder path contains this text (step, save)
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+SPEC = os.environ.get("CART_FAULT", "")
+POINT, ACTION, COUNT, WHERE = ([*SPEC.split(":"), "", "", ""])[:4] if SPEC else ("", "", "", "")
+N = int(COUNT or 1)
+_calls = {"n": 0}
+_run_dir = {"path": ""}
+
+
+def hit(what: str) -> None:
+    """The fault itself: stop here until killed, or fail."""
+    if ACTION == "raise":
+        raise RuntimeError(f"injected fault: {what}")
+    mark = os.environ.get("CART_FAULT_MARK")
+    if mark:
+        Path(mark).write_text(f"{os.getpid()}\n")
+    time.sleep(3600)
+
+
+def counted(what: str) -> None:
+    """Hit on the N-th call in a run the fault is about."""
+    if WHERE and WHERE not in _run_dir["path"]:
+        return
+    _calls["n"] += 1
+    if _calls["n"] == N:
+        hit(what)
+
+
+class After(importlib.abc.MetaPathFinder):
+    """Patch module `name` right after it is first imported."""
+
+    def __init__(self, name: str, patch) -> None:
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        execute = spec.loader.exec_module
+
+        def exec_module(module) -> None:
+            execute(module)
+            self.patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def wrap(owner, attr: str, before=None, after=None) -> None:
+    original = getattr(owner, attr)
+
+    def wrapper(*args, **kwargs):
+        if before:
+            before(*args, **kwargs)
+        out = original(*args, **kwargs)
+        if after:
+            after(*args, **kwargs)
+        return out
+
+    setattr(owner, attr, wrapper)
+
+
+def _patch_run(module) -> None:
+    wrap(module, "execute", before=lambda cfg, run_dir: _run_dir.update(path=str(run_dir)))
+    if POINT == "step":
+        wrap(module, "train_step", before=lambda *a, **k: counted("before a training step"))
+
+
+def _patch_torch(module) -> None:
+    def saved(obj, f, *args, **kwargs) -> None:
+        if "checkpoints" in str(f):
+            counted(f"checkpoint written to {f}, not yet renamed")
+
+    wrap(module, "save", after=saved)
+
+
+def _patch_submitit(module) -> None:
+    wrap(module.JobPaths, "move_temporary_file", before=lambda *a, **k: hit("controller started, pickle not moved"))
+
+
+if POINT == "task" and "submitit.core._submit" in sys.orig_argv:
+    hit("task starting")
+elif POINT == "submit":
+    sys.meta_path.insert(0, After("submitit.core.utils", _patch_submitit))
+elif POINT in ("step", "save"):
+    sys.meta_path.insert(0, After("cart_sweeps.train.run", _patch_run))
+    if POINT == "save":
+        sys.meta_path.insert(0, After("torch", _patch_torch))

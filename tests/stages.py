@@ -1,0 +1,86 @@
+"""Helpers for tests that launch real stages: the driver command, its environment, the ledger, the processes.
+
+`with_fault` runs every process of a stage with tests/faults on PYTHONPATH, so a named fault stops or
+breaks a real process at an exact point (see tests/faults/sitecustomize.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+FAULTS = Path(__file__).parent / "faults"
+COMMON = ["launcher.slots=2", "launcher.poll_s=0.2", "sweep.metric=ppl_austen"]
+
+
+def sweep_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cart_sweeps", "-m", *args, *COMMON]
+
+
+def env(runs: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "CART_SWEEPS_RUNS": str(runs), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def with_fault(runs: Path, fault: str, mark: Path) -> dict[str, str]:
+    """The environment of a stage whose processes carry the fault `fault` (its pid lands in `mark`)."""
+    path = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
+    return env(runs, PYTHONPATH=path, CART_FAULT=fault, CART_FAULT_MARK=str(mark))
+
+
+def sweep(runs: Path, *args: str, timeout: float = 300, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(sweep_cmd(*args), env=env(runs, **extra), capture_output=True, text=True, timeout=timeout)
+
+
+def trials(runs: Path, stage: str = "1") -> list[optuna.trial.FrozenTrial]:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=stage, storage=f"sqlite:///{runs / stage / 'ledger.db'}").trials
+
+
+def completed(runs: Path, stage: str = "1") -> list[optuna.trial.FrozenTrial]:
+    """Completed trials so far (none while the driver has not created its study yet)."""
+    if not (runs / stage / "ledger.db").exists():
+        return []
+    try:
+        return [t for t in trials(runs, stage) if t.state == TrialState.COMPLETE]
+    except KeyError:
+        return []
+
+
+def leftovers(root: Path) -> list[str]:
+    """Command lines of processes still working under `root` (job controllers and tasks)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(root) in cmd and int(proc.name) != os.getpid() and state != "Z":
+            found.append(f"{proc.name}: {cmd}")
+    return found
+
+
+def wait_for(predicate, timeout: float, what: str, log: Path | None = None) -> None:
+    """Poll `predicate`; on timeout fail with the driver's log, which says what went wrong."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}; the driver said:\n{log.read_text()[-3000:] if log else ''}")
+        time.sleep(0.1)
+
+
+def wait_until_gone(root: Path, timeout: float) -> None:
+    """Every process working under `root` ends within `timeout` s; otherwise fail naming them."""
+    deadline = time.monotonic() + timeout
+    while found := leftovers(root):
+        if time.monotonic() > deadline:
+            listing = "\n".join(found)
+            pytest.fail(f"processes still running {timeout:.0f} s after their driver ended:\n{listing}")
+        time.sleep(0.1)
