@@ -19,9 +19,11 @@ from rich.table import Table
 
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
+from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import peak_flops, run_cost
+from cart_sweeps.sweep.driver import folder_holds_result
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.ledger import Ledger, status_of
+from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, status_of
 
 USAGE = """usage: python -m cart_sweeps.plan stage=<name> [overrides]
 
@@ -65,29 +67,40 @@ def driver_running(sweep_dir: Path) -> bool:
     return False
 
 
-def statuses(stage: Stage, runs: Sequence[Run]) -> dict[str, str]:
-    """Run id -> status in the ledger: new, completed, failed, diverged, running, or cut off (no driver)."""
-    ledger = Ledger.read(stage.sweep_dir, stage.name, stage.base.sweep.storage)
+def statuses(stage: Stage, runs: Sequence[Run], ledger: Ledger | None) -> dict[str, str]:
+    """Run id -> status: new, a RunStatus from the ledger, cut off (no driver), or lost (the ledger says
+    done, the run folder is gone); without a readable ledger, what the run folders hold."""
     history = ledger.attempts() if ledger else {}
     driver = ledger is not None and driver_running(stage.sweep_dir)
     out = {}
     for run in runs:
         trials = history.get(run.run_id)
         if not trials:
-            out[run.run_id] = "new"
+            out[run.run_id] = RunStatus.COMPLETED if folder_holds_result(run) else "new"
         elif trials[-1].state == TrialState.RUNNING:
-            out[run.run_id] = "running" if driver else "cut off"
+            out[run.run_id] = RunStatus.RUNNING if driver else "cut off"
+        elif status_of(trials[-1]).is_result and not folder_holds_result(run):
+            out[run.run_id] = "lost"
         else:
             out[run.run_id] = status_of(trials[-1])
     return out
 
 
+def read_ledger(stage: Stage) -> Ledger | None:
+    """The stage's ledger; a damaged one is named in one line and the statuses come from the run folders."""
+    try:
+        return Ledger.read(stage.sweep_dir, stage.name, stage.base.sweep.storage)
+    except LedgerDamaged as err:
+        print(f"warning: {err}", file=sys.stderr)
+        return None
+
+
 def rows(stage: Stage) -> list[dict[str, Any]]:
     """One row per run, in COLUMNS order."""
     flops_per_s = peak_flops(stage.base.plan.gpu, stage.base.plan.mfu)
-    ledger = Ledger.read(stage.sweep_dir, stage.name, stage.base.sweep.storage)
+    ledger = read_ledger(stage)
     runs = stage.known_runs(ledger.attempts() if ledger else {})
-    status = statuses(stage, runs)
+    status = statuses(stage, runs, ledger)
     out = []
     for run in runs:
         m, cost, dense = run.cfg.model, run_cost(run.cfg, flops_per_s), run.cfg.model.name == "dense"

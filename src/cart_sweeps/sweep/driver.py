@@ -20,9 +20,11 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.launcher import Pool, Task
+from cart_sweeps.sweep.launcher import Pool, Task, visible_gpus
 from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
+from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.train.runfolder import read_summary
 
@@ -43,6 +45,12 @@ def _attrs(run: Run) -> dict[str, Any]:
     return {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
 
 
+def folder_holds_result(run: Run) -> bool:
+    """Whether the run folder still holds this run's result (the ledger alone is not the result)."""
+    summary = read_summary(run.run_dir) or {}
+    return summary.get("run_id") == run.run_id and summary.get("status") in (RunStatus.COMPLETED, RunStatus.DIVERGED)
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -58,6 +66,8 @@ class StageDriver:
         self.skipped = 0
         self.history = ledger.attempts()
         self.failed_finally = 0
+        self.lost: list[Run] = []
+        self.recovered = 0
         self.progress: Progress | None = None
         self.known = stage.known_runs(self.history)
         for run in self.known:
@@ -65,21 +75,29 @@ class StageDriver:
 
     def _classify(self, run: Run, trials: list[FrozenTrial]) -> None:
         last = trials[-1] if trials else None
-        if last is None or status_of(last) in ("failed", "interrupted"):
-            self.queue.append(Attempt(run))
-        elif last.state == TrialState.RUNNING:  # cut off: its driver died
+        if last is not None and last.state == TrialState.RUNNING:  # cut off: its driver died
             trial = self.ledger.resume(last)
-            summary = read_summary(run.run_dir)
             job_id = last.user_attrs.get("job_id")
-            if summary is not None and summary.get("status") == "completed":
-                self.ledger.finish(trial, summary, self.sweep.metric)  # it ended after its driver did
+            if folder_holds_result(run):  # it ended after its driver did
+                self.ledger.finish(trial, read_summary(run.run_dir) or {}, self.sweep.metric)
                 self.skipped += 1
             elif job := (self.pool.attach(job_id) if job_id else None):
                 self.attached.append((Attempt(run, trial), job))
             else:
                 self.queue.append(Attempt(run, trial))
-        else:  # completed or diverged: a result, not run again
+        elif last is not None and status_of(last).is_result:
+            if folder_holds_result(run):
+                self.skipped += 1
+            else:  # the ledger says done, but the run folder that holds the result is gone
+                self.lost.append(run)
+                self.queue.append(Attempt(run))
+        elif last is None and folder_holds_result(run):  # the ledger lacks a result its run folder holds
+            trial = self.ledger.start(run.params, self.stage.dists(run.params), _attrs(run))
+            self.ledger.finish(trial, read_summary(run.run_dir) or {}, self.sweep.metric)
+            self.recovered += 1
             self.skipped += 1
+        else:  # new, or failed, interrupted, cancelled, rejected before: this launch tries again
+            self.queue.append(Attempt(run))
 
     def _sampled_attempt(self) -> Attempt | None:
         """A new search trial, while the search has fewer than sweep.n_trials runs."""
@@ -95,6 +113,7 @@ class StageDriver:
         }
         run = self.stage.run(params)
         self.ledger.tag(trial, _attrs(run))
+        self.ledger.add_to_launch(run.run_id)
         self.history[run.run_id] = []
         return Attempt(run, trial)
 
@@ -123,11 +142,11 @@ class StageDriver:
     def on_done(self, attempt: Attempt, summary: dict[str, Any]) -> None:
         assert attempt.trial is not None and self.progress is not None
         status = self.ledger.finish(attempt.trial, summary, self.sweep.metric)
-        retry = status == "failed" and attempt.tries <= self.sweep.max_retries
-        self.progress.finished(attempt.run.label, summary, final=not retry)
+        retry = status.retry_now and attempt.tries <= self.sweep.max_retries
+        self.progress.finished(attempt.run.label, status, summary, final=not retry)
         if retry:
             self.queue.appendleft(Attempt(attempt.run, tries=attempt.tries + 1))
-        elif status == "failed":
+        elif not status.is_result:
             self.failed_finally += 1
 
     def to_run(self) -> int:
@@ -144,6 +163,14 @@ class StageDriver:
             f"-> {s.sweep_dir}",
             flush=True,
         )
+        if self.recovered:
+            print(f"stage {s.name}: {self.recovered} results recorded in the ledger from their run folders", flush=True)
+        if self.lost:
+            print(
+                f"stage {s.name}: {len(self.lost)} runs the ledger holds as done have lost their run folder "
+                f"(first: {self.lost[0].run_dir}); running them again",
+                flush=True,
+            )
         interrupted = False
         with Progress(s.name, self.to_run(), self.sweep.metric) as self.progress:
             for _ in self.attached:
@@ -159,6 +186,7 @@ class StageDriver:
 def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     """Validate the stage, take its driver lock, launch what is left; returns the exit code."""
     stage = Stage(arguments)
+    preflight(stage, visible_gpus() if stage.base.launcher.name == "local" else None)
     stage.sweep_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(stage.sweep_dir / ".driver.lock")
     try:
@@ -170,7 +198,9 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
         sampler = optuna.samplers.TPESampler(seed=stage.base.seed)  # grid trials have fixed params: unused there
         ledger = Ledger.open(stage.sweep_dir, stage.name, stage.base.sweep.storage, sampler)
         pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
-        return StageDriver(stage, ledger, pool).launch()
+        driver = StageDriver(stage, ledger, pool)
+        ledger.record_launch([run.run_id for run in driver.known], list(arguments))
+        return driver.launch()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -17,15 +17,27 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from cart_sweeps.compose import first_line
+from cart_sweeps.config import ConfigError
+from cart_sweeps.status import RunStatus
+
+# What a damaged ledger file raises inside Optuna (checked with optuna 5.0: an empty or overwritten
+# SQLite file gives StorageInternalError; a torn journal JSONDecodeError, a garbage one AssertionError).
+DAMAGED = (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError, ValueError, AssertionError)
 LAUNCHES = "launches"  # study user attr: what each launch asked for (see Ledger.record_launch)
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
 _METRIC_PREFIXES = ("ppl_", "bpb_", "ce_")
 _RESULT_KEYS = ("rho", "step", "params_stored", "params_effective", "tokens_per_s", "wall_time_s")
+
+
+class LedgerDamaged(ConfigError):
+    """A stage's ledger file does not open; the next launch rebuilds it from the run folders."""
 
 
 def ledger_path(sweep_dir: Path, storage: str) -> Path:
@@ -56,9 +68,16 @@ def _create_sqlite(path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def status_of(trial: FrozenTrial) -> str:
-    """running | completed | failed | diverged | interrupted (a driver stopped it)."""
-    return trial.user_attrs.get("status", "running" if trial.state == TrialState.RUNNING else "failed")
+def _create(path: Path, stage: str, storage: str, sampler: optuna.samplers.BaseSampler | None) -> optuna.Study:
+    return optuna.create_study(
+        storage=_storage(path, storage), study_name=stage, sampler=sampler, direction="minimize", load_if_exists=True
+    )
+
+
+def status_of(trial: FrozenTrial) -> RunStatus:
+    """How the attempt stands; a trial that never recorded one is running (no result yet) or failed."""
+    fallback = RunStatus.RUNNING if trial.state == TrialState.RUNNING else RunStatus.FAILED
+    return RunStatus(trial.user_attrs.get("status", fallback))
 
 
 def results(summary: dict[str, Any]) -> dict[str, Any]:
@@ -71,30 +90,41 @@ class Ledger:
 
     def __init__(self, study: optuna.Study) -> None:
         self.study = study
+        self.set_aside: Path | None = None  # a damaged ledger file this open moved out of the way
 
     @classmethod
     def open(
         cls, sweep_dir: Path, stage: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None
     ) -> Ledger:
-        """Create or reopen the ledger; trials queued by a driver that died between queue and start are closed."""
+        """Create or reopen the ledger; trials queued by a driver that died between queue and start are closed.
+
+        A ledger that does not open (truncated, overwritten) is set aside, not deleted, and a fresh one
+        started: the driver then records every result its run folders hold (`set_aside` names the old file).
+        """
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        study = optuna.create_study(
-            storage=_storage(ledger_path(sweep_dir, storage), storage),
-            study_name=stage,
-            sampler=sampler,
-            direction="minimize",
-            load_if_exists=True,
-        )
+        path, set_aside = ledger_path(sweep_dir, storage), None
+        try:
+            study = _create(path, stage, storage, sampler)
+        except DAMAGED as err:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+            set_aside = path.rename(path.with_name(f"{path.name}.damaged-{stamp}"))
+            print(f"ledger {path} does not open ({first_line(err)}); set aside as {set_aside.name}, starting afresh")
+            study = _create(path, stage, storage, sampler)
         while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             trial = study.ask()
-            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("status", RunStatus.INTERRUPTED.value)
             study.tell(trial, state=TrialState.FAIL)
-        return cls(study)
+        ledger = cls(study)
+        ledger.set_aside = set_aside
+        return ledger
 
     @classmethod
     def read(cls, sweep_dir: Path, stage: str, storage: str) -> Ledger | None:
-        """The existing ledger, or None when the stage was never launched (creates nothing)."""
+        """The existing ledger, or None when the stage was never launched (creates nothing).
+
+        Raises LedgerDamaged (one line) when the file does not open.
+        """
         path = ledger_path(sweep_dir, storage)
         if not path.exists():
             return None
@@ -103,6 +133,11 @@ class Ledger:
             return cls(optuna.load_study(study_name=stage, storage=_storage(path, storage)))
         except KeyError:  # the file exists but holds no study of that name
             return None
+        except DAMAGED as err:
+            raise LedgerDamaged(
+                f"ledger {path} does not open ({first_line(err)}); the next launch of stage {stage} sets it "
+                "aside and rebuilds it from the run folders"
+            ) from err
 
     def record_launch(self, run_ids: list[str], args: list[str]) -> None:
         """Remember the runs this launch of the stage stands for (its whole grid, done ones included).
@@ -113,6 +148,12 @@ class Ledger:
         launches = self.launches()
         at = datetime.now(UTC).isoformat(timespec="seconds")
         launches.append({"at": at, "args": list(args), "run_ids": list(run_ids)})
+        self.study.set_user_attr(LAUNCHES, launches)
+
+    def add_to_launch(self, run_id: str) -> None:
+        """A search sampled a new run during the newest launch."""
+        launches = self.launches()
+        launches[-1]["run_ids"].append(run_id)
         self.study.set_user_attr(LAUNCHES, launches)
 
     def launches(self) -> list[dict[str, Any]]:
@@ -129,7 +170,7 @@ class Ledger:
 
     def start(self, params: dict[str, Any], dists: dict[str, BaseDistribution], attrs: dict[str, Any]) -> Trial:
         """A new trial for a run at fixed params (a grid point, or a retry of a sampled one)."""
-        self.study.enqueue_trial(params, user_attrs={**attrs, "status": "running"}, skip_if_exists=False)
+        self.study.enqueue_trial(params, user_attrs={**attrs, "status": RunStatus.RUNNING.value}, skip_if_exists=False)
         return self.study.ask(dists)
 
     def ask(self) -> Trial:
@@ -137,24 +178,28 @@ class Ledger:
         return self.study.ask()
 
     def tag(self, trial: Trial, attrs: dict[str, Any]) -> None:
-        for key, value in {**attrs, "status": "running"}.items():
+        for key, value in {**attrs, "status": RunStatus.RUNNING.value}.items():
             trial.set_user_attr(key, value)
 
     def resume(self, trial: FrozenTrial) -> Trial:
         """The live handle of a trial a previous driver left RUNNING."""
         return Trial(self.study, trial._trial_id)
 
-    def finish(self, trial: Trial, summary: dict[str, Any], metric: str) -> str:
-        """Record how a run ended, now; returns its status."""
-        status = summary.get("status", "failed")
-        trial.set_user_attr("status", status)
-        trial.set_user_attr("results", results(summary))
-        if summary.get("error"):
-            trial.set_user_attr("error", str(summary["error"]))
+    def finish(self, trial: Trial, summary: dict[str, Any], metric: str) -> RunStatus:
+        """Record how a run ended, now; returns its status. A completed run without a finite sweep
+        metric is recorded as failed: the ledger never holds a result it cannot rank."""
+        status = RunStatus(summary.get("status", RunStatus.FAILED))
+        error = summary.get("error")
         value = summary.get(metric)
-        if status == "completed":
-            finite = isinstance(value, (int, float)) and math.isfinite(value)
-            self.study.tell(trial, float(value) if finite else math.inf)
+        finite = isinstance(value, int | float) and math.isfinite(value)
+        if status == RunStatus.COMPLETED and not finite:
+            status, error = RunStatus.FAILED, f"completed without a finite {metric} (it recorded {value!r})"
+        trial.set_user_attr("status", status.value)
+        trial.set_user_attr("results", results(summary))
+        if error:
+            trial.set_user_attr("error", str(error))
+        if status == RunStatus.COMPLETED:
+            self.study.tell(trial, float(value))
         else:
             self.study.tell(trial, state=TrialState.FAIL)
         return status

@@ -10,7 +10,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-FINAL = ("completed", "failed", "diverged")
+from cart_sweeps.status import RunStatus
+
+FINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DIVERGED, RunStatus.CANCELLED, RunStatus.REJECTED)
 
 
 def _duration(seconds: float) -> str:
@@ -50,7 +52,7 @@ class Progress:
         eta = _duration(elapsed / done * (self.to_run - done)) if done else "?"
         return (
             f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
-            f"{self.counts['failed'] + self.counts['diverged']} failed, {left} left, ETA {eta}"
+            f"{done - self.counts[RunStatus.COMPLETED]} failed, {left} left, ETA {eta}"
         )
 
     def _refresh(self) -> None:
@@ -61,14 +63,14 @@ class Progress:
         self.running += 1
         self._refresh()
 
-    def finished(self, label: str, summary: dict[str, Any], final: bool) -> None:
+    def finished(self, label: str, status: RunStatus, summary: dict[str, Any], final: bool) -> None:
         """A run ended; `final` False means it failed and will be tried again."""
         self.running -= 1
-        status = summary.get("status", "failed")
         if final:
             self.counts[status] += 1
         value = summary.get(self.metric)
-        detail = f"{self.metric}={value:.4g}" if isinstance(value, (int, float)) else summary.get("error", "")
+        completed = status == RunStatus.COMPLETED and isinstance(value, int | float)
+        detail = f"{self.metric}={value:.4g}" if completed else summary.get("error", "")
         retry = "" if final else " (retrying)"
         line = f"{label}: {status}{retry} {detail}".rstrip()
         self.console.print(line if self.live else f"{line}  [{self.status()}]", markup=False)

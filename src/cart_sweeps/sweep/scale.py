@@ -27,7 +27,8 @@ def _length_ratio(paper_steps: int, scale: DictConfig) -> float:
 
 
 def _shrink(value: int, factor: float) -> int:
-    return max(1, round(value * factor))
+    """At least 1; a value that is not positive is left for validation to name, never made valid."""
+    return max(1, round(value * factor)) if value > 0 else value
 
 
 def _width(d: int, scale: DictConfig) -> int:

@@ -28,10 +28,7 @@ class WandbLogger:
         import wandb
 
         lg = cfg.logger
-        if lg.mode == "online" and not (os.environ.get("WANDB_API_KEY") or _netrc_has_wandb()):
-            raise ConfigError(
-                "logger.mode=online needs a W&B key (WANDB_API_KEY or `wandb login`); or use logger.mode=offline"
-            )
+        check_credentials(lg)
         m = cfg.model
         self.wandb = wandb
         self.run = wandb.init(
@@ -59,6 +56,14 @@ class WandbLogger:
     def finish(self, status: str) -> None:
         self.run.summary["status"] = status
         self.run.finish(exit_code=0 if status == "completed" else 1)
+
+
+def check_credentials(lg: DictConfig) -> None:
+    """Online logging needs a W&B key; without one, wandb.init would prompt or hang, so say it first."""
+    if lg.name == "wandb" and lg.mode == "online" and not (os.environ.get("WANDB_API_KEY") or _netrc_has_wandb()):
+        raise ConfigError(
+            "logger.mode=online needs a W&B key (WANDB_API_KEY or `wandb login`); or use logger.mode=offline"
+        )
 
 
 def _netrc_has_wandb() -> bool:

@@ -1,0 +1,84 @@
+"""What a stage needs beyond each run's own config check, checked once before anything launches.
+
+Each problem is one line naming the key and the fix (a ConfigError): the driver's own settings, the sweep
+metric against the validation sets the data measures, and what this machine must offer the runs (a CUDA
+GPU and bitsandbytes for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage
+that cannot succeed is refused whole, rather than launched and retried run by run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.train.logger import check_credentials
+
+_POSITIVE = ("slots", "runs_per_gpu", "poll_s", "timeout_min", "array_parallelism", "cpus_per_task", "mem_gb")
+_NON_NEGATIVE = ("gpus_per_task", "max_num_timeout", "signal_delay_s")
+
+
+def check_launcher(launcher: DictConfig) -> None:
+    for key in _POSITIVE:
+        if launcher[key] <= 0:
+            raise ConfigError(f"launcher.{key}={launcher[key]} must be > 0")
+    for key in _NON_NEGATIVE:
+        if launcher[key] < 0:
+            raise ConfigError(f"launcher.{key}={launcher[key]} must be >= 0")
+
+
+def measured_metrics(data: DictConfig) -> list[str]:
+    """The metrics a run on `data` reports at each evaluation: ppl, bpb and ce of every validation set."""
+    return [f"{kind}_{v.name}" for kind in ("ppl", "bpb", "ce") for v in data.validation]
+
+
+def check_metric(metric: str, data: DictConfig) -> None:
+    measured = measured_metrics(data)
+    if metric not in measured:
+        raise ConfigError(
+            f"sweep.metric={metric} is not measured with data={data.name}; use one of {', '.join(measured)}"
+        )
+
+
+def check_writable(folder: str, key: str) -> None:
+    """Create the folder and a file in it, as a run will (root passes os.access checks that a write fails)."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={folder} is not writable ({err.strerror}); point {key} at a writable folder") from err
+
+
+def check_machine(cfg: DictConfig, gpus: list[int] | None) -> None:
+    """What one run config needs of the machines it runs on; `gpus` are the local pool's (None on SLURM)."""
+    t, lc = cfg.trainer, cfg.launcher
+    no_gpu = not gpus if gpus is not None else lc.gpus_per_task == 0
+    where = "this machine has none visible" if gpus is not None else "launcher.gpus_per_task=0"
+    if t.optimizer == "adamw8bit":
+        if no_gpu:
+            raise ConfigError(f"trainer.optimizer=adamw8bit needs a CUDA GPU and {where}; use trainer.optimizer=adamw")
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise ConfigError("trainer.optimizer=adamw8bit needs bitsandbytes: pip install 'cart_sweeps[hub]'")
+    if t.device == "cuda" and no_gpu:
+        raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {where}; use trainer.device=auto")
+    check_credentials(cfg.logger)
+
+
+def preflight(stage: Stage, gpus: list[int] | None) -> None:
+    """Every check above, for every run of the stage (each distinct setting once)."""
+    check_launcher(stage.base.launcher)
+    runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
+    seen = set()
+    for run in runs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
+        c = run.cfg
+        key = (c.data.name, c.data.cache_dir, c.trainer.optimizer, c.trainer.device, c.logger.name, c.logger.mode)
+        if key not in seen:
+            seen.add(key)
+            check_metric(stage.base.sweep.metric, c.data)
+            check_writable(c.data.cache_dir, "data.cache_dir")
+            check_machine(c, gpus)
