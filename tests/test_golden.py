@@ -5,11 +5,18 @@ A refactor must leave every number here as it is. Tolerances, from what was meas
 - initial parameters: bit for bit (sha256 of each tensor). Fresh processes, 1 or 2 threads, and torch's
   AVX2 and AVX512 kernels all give the same bytes; only torch's non-vectorised CPU path
   (ATEN_CPU_CAPABILITY=default, i.e. a CPU without AVX2) draws N(0, std) to other last bits.
-- logits: atol 1e-6 + rtol 1e-5; loss: rtol 1e-6. Two fresh processes at 1 and 2 threads agree bit for
+- logits: atol 1e-6 + rtol 1e-6; loss: rtol 1e-6. Two fresh processes at 1 and 2 threads agree bit for
   bit; forcing the AVX2 kernels (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA) moves
-  logits by up to 1.2e-7 (2.1e-7 on the non-vectorised path) and the loss by up to 1e-7 relative.
+  logits by up to 1.2e-7 (2.1e-7 on the non-vectorised path) and the loss by up to 1e-7 relative. The
+  logits of a fresh init are small (|logit| < 0.35), so a small change moves them little: gate_init
+  0.9 -> 0.9001 moves base CART's by 3.6e-6 and R=1's by 3.3e-7 (within tolerance; the init digest and
+  the training curve catch it).
 - the 20-step training curve: rtol 1e-5 (lr: 1e-12). Bit for bit across processes; with the AVX2 kernels
   loss and grad_norm move by up to 1.2e-7 relative, eval ppl by up to 1e-6.
+
+Numbers within tolerance but not bit for bit pass with a warning. To prove a refactor changed no bit, run
+on a machine where the golden files pass bit for bit (they record their torch and CPU kernels) with
+CART_SWEEPS_GOLDEN_EXACT=1: every tolerance is then 0.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -26,18 +35,28 @@ _spec = importlib.util.spec_from_file_location("golden_make", Path(__file__).par
 golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(golden)
 
-LOGITS_ATOL, LOGITS_RTOL = 1e-6, 1e-5
-LOSS_RTOL = 1e-6
-TRAIN_RTOL = {"loss": 1e-5, "grad_norm": 1e-5, "rho": 1e-5, "lr": 1e-12}
-EVAL_RTOL = 1e-5
+EXACT = os.environ.get("CART_SWEEPS_GOLDEN_EXACT") == "1"
+LOGITS_ATOL, LOGITS_RTOL = (0.0, 0.0) if EXACT else (1e-6, 1e-6)
+LOSS_RTOL = 0.0 if EXACT else 1e-6
+TRAIN_RTOL = (
+    dict.fromkeys(("loss", "grad_norm", "rho", "lr"), 0.0)
+    if EXACT
+    else {
+        "loss": 1e-5,
+        "grad_norm": 1e-5,
+        "rho": 1e-5,
+        "lr": 1e-12,
+    }
+)
+EVAL_RTOL = 0.0 if EXACT else 1e-5
 # An ablation must move the logits by far more than any tolerance above.
 ABLATION_MIN_DIFF = 1e-4
 
 MODEL_GOLDEN = torch.load(golden.MODEL_FILE, weights_only=True)
 TRAIN_GOLDEN = json.loads(golden.TRAIN_FILE.read_text())
 FIX = (
-    f"If this change is intended, regenerate with `{golden.REGENERATE}` and name the numerical change in "
-    "the commit; if it was meant to be a refactor, the refactor changed the computation."
+    "If it was meant to be a refactor, the refactor changed the computation: fix it. Only for an intended "
+    f"numerical change: regenerate with `{golden.REGENERATE}` (see its docstring) and name the change in the commit."
 )
 
 
@@ -118,6 +137,13 @@ def test_logits_and_loss(name, outputs):
         f"{what}: loss {loss!r}, golden {ref_loss!r} (relative diff {abs(loss - ref_loss) / abs(ref_loss):.3g}, "
         f"tolerance {LOSS_RTOL}).\n" + FIX
     )
+    if not (torch.equal(now["logits"], ref["logits"]) and loss == ref_loss):
+        warnings.warn(
+            f"{what}: within tolerance but not bit for bit (logits max abs diff {diff.max().item():.3g}, "
+            f"loss {loss!r} vs {ref_loss!r}; golden made with {MODEL_GOLDEN['cpu_capability']} kernels, here "
+            f"{torch.backends.cpu.get_cpu_capability()})",
+            stacklevel=1,
+        )
 
 
 @pytest.mark.parametrize("name", golden.ABLATIONS)
@@ -182,3 +208,5 @@ def test_training_curve_is_the_golden_one(training):
         f"(tolerance: relative {EVAL_RTOL}, lr {TRAIN_RTOL['lr']}); the data bins are {data} the golden ones. "
         "First divergence first:\n" + "\n".join(problems[:12]) + more + "\n" + FIX
     )
+    if (training["train"], training["eval"]) != (TRAIN_GOLDEN["train"], TRAIN_GOLDEN["eval"]):
+        warnings.warn("the golden training curve is within tolerance but not bit for bit", stacklevel=1)
