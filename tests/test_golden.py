@@ -8,7 +8,7 @@ A refactor must leave every number here as it is. Tolerances, from what was meas
 - logits: atol 1e-6 + rtol 1e-6; loss: rtol 1e-6. Two fresh processes at 1 and 2 threads agree bit for
   bit; forcing the AVX2 kernels (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA) moves
   logits by up to 1.2e-7 (2.1e-7 on the non-vectorised path) and the loss by up to 1e-7 relative. The
-  logits of a fresh init are small (|logit| < 0.35), so a small change moves them little: gate_init
+  logits of a fresh init are small (|logit| < 0.6), so a small change moves them little: gate_init
   0.9 -> 0.9001 moves base CART's by 3.6e-6 and R=1's by 3.3e-7 (within tolerance; the init digest and
   the training curve catch it).
 - the 20-step training curve: rtol 1e-5 (lr: 1e-12). Bit for bit across processes; with the AVX2 kernels
@@ -16,7 +16,8 @@ A refactor must leave every number here as it is. Tolerances, from what was meas
 
 Numbers within tolerance but not bit for bit pass with a warning. To prove a refactor changed no bit, run
 on a machine where the golden files pass bit for bit (they record their torch and CPU kernels) with
-CART_SWEEPS_GOLDEN_EXACT=1: every tolerance is then 0.
+CART_SWEEPS_GOLDEN_EXACT=1: every tolerance is then 0. (Tried: rewriting the block's residual `h + f` as
+`x + (a + f)` passes the tolerances with a warning for every model and fails them all with EXACT=1.)
 """
 
 from __future__ import annotations
