@@ -9,6 +9,14 @@ from pathlib import Path
 
 from analysis.load import AnalysisError, load_csv, load_runs
 from analysis.report import run
+from analysis.select import ALL, LATEST, choose
+
+
+def launch_choice(text: str) -> str:
+    """latest, all, or a launch's number (1 = the first)."""
+    if text in (LATEST, ALL) or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: use latest, all or a launch number (1, 2, ...)")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -35,6 +43,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="build only these tables/figures (names or prefixes, e.g. stage1 reversal); "
         "missing input is then an error",
     )
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="table only runs whose recorded config has this value, e.g. trainer.lr=1e-3 model.d_model=32 "
+        "(repeatable; run folders only)",
+    )
+    parser.add_argument(
+        "--launch",
+        type=launch_choice,
+        default=LATEST,
+        metavar="WHICH",
+        help="which launch of each stage to table, from its ledger: latest (default), all, or N (1 = the first); "
+        "run folders only",
+    )
     return parser.parse_args(argv)
 
 
@@ -42,9 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         if args.from_csv:
+            if args.where or args.launch != LATEST:
+                raise AnalysisError("--where and --launch choose among run folders; a results CSV is tabled whole")
             study = load_csv(args.from_csv)
         else:
-            study = load_runs(args.runs or Path(os.environ.get("CART_SWEEPS_RUNS", "runs")))
+            root = args.runs or Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
+            study = choose(load_runs(root), args.launch, args.where)
         report = run(study, args.out, args.metric, args.only)
     except AnalysisError as error:
         print(f"analysis: {error}", file=sys.stderr)
@@ -53,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     for name, reason in report.skipped.items():
         print(f"skipped {name}: {reason}")
+    for chosen in study.selection.values():
+        print("\n".join([chosen.line(), *(f"  {line}" for line in chosen.details())]))
     print()
     print(report.summary)
     return 0

@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from cart_sweeps.status import RunStatus
+
 INT_COLUMNS = (
     "d_model",
     "n_prelude",
@@ -32,18 +34,40 @@ MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 
 
+CELL = ("model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "eval_n_loops")  # a table cell, per stage
+
+
 class AnalysisError(ValueError):
     """A problem with the input the user can fix; shown as one line, not a traceback."""
 
 
+@dataclass(frozen=True)
+class RunRecord:
+    """One run folder as its summary.json describes it: what `analysis.select` chooses runs by."""
+
+    run: str  # the folder, relative to the runs root (the `run` column of the frames)
+    stage: str
+    label: str
+    run_id: str | None
+    status: str
+    seed: int | None
+    config: dict[str, Any]  # the recorded config, flat (model.*, trainer.*, data, eval_n_loops), without the seed
+    config_id: str | None  # the summary's own (runs since config_id existed); None for older summaries
+    cell: tuple[Any, ...]  # the table cell it falls in: CELL's values
+    written: float  # when its summary was written (seconds since the epoch)
+
+
 @dataclass
 class Study:
-    """Everything analysis reads: evaluations, the training log, and the runs left out."""
+    """Everything analysis reads: evaluations, the training log, the runs left out, and (from run
+    folders) every run read, and which of them each stage's tables use and why."""
 
     evals: pd.DataFrame
     train: pd.DataFrame = field(default_factory=pd.DataFrame)
     not_completed: dict[str, int] = field(default_factory=dict)
     source: str = ""
+    records: list[RunRecord] = field(default_factory=list)
+    selection: dict[str, Any] = field(default_factory=dict)  # stage -> analysis.select.StageSelection
 
     def final(self) -> pd.DataFrame:
         """The last evaluated step of every run: what the tables rank ("at the last step")."""
@@ -97,7 +121,7 @@ def load_csv(path: str | Path) -> Study:
         raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")
     left_out: Counter[str] = Counter()
     if "status" in frame:
-        done = frame["status"].fillna("completed") == "completed"
+        done = frame["status"].fillna(RunStatus.COMPLETED) == RunStatus.COMPLETED
         left_out.update(frame.loc[~done, "status"].astype(str))
         frame = frame[done]
     return Study(evals=_normalise(frame), not_completed=dict(left_out), source=str(path))
@@ -118,18 +142,21 @@ def load_runs(root: str | Path) -> Study:
         )
     evals: list[dict[str, Any]] = []
     train: list[dict[str, Any]] = []
+    records: list[RunRecord] = []
     left_out: Counter[str] = Counter()
     for path in summaries:
         try:
             summary = json.loads(path.read_text())
+            written = path.stat().st_mtime
         except (OSError, json.JSONDecodeError):
             left_out["unreadable"] += 1
             continue
         status = str(summary.get("status", "unknown"))
-        if status != "completed":
+        meta = _run_meta(summary, path.parent, root)
+        records.append(_record(summary, meta, status, written))
+        if status != RunStatus.COMPLETED:
             left_out[status] += 1
             continue
-        meta = _run_meta(summary, path.parent, root)
         for event in _events(path.parent / "metrics.jsonl"):
             if event.get("kind") == "train":
                 train.append({**meta, "step": event.get("step"), **{k: event.get(k) for k in TRAIN_KEYS}})
@@ -140,7 +167,27 @@ def load_runs(root: str | Path) -> Study:
     if not study_evals.empty:
         study_evals = study_evals.drop_duplicates(["run", "step"], keep="last").reset_index(drop=True)
     study_train = _normalise(pd.DataFrame(train)) if train else pd.DataFrame()
-    return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root))
+    return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), records)
+
+
+def _record(summary: dict[str, Any], meta: dict[str, Any], status: str, written: float) -> RunRecord:
+    """A run's record: its identity, its recorded config (flat), its cell."""
+    config = {f"{group}.{k}": v for group in ("model", "trainer") for k, v in (summary.get(group) or {}).items()}
+    config["data"] = summary.get("data")
+    if "eval_n_loops" in summary:
+        config["eval_n_loops"] = summary["eval_n_loops"]
+    return RunRecord(
+        run=meta["run"],
+        stage=meta["stage"],
+        label=meta["label"],
+        run_id=summary.get("run_id"),
+        status=status,
+        seed=summary.get("seed"),
+        config=config,
+        config_id=summary.get("config_id"),
+        cell=tuple(meta.get(k) for k in CELL),
+        written=written,
+    )
 
 
 def _run_meta(summary: dict[str, Any], folder: Path, root: Path) -> dict[str, Any]:

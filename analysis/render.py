@@ -68,11 +68,12 @@ def _latex_row(values: Iterable[str]) -> str:
     return " & ".join(v.translate(escape) for v in values) + r" \\"
 
 
-def write_table(table: pd.DataFrame, out: Path, name: str) -> list[Path]:
-    """<out>/<name>.csv, .md and .tex; returns the paths written."""
+def write_table(table: pd.DataFrame, out: Path, name: str, runs: str = "") -> list[Path]:
+    """<out>/<name>.csv, .md and .tex; the Markdown opens with `runs` (which runs it used) when given.
+    Returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
     table.to_csv(paths[0], index=False)
-    paths[1].write_text(markdown(table))
+    paths[1].write_text(f"{runs}\n\n{markdown(table)}" if runs else markdown(table))
     paths[2].write_text(latex(table))
     return paths

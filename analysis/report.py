@@ -4,6 +4,7 @@ folder, and say in words what came out. Same inputs, same files: safe to rerun."
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from analysis.figures import figure_jobs
 from analysis.findings import Findings, findings, words
 from analysis.load import AnalysisError, Study, pick_metric
 from analysis.render import markdown, write_table
-from analysis.tables import TABLES
+from analysis.tables import READS, TABLES
 
 
 @dataclass
@@ -54,7 +55,7 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
         try:
             if name in TABLES:
                 tables[name] = TABLES[name](final, metric)
-                report.written += write_table(tables[name], out, name)
+                report.written += write_table(tables[name], out, name, runs_used(study, name))
             else:
                 figures[name](out / f"{name}.png")
                 report.written.append(out / f"{name}.png")
@@ -62,12 +63,19 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
             if only:
                 raise
             report.skipped[name] = str(error)
-    report.findings = {"input": _input(study, final), **findings(tables, metric)}
+    selection = {"selection": {s: chosen.as_json() for s, chosen in study.selection.items()}} if study.selection else {}
+    report.findings = {"input": _input(study, final), **selection, **findings(tables, metric)}
     report.summary = words(report.findings, _notes(study, note, report.skipped))
     (out / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
-    (out / "report.md").write_text(_markdown_report(tables, report))
+    (out / "report.md").write_text(_markdown_report(tables, report, study))
     report.written += [out / "findings.json", out / "report.md"]
     return report
+
+
+def runs_used(study: Study, table: str) -> str:
+    """The line saying which runs a table used (empty without a selection: a results CSV)."""
+    lines = [study.selection[s].line() for s in READS[table] if s in study.selection]
+    return f"Runs: {'; '.join(lines)}." if lines else ""
 
 
 def _input(study: Study, final: pd.DataFrame) -> Findings:
@@ -87,15 +95,27 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> li
     if study.not_completed:
         left = ", ".join(f"{n} {status}" for status, n in study.not_completed.items())
         notes.append(f"Runs left out of the tables (not completed): {left}.")
+    for chosen in study.selection.values():
+        if chosen.excluded or chosen.missing:
+            why = Counter(e.reason for e in chosen.excluded)
+            left = ", ".join(f"{n} {reason}" for reason, n in why.items()) or "none"
+            gone = f"; {len(chosen.missing)} missing" if chosen.missing else ""
+            notes.append(f"Stage {chosen.stage} tables use {chosen.basis}; left out: {left}{gone} (see report.md).")
     if skipped:
         notes.append(f"Not built for lack of input: {', '.join(skipped)}.")
     return notes
 
 
-def _markdown_report(tables: dict[str, pd.DataFrame], report: Report) -> str:
-    """Every table and figure on one page, then the findings in words."""
+def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study) -> str:
+    """The runs used, every table and figure on one page, then the findings in words."""
     parts = ["# CART study: regenerated tables\n"]
-    parts += [f"## {name}\n\n{markdown(table)}" for name, table in tables.items()]
+    if study.selection:
+        lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
+        parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
+    parts += [
+        f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table)
+        for name, table in tables.items()
+    ]
     parts += [f"![{p.stem}]({p.name})\n" for p in report.written if p.suffix == ".png"]
     parts.append(f"## Summary\n\n{report.summary}\n")
     return "\n".join(parts)

@@ -307,6 +307,23 @@ def _chain(levels: list) -> str:
     return " > ".join(str(level) for level in levels)
 
 
+# The stages each table reads (what its "Runs:" line reports).
+READS: dict[str, tuple[str, ...]] = {
+    "stage1_grid": ("1",),
+    "stage1_best": ("1",),
+    "stage1_r_benefit": ("1",),
+    "stage1_p_ordering": ("1",),
+    "stage1_variance": ("1",),
+    "stage2_seeds": ("2",),
+    "stage2_best": ("2",),
+    "reversal": ("1", "2"),
+    "reversal_cells": ("1", "2"),
+    "parity": ("parity", "2"),
+    "ablations": ("ablations", "2", "parity"),
+    "variable_r": ("variable_r",),
+    "rho": ("1", "2", "parity"),
+}
+
 TABLES: dict[str, Builder] = {
     "stage1_grid": stage1_grid,
     "stage1_best": stage1_best,

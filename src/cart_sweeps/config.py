@@ -2,19 +2,22 @@
 
 The YAML files in conf/ and sweeps/ are validated against these dataclasses at compose time, so an
 unknown key or a wrong type fails before anything runs. Value checks that types cannot express
-(d divisible by the head dim, R within the loop-index table, ...) live in `validate`.
+(d divisible by the head dim, R within the loop-index table, ...) live in `validate`. Which values
+name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identity.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
+
+from cart_sweeps.identity import config_id as config_id
+from cart_sweeps.identity import identity as identity
+from cart_sweeps.identity import run_id as run_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
@@ -307,29 +310,7 @@ def validate(cfg: DictConfig) -> None:
         )
 
 
-# Keys that change where or how fast a run goes, not what it computes: left out of its identity.
-_NON_IDENTITY_KEYS = {
-    "data": {"cache_dir", "streaming"},
-    "trainer": {"log_every", "ckpt_every", "keep_checkpoints", "device", "threads", "compile", "eval_batch_size"},
-}
 _ABLATION_SWITCHES = ["unfreeze_kv", "unshare_core", "self_attn_core", "disable_hyper", "disable_lti", "disable_lie"]
-
-
-def identity(cfg: DictConfig) -> dict[str, Any]:
-    """The meaning-bearing part of a run's config: model, data recipe, training recipe, seed."""
-    out: dict[str, Any] = {"seed": cfg.seed}
-    for group in ("model", "data", "trainer"):
-        node = OmegaConf.to_container(cfg[group], resolve=True)
-        out[group] = {k: v for k, v in node.items() if k not in _NON_IDENTITY_KEYS.get(group, set())}
-    if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
-        out["eval_n_loops"] = cfg.stage.eval_n_loops
-    return out
-
-
-def run_id(cfg: DictConfig) -> str:
-    """A short stable hash of `identity(cfg)`: the ledger's key for a run."""
-    blob = json.dumps(identity(cfg), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def variant(model: DictConfig | ModelConfig) -> str:

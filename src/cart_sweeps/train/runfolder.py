@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import run_id, run_label, variant
+from cart_sweeps.config import config_id, run_id, run_label, variant
 from cart_sweeps.model import param_counts
 
 SUMMARY = "summary.json"
@@ -31,6 +31,7 @@ def base_summary(cfg: DictConfig) -> dict[str, Any]:
     counts = param_counts(cfg.model)
     return {
         "run_id": run_id(cfg),
+        "config_id": config_id(cfg),  # shared by runs that differ only in seed: what the analysis averages over
         "label": run_label(cfg),
         "stage": cfg.stage.name,
         "variant": variant(cfg.model),

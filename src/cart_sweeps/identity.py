@@ -1,0 +1,161 @@
+"""A run's identity: the config values that define what it computes, and the hashes that name it.
+
+The run id keys a run in the ledger and names its folder, so a relaunch finds completed runs by it.
+It must therefore not move when the schema grows: the fields each schema dataclass had when identity
+was frozen (FROZEN_FIELDS) are always hashed, exactly as before; a field added later is hashed only
+when its value differs from its dataclass default. Adding a field with a default keeps every run id;
+setting it makes a new run. Changing a later field's default would silently give old ids a new
+meaning, which tests/test_identity.py guards against.
+
+Torch-free and free of the schema module, which re-exports `identity`, `run_id` and `config_id`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+# Keys that change where or how fast a run goes, not what it computes: left out of its identity.
+NON_IDENTITY_KEYS = {
+    "data": {"cache_dir", "streaming"},
+    "trainer": {"log_every", "ckpt_every", "keep_checkpoints", "device", "threads", "compile", "eval_batch_size"},
+}
+GROUPS = ("model", "data", "trainer")
+
+# Never edit: the fields of each schema dataclass (by class name) when identity was frozen.
+# A field added since is hashed only when set away from its default.
+FROZEN_FIELDS: dict[str, frozenset[str]] = {
+    "ModelConfig": frozenset(
+        {
+            "name",
+            "d_model",
+            "head_dim",
+            "n_prelude",
+            "n_loops",
+            "n_layers",
+            "vocab_size",
+            "max_seq_len",
+            "norm_eps",
+            "rope_base",
+            "init_std",
+            "gate_init",
+            "core_update",
+            "unfreeze_kv",
+            "unshare_core",
+            "self_attn_core",
+            "disable_hyper",
+            "disable_lti",
+            "disable_lie",
+        }
+    ),
+    "DataConfig": frozenset(
+        {"name", "cache_dir", "tokenizer", "sources", "validation", "chunk_tokens", "train_tokens", "streaming"}
+    ),
+    "TokenizerConfig": frozenset({"kind", "name", "vocab_size", "bos_token", "eos_token", "train_docs"}),
+    "SourceConfig": frozenset(
+        {"name", "path", "config_name", "split", "data_files", "data_dir", "text_field", "chunks_per_cycle"}
+    ),
+    "ValSetConfig": frozenset(
+        {
+            "name",
+            "path",
+            "config_name",
+            "split",
+            "data_files",
+            "data_dir",
+            "text_field",
+            "last_docs",
+            "shuffle_seed",
+            "n_tokens",
+        }
+    ),
+    "TrainerConfig": frozenset(
+        {
+            "steps",
+            "seq_len",
+            "micro_batch_size",
+            "grad_accum",
+            "optimizer",
+            "lr",
+            "min_lr",
+            "warmup_steps",
+            "betas",
+            "weight_decay",
+            "decay_all",
+            "grad_clip",
+            "precision",
+            "compile",
+            "device",
+            "threads",
+            "deterministic",
+            "eval_every",
+            "eval_windows",
+            "eval_batch_size",
+            "log_every",
+            "ckpt_every",
+            "keep_checkpoints",
+        }
+    ),
+}
+
+
+def frozen_fields(schema: type) -> frozenset[str] | None:
+    """The frozen fields of a schema dataclass (or of the frozen class it extends); None for other types."""
+    return next((FROZEN_FIELDS[c.__name__] for c in schema.__mro__ if c.__name__ in FROZEN_FIELDS), None)
+
+
+def later_defaults(schema: type) -> dict[str, Any]:
+    """The fields of `schema` added since identity was frozen, with their defaults as a config holds them."""
+    frozen = frozen_fields(schema) or frozenset()
+    return {k: v for k, v in _defaults(schema).items() if k not in frozen}
+
+
+@functools.cache
+def _defaults(schema: type) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
+
+
+def _defining(node: Any, resolved: Any) -> Any:
+    """`resolved` (the node's values) without the later fields that still hold their defaults, at any depth."""
+    if isinstance(node, ListConfig):
+        return [_defining(n, r) for n, r in zip(node, resolved, strict=True)]
+    if not isinstance(node, DictConfig):
+        return resolved
+    schema = OmegaConf.get_type(node)
+    frozen = frozen_fields(schema) if schema is not None else None
+    if frozen is None:
+        return resolved
+    later = later_defaults(schema)
+    raw = OmegaConf.to_container(node, resolve=False)
+    return {k: _defining(node[k], v) for k, v in resolved.items() if k in frozen or raw[k] != later[k]}
+
+
+def identity(cfg: DictConfig, seed: bool = True) -> dict[str, Any]:
+    """The meaning-bearing part of a run's config: model, data recipe, training recipe, seed (unless not asked)."""
+    out: dict[str, Any] = {"seed": cfg.seed} if seed else {}
+    for group in GROUPS:
+        node = cfg[group]
+        values = _defining(node, OmegaConf.to_container(node, resolve=True))
+        out[group] = {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS.get(group, set())}
+    if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
+        out["eval_n_loops"] = cfg.stage.eval_n_loops
+    return out
+
+
+def _digest(values: dict[str, Any]) -> str:
+    blob = json.dumps(values, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def run_id(cfg: DictConfig) -> str:
+    """A short stable hash of `identity(cfg)`: the ledger's key for a run."""
+    return _digest(identity(cfg))
+
+
+def config_id(cfg: DictConfig) -> str:
+    """The hash of the identity without the seed: what the seeds of one configuration share."""
+    return _digest(identity(cfg, seed=False))

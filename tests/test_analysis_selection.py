@@ -1,0 +1,114 @@
+"""The analysis tables each stage from the runs it should: a stage relaunched with another trainer.lr and a
+run started by hand in the same folder, all made by the real commands, then `python -m analysis`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cart_sweeps.sweep.ledger import LAUNCHES, Ledger
+
+GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2", "model.n_prelude=2,6", "trainer.steps=6"]
+SLOTS = ["launcher.slots=2", "launcher.poll_s=0.2"]
+RELAUNCH = "trainer.lr=1e-3"
+
+
+def cart_sweeps(runs: Path, *args: str) -> None:
+    env = {**os.environ, "CART_SWEEPS_RUNS": str(runs)}
+    done = subprocess.run([sys.executable, "-m", "cart_sweeps", *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def analysis(runs: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "analysis", "--runs", str(runs), "--out", str(out), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).parents[1])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data_cache) -> Path:
+    """Stage 1 launched, relaunched with trainer.lr=1e-3, and one Stage-1 run started by hand (no -m)."""
+    root = tmp_path_factory.mktemp("selection") / "runs"
+    cart_sweeps(root, "-m", *GRID, *SLOTS)
+    cart_sweeps(root, "-m", *GRID, *SLOTS, RELAUNCH)
+    cart_sweeps(root, "stage=1", "scale=tiny", "trainer.steps=6")
+    return root
+
+
+def lrs(out: Path) -> set[float]:
+    """The trainer.lr of the runs behind the Stage-1 tables: the stage's run folders the selection kept."""
+    assert len(pd.read_csv(out / "stage1_grid.csv")) == 2  # P=2 and P=6, one run each
+    findings = json.loads((out / "findings.json").read_text())
+    root = Path(findings["input"]["source"])
+    left_out = {e["run"] for e in findings["selection"]["1"]["excluded"]}
+    chosen = [p for p in (root / "1").glob("*/summary.json") if f"1/{p.parent.name}" not in left_out]
+    return {json.loads(p.read_text())["trainer"]["lr"] for p in chosen}
+
+
+def test_tables_hold_the_newest_launch_and_say_what_they_left_out(runs, tmp_path):
+    done = analysis(runs, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert lrs(tmp_path) == {1e-3}
+    selection = json.loads((tmp_path / "findings.json").read_text())["selection"]["1"]
+    assert selection["runs"] == 2
+    reasons = {e["label"]: (e["reason"], e["differs"]) for e in selection["excluded"]}
+    assert set(reasons) == {"d32-P2-R2-s42", "d32-P6-R2-s42", "d64-P2-R4-s42"}
+    assert "trainer.lr 0.003 vs 0.001" in reasons["d32-P2-R2-s42"][1] == reasons["d32-P6-R2-s42"][1]
+    assert reasons["d64-P2-R4-s42"][0] == "started by hand: in no launch"
+    report = (tmp_path / "report.md").read_text()
+    assert "trainer.lr 0.003 vs 0.001" in report and "1/d64-P2-R4-s42: started by hand" in report
+    assert (tmp_path / "stage1_grid.md").read_text().startswith("Runs: stage 1: ")
+    assert "left out 1/d64-P2-R4-s42" in done.stdout
+
+
+def test_where_and_launch_all_select_the_earlier_runs(runs, tmp_path):
+    done = analysis(runs, tmp_path, "--where", "trainer.lr=0.003", "--launch", "all")
+    assert done.returncode == 0, done.stderr
+    assert lrs(tmp_path) == {3e-3}
+    assert "where trainer.lr=0.003" in (tmp_path / "stage1_grid.md").read_text().splitlines()[0]
+    assert analysis(runs, tmp_path, "--where", "trainer.nope=1").stderr.strip() == (
+        "analysis: --where trainer.nope=1: no run records trainer.nope (keys look like trainer.lr, model.d_model)"
+    )
+
+
+def test_a_deleted_run_folder_of_the_newest_launch_is_listed_missing(runs, tmp_path):
+    copy = tmp_path / "runs"
+    shutil.copytree(runs, copy)
+    gone = next(p.parent for p in (copy / "1").glob("d32-P2-R2-*/summary.json") if _lr(p) == 1e-3)
+    shutil.rmtree(gone)
+    done = analysis(copy, tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out" / "findings.json").read_text())["selection"]["1"]["missing"] == [
+        "d32-P2-R2-s42"
+    ]
+    assert "missing d32-P2-R2-s42" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_recorded_launches_choose_by_number(runs, tmp_path):
+    """With the launches recorded in the ledger (Ledger.record_launch), --launch N picks one of them."""
+    copy = tmp_path / "runs"
+    shutil.copytree(runs, copy)
+    ledger = Ledger.open(copy / "1", "1", "sqlite")
+    ledger.study.set_user_attr(LAUNCHES, [])
+    by_lr: dict[float, list[str]] = {}
+    for trials in ledger.attempts().values():
+        summary = Path(trials[-1].user_attrs["run_dir"]) / "summary.json"
+        by_lr.setdefault(_lr(summary), []).append(trials[-1].user_attrs["run_id"])
+    for lr in (3e-3, 1e-3):
+        ledger.record_launch(by_lr[lr], [*GRID, f"trainer.lr={lr}"])
+    done = analysis(copy, tmp_path / "latest")
+    assert done.returncode == 0, done.stderr
+    assert "stage 1: launch 2 of 2 (at " in done.stdout and "from launch 1; trainer.lr 0.003 vs 0.001" in done.stdout
+    assert analysis(copy, tmp_path / "first", "--launch", "1").returncode == 0
+    assert lrs(tmp_path / "first") == {3e-3}
+    assert "has launches 1..2" in analysis(copy, tmp_path / "x", "--launch", "3").stderr
+
+
+def _lr(summary: Path) -> float:
+    return json.loads(summary.read_text())["trainer"]["lr"]

@@ -1,0 +1,153 @@
+"""Run identity: every run id that exists today stays what it is (tests/fixtures/run_ids.json was written
+by the code before identity was frozen), and a field added to the schema with a default keeps them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from cart_sweeps import config
+from cart_sweeps.compose import compose_config
+from cart_sweeps.config import (
+    Config,
+    DataConfig,
+    ModelConfig,
+    SourceConfig,
+    TokenizerConfig,
+    TrainerConfig,
+    ValSetConfig,
+    config_id,
+    run_id,
+)
+from cart_sweeps.identity import FROZEN_FIELDS, later_defaults
+from cart_sweeps.sweep.expand import Stage
+
+PINNED = Path(__file__).parent / "fixtures" / "run_ids.json"
+STAGES = {  # real stage expansions, as `python -m cart_sweeps -m <args>` launches them
+    "stage1_tiny": ["stage=1", "scale=tiny"],
+    "stage1_paper": ["stage=1"],
+    "stage2_tiny": ["stage=2", "scale=tiny"],
+    "stage2_paper": ["stage=2"],
+    "stage2_corrected": ["stage=2", "scale=tiny", "trainer.decay_all=false", "model.core_update=paper"],
+    "parity_tiny": ["stage=parity", "scale=tiny"],
+    "parity_paper": ["stage=parity"],
+    "ablations_tiny": ["stage=ablations", "scale=tiny"],
+    "ablations_paper": ["stage=ablations"],
+}
+SINGLES = {  # single runs, as `python -m cart_sweeps <args>` composes them
+    "default": [],
+    "tiny": ["scale=tiny"],
+    "tiny_r8": ["scale=tiny", "model.n_loops=8", "trainer.steps=200"],
+    "dense": ["model=dense"],
+    "tiny_bpe_docs": ["scale=tiny", "data.tokenizer.train_docs=100", "seed=7"],
+}
+
+
+def _stage_ids(args: list[str]) -> dict[str, str]:
+    return {run.label: run.run_id for run in Stage(args).runs}
+
+
+def current_ids(source: Path) -> dict[str, dict[str, str]]:
+    """The run ids the code gives now: each stage's runs, single runs, variable R from `source`, a search point."""
+    ids = {name: _stage_ids(args) for name, args in STAGES.items()}
+    ids["single"] = {name: run_id(compose_config(args)) for name, args in SINGLES.items()}
+    source.mkdir(exist_ok=True)
+    OmegaConf.save(compose_config(["scale=tiny", "stage=2"]), source / "config.yaml", resolve=True)
+    ids["variable_r"] = _stage_ids(["stage=variable_r", "scale=tiny", f"stage.source={source}"])
+    search = Stage(["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2"])
+    ids["lr_search"] = {str(lr): search.run({"trainer.lr": lr}).run_id for lr in (1e-4, 1e-3)}
+    return ids
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    """A trained run's folder as variable_r reads it (its config.yaml only)."""
+    return tmp_path_factory.mktemp("source") / "d48-P6-R6-s42"
+
+
+def test_todays_run_ids_never_change(source):
+    assert current_ids(source) == json.loads(PINNED.read_text())
+
+
+@dataclass
+class SourceWithRevision(SourceConfig):
+    revision: str | None = None
+
+
+@dataclass
+class DataWithRevision(DataConfig):
+    sources: list[SourceWithRevision] = field(default_factory=list)
+
+
+@dataclass
+class ModelWithSwitch(ModelConfig):
+    new_switch: bool = False
+
+
+@dataclass
+class TrainerWithOption(TrainerConfig):
+    new_option: float = 0.0
+
+
+@dataclass
+class ConfigWithNewFields(Config):
+    model: ModelWithSwitch = field(default_factory=ModelWithSwitch)
+    data: DataWithRevision = field(default_factory=DataWithRevision)
+    trainer: TrainerWithOption = field(default_factory=TrainerWithOption)
+
+
+@pytest.fixture
+def new_fields(monkeypatch):
+    """The schema as it would be after someone adds a field with a default to model, trainer and a data source."""
+    monkeypatch.setattr(config, "Config", ConfigWithNewFields)
+
+
+def test_a_field_added_with_its_default_keeps_every_run_id(new_fields, source):
+    assert "new_switch" in compose_config(["scale=tiny"]).model  # the added fields are really there
+    assert "revision" in compose_config(["scale=tiny"]).data.sources[0]
+    assert current_ids(source) == json.loads(PINNED.read_text())
+
+
+def test_a_field_added_and_set_makes_a_new_run(new_fields):
+    before = run_id(compose_config(["scale=tiny"]))
+    assert run_id(compose_config(["scale=tiny", "model.new_switch=true"])) != before
+    assert run_id(compose_config(["scale=tiny", "trainer.new_option=0.5"])) != before
+    cfg = compose_config(["scale=tiny"])
+    cfg.data.sources[0].revision = "v2"
+    assert run_id(cfg) != before
+
+
+# Fields added to a schema since identity was frozen, with their defaults: empty today.
+LATER_DEFAULTS: dict[str, dict[str, object]] = {}
+
+
+def test_later_fields_keep_their_defaults():
+    """A later field's default is what its runs' ids leave out: changing it would give existing ids a new meaning."""
+    schemas = (ModelConfig, DataConfig, TokenizerConfig, SourceConfig, ValSetConfig, TrainerConfig)
+    assert set(FROZEN_FIELDS) == {s.__name__ for s in schemas}
+    for schema in schemas:
+        assert FROZEN_FIELDS[schema.__name__] <= {f.name for f in fields(schema)}, f"{schema.__name__} lost a field"
+    found = {s.__name__: d for s in schemas if (d := later_defaults(s))}
+    assert found == LATER_DEFAULTS, (
+        "a schema field added since run identity was frozen is new here, or its default changed. "
+        "A new field: pin its default in LATER_DEFAULTS. A changed default: put the old default back and "
+        "make the new behaviour a new value (or a new field), since runs with the old default keep their ids; "
+        "never add the field to FROZEN_FIELDS, which would change every run id"
+    )
+
+
+@pytest.mark.parametrize(
+    "change", ["trainer.lr=1e-3", "model.d_model=48", "data.sources.0.path=text", "data.validation.1.n_tokens=9"]
+)
+def test_changing_a_value_makes_a_new_run(change):
+    assert run_id(compose_config(["scale=tiny", change])) != run_id(compose_config(["scale=tiny"]))
+
+
+def test_seeds_share_the_config_id():
+    one, two, other = (compose_config(["scale=tiny", *args]) for args in (["seed=1"], ["seed=2"], ["trainer.lr=1e-3"]))
+    assert run_id(one) != run_id(two) and config_id(one) == config_id(two)
+    assert config_id(other) != config_id(one)
