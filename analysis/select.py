@@ -16,7 +16,7 @@ from typing import Any
 
 from analysis.load import AnalysisError, RunRecord, Study
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.ledger import LEDGER_FILES, Ledger
+from cart_sweeps.sweep.ledger import LEDGER_FILES, Ledger, LedgerDamaged
 
 LATEST, ALL = "latest", "all"
 
@@ -104,11 +104,14 @@ def _read_ledger(stage_dir: Path, stage: str) -> Ledger | None:
 
 
 def _launches(stage_dir: Path, stage: str, launch: str) -> _Launches:
-    ledger = _read_ledger(stage_dir, stage)
+    try:
+        ledger, why = _read_ledger(stage_dir, stage), "no ledger"
+    except LedgerDamaged:
+        ledger, why = None, "its ledger does not open; the next launch of the stage rebuilds it"
     if ledger is None:
         if launch not in (LATEST, ALL):
-            raise AnalysisError(f"--launch {launch}: stage {stage} has no ledger in {stage_dir}")
-        return _Launches(None, "all runs of the folder (no ledger, so no launches to choose from)")
+            raise AnalysisError(f"--launch {launch}: stage {stage} has no readable ledger in {stage_dir}")
+        return _Launches(None, f"all runs of the folder ({why}, so no launches to choose from)")
     attempts = ledger.attempts()
     labels = {rid: trials[-1].user_attrs.get("label", rid) for rid, trials in attempts.items()}
     launches = ledger.launches()

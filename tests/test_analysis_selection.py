@@ -13,8 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cart_sweeps.sweep.ledger import LAUNCHES, Ledger
-
 GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2", "model.n_prelude=2,6", "trainer.steps=6"]
 SLOTS = ["launcher.slots=2", "launcher.poll_s=0.2"]
 RELAUNCH = "trainer.lr=1e-3"
@@ -90,24 +88,23 @@ def test_a_deleted_run_folder_of_the_newest_launch_is_listed_missing(runs, tmp_p
     assert "missing d32-P2-R2-s42" in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_recorded_launches_choose_by_number(runs, tmp_path):
-    """With the launches recorded in the ledger (Ledger.record_launch), --launch N picks one of them."""
-    copy = tmp_path / "runs"
-    shutil.copytree(runs, copy)
-    ledger = Ledger.open(copy / "1", "1", "sqlite")
-    ledger.study.set_user_attr(LAUNCHES, [])
-    by_lr: dict[float, list[str]] = {}
-    for trials in ledger.attempts().values():
-        summary = Path(trials[-1].user_attrs["run_dir"]) / "summary.json"
-        by_lr.setdefault(_lr(summary), []).append(trials[-1].user_attrs["run_id"])
-    for lr in (3e-3, 1e-3):
-        ledger.record_launch(by_lr[lr], [*GRID, f"trainer.lr={lr}"])
-    done = analysis(copy, tmp_path / "latest")
+def test_launches_recorded_by_the_driver_choose_by_number(runs, tmp_path):
+    """Each launch of the stage is in its ledger; --launch N picks one of them."""
+    done = analysis(runs, tmp_path / "latest")
     assert done.returncode == 0, done.stderr
     assert "stage 1: launch 2 of 2 (at " in done.stdout and "from launch 1; trainer.lr 0.003 vs 0.001" in done.stdout
-    assert analysis(copy, tmp_path / "first", "--launch", "1").returncode == 0
+    assert analysis(runs, tmp_path / "first", "--launch", "1").returncode == 0
     assert lrs(tmp_path / "first") == {3e-3}
-    assert "has launches 1..2" in analysis(copy, tmp_path / "x", "--launch", "3").stderr
+    assert "has launches 1..2" in analysis(runs, tmp_path / "x", "--launch", "3").stderr
+
+
+def test_a_damaged_ledger_falls_back_to_every_run_and_says_so(runs, tmp_path):
+    copy = tmp_path / "runs"
+    shutil.copytree(runs, copy)
+    (copy / "1" / "ledger.db").write_bytes(b"")
+    done = analysis(copy, tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "its ledger does not open" in (tmp_path / "out" / "stage1_grid.md").read_text().splitlines()[0]
 
 
 def _lr(summary: Path) -> float:
