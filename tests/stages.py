@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 FAULTS = Path(__file__).parent / "faults"
-COMMON = ["launcher.slots=2", "launcher.poll_s=0.2", "sweep.metric=ppl_austen"]
+COMMON = ["launcher.slots=2", "launcher.poll_s=0.2"]
 
 
 def sweep_cmd(*args: str) -> list[str]:

@@ -54,7 +54,8 @@ def test_relaunch_of_a_finished_stage_skips_everything(finished):
 def test_variable_r_evaluates_a_trained_run(finished):
     runs, _ = finished
     source = next(t.user_attrs["run_dir"] for t in trials(runs) if t.params["model.n_loops"] == 4)
-    proc = sweep(runs, "stage=variable_r", f"stage.source={source}", "stage.eval_n_loops=2,4,6")
+    evaluate = ["stage=variable_r", f"stage.source={source}", "stage.eval_n_loops=2,4,6", "sweep.metric=ppl_austen"]
+    proc = sweep(runs, *evaluate)
     assert proc.returncode == 0, proc.stderr[-3000:]
     evals = trials(runs, "variable_r")
     assert len(evals) == 3 and {t.state for t in evals} == {TrialState.COMPLETE}

@@ -1,0 +1,162 @@
+"""A stage's ledger and run folders survive ordinary accidents: each test causes one, with real processes,
+real files and the real ledger, then relaunches and checks that the ledger, the run folders and `plan` agree.
+
+The run-folder faults (a half-final summary, a damaged checkpoint or metrics file, two processes in one
+folder) are in test_integrity_run.py; stopping a driver at any moment is in test_stop.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+from stages import env, sweep, sweep_cmd, trials, wait_for, with_fault
+
+GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2", "trainer.steps=20"]
+
+
+def plan(runs: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cart_sweeps.plan", *GRID, "plan.format=csv"]
+    return subprocess.run(command, env=env(runs), capture_output=True, text=True, timeout=120)
+
+
+def plan_status(out: str) -> dict[str, str]:
+    """label -> status column of `plan`'s CSV."""
+    lines = out.splitlines()
+    header = lines[0].split(",")
+    rows = (dict(zip(header, line.split(","), strict=True)) for line in lines[1:])
+    return {row["label"]: row["status"] for row in rows}
+
+
+def summaries(runs: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in (runs / "1").glob("*/summary.json")}
+
+
+def modified(runs: Path) -> dict[str, int]:
+    return {p.parent.name: p.stat().st_mtime_ns for p in (runs / "1").glob("*/summary.json")}
+
+
+@pytest.fixture
+def finished(tmp_path, data_cache) -> Path:
+    done = sweep(tmp_path, *GRID)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp_path
+
+
+def test_a_deleted_run_folder_is_noticed_and_run_again(finished):
+    """Item 4: the ledger said completed, the relaunch skipped it, plan said completed."""
+    runs = finished
+    gone = next(p for p in (runs / "1").iterdir() if p.name.startswith("d32-P2-R4"))
+    kept = {k: v for k, v in modified(runs).items() if k != gone.name}
+    shutil.rmtree(gone)
+    listed = plan(runs)
+    assert listed.returncode == 0, listed.stderr
+    assert plan_status(listed.stdout) == {"d32-P2-R2-s42": "completed", "d32-P2-R4-s42": "lost"}
+    proc = sweep(runs, *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 done, skipped" in proc.stdout
+    assert "1 runs the ledger holds as done have lost their run folder" in proc.stdout
+    assert summaries(runs)[gone.name]["status"] == "completed"
+    assert {k: v for k, v in modified(runs).items() if k != gone.name} == kept  # the other run was not touched
+    assert plan_status(plan(runs).stdout) == {"d32-P2-R2-s42": "completed", "d32-P2-R4-s42": "completed"}
+
+
+def test_a_damaged_ledger_is_set_aside_and_rebuilt_from_the_run_folders(finished):
+    """Item 8: `truncate -s 0 runs/1/ledger.db` made plan and a relaunch a 90-line traceback."""
+    runs = finished
+    before = modified(runs)
+    (runs / "1" / "ledger.db").write_bytes(b"")
+    listed = plan(runs)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stderr.count("\n") == 1 and "does not open" in listed.stderr
+    assert set(plan_status(listed.stdout).values()) == {"completed"}  # read from the run folders
+    proc = sweep(runs, *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 done, skipped" in proc.stdout and "2 results recorded in the ledger from their run folders" in proc.stdout
+    assert len(list((runs / "1").glob("ledger.db.damaged-*"))) == 1  # set aside, not deleted
+    rebuilt = trials(runs)
+    assert len(rebuilt) == 2 and {t.state for t in rebuilt} == {TrialState.COMPLETE}
+    values = {Path(t.user_attrs["run_dir"]).name: t.value for t in rebuilt}
+    assert values == {name: s["ppl_austen"] for name, s in summaries(runs).items()}
+    assert modified(runs) == before  # nothing trained again
+
+
+@pytest.mark.parametrize(
+    ("bad", "extra_env", "says"),
+    [
+        (["launcher.slots=0"], {}, "launcher.slots=0 must be > 0"),
+        (["launcher.poll_s=-1"], {}, "launcher.poll_s=-1.0 must be > 0"),
+        (["trainer.steps=-5,3000"], {}, "trainer.steps=-5 must be >= 1"),
+        (["sweep.metric=ppl_wiki"], {}, "sweep.metric=ppl_wiki is not measured with data=embedded"),
+        (["trainer.optimizer=adamw8bit"], {"CUDA_VISIBLE_DEVICES": ""}, "adamw8bit needs a CUDA GPU"),
+        (["data.cache_dir={tmp}/a-file/cache"], {}, "is not writable"),
+        (["logger=wandb", "logger.mode=online"], {"WANDB_API_KEY": "", "HOME": "{tmp}"}, "needs a W&B key"),
+    ],
+)
+def test_what_cannot_succeed_is_one_line_before_launch(tmp_path, bad, extra_env, says):
+    """Item 7: these were tracebacks after launch, a completed 1-step run, or runs 'completed' at inf."""
+    (tmp_path / "a-file").write_text("")
+    args = [b.format(tmp=tmp_path) for b in bad]
+    extra = {k: v.format(tmp=tmp_path) for k, v in extra_env.items()}
+    command = [sys.executable, "-m", "cart_sweeps", "-m", *GRID[:-1], *args]  # no defaults of these tests to win
+    proc = subprocess.run(command, env=env(tmp_path, **extra), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "1").exists()
+
+
+def test_a_run_that_cannot_succeed_is_rejected_not_retried(tmp_path, data_cache):
+    """Item 7: an error only a run can find (its data's vocabulary) is recorded once, not retried."""
+    proc = sweep(tmp_path, *GRID, "model.vocab_size=100", "sweep.max_retries=2")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    found = trials(tmp_path)
+    assert len(found) == 2 and {t.user_attrs["status"] for t in found} == {"rejected"}
+    assert all("raise model.vocab_size" in t.user_attrs["error"] for t in found)
+    assert "0 completed, 0 failed, 0 diverged, 0 cancelled, 2 rejected" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("sig", "says"),
+    [
+        (signal.SIGKILL, "killed by SIGKILL (the out-of-memory killer, or kill -9)"),
+        (signal.SIGINT, "interrupted by SIGINT from outside the driver"),
+    ],
+    ids=["SIGKILL", "SIGINT"],
+)
+def test_a_task_killed_from_outside_says_why_and_is_not_retried(tmp_path, data_cache, sig, says):
+    """Item 9: an OOM kill or a user's kill showed as 'Job N ... has not produced any output', and was retried."""
+    mark = tmp_path / "mark"
+    driver = subprocess.Popen(
+        sweep_cmd(*GRID), env=with_fault(tmp_path, "step:pause:3:-R4-", mark), stderr=subprocess.PIPE, text=True
+    )
+    wait_for(mark.exists, 180, "R=4 to reach its third step")
+    os.kill(int(mark.read_text()), sig)
+    _, err = driver.communicate(timeout=180)
+    assert driver.returncode == 1, err[-3000:]
+    status = {t.params["model.n_loops"]: (t.user_attrs["status"], t.user_attrs.get("error")) for t in trials(tmp_path)}
+    assert status == {2: ("completed", None), 4: ("cancelled", says)}  # one trial each: no retry
+    line = next(line for line in err.splitlines() if line.startswith("d32-P2-R4"))
+    assert "ppl_austen" not in line and says in line  # no stale metric beside the reason
+
+
+def test_a_full_disk_is_named_and_not_retried(tmp_path, data_cache):
+    """Item 9: a run that fills its disk fails every retry the same way; the reason must say so."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        one_run = ["stage=1", "scale=tiny", "model.d_model=1024", "model.n_loops=4", "model.n_prelude=2"]
+        proc = sweep(small, *one_run, "trainer.steps=20", "sweep.max_retries=2")  # an 8 MB checkpoint, 3 MB free
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        (trial,) = trials(small)
+        assert trial.user_attrs["status"] == "rejected" and "disk full at" in trial.user_attrs["error"]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
