@@ -81,3 +81,24 @@ def test_timeout_signal_requeues_and_resumes(slurm_cluster, tmp_path, data_cache
     assert trial.state == TrialState.COMPLETE and trial.user_attrs["results"]["step"] == 400
     log = Path(job.paths.stdout).read_text()
     assert "resuming from step" in log, log[-3000:]
+
+
+def test_scancel_is_recorded_as_cancelled_and_not_retried(slurm_cluster, tmp_path, data_cache):
+    """A job cancelled on the cluster showed as 'has not produced any output' and was retried as failed."""
+    steps = ["trainer.steps=400", "trainer.ckpt_every=20", "trainer.eval_every=400", "sweep.max_retries=2"]
+    proc = driver(tmp_path, *GRID, "model.n_loops=2", *steps, *slurm_args(slurm_cluster))
+    deadline = time.monotonic() + 300
+    while not ((found := trials(tmp_path)) and "job_id" in found[0].user_attrs and _training(found[0])):
+        assert proc.poll() is None, proc.stdout.read()[-3000:] if proc.stdout else ""
+        assert time.monotonic() < deadline, "the run did not start training within 300 s"
+        time.sleep(1)
+    subprocess.run(["scancel", found[0].user_attrs["job_id"]], check=True)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out[-3000:]
+    (trial,) = trials(tmp_path)  # one attempt: a cancelled run is not retried
+    assert trial.user_attrs["status"] == "cancelled", trial.user_attrs
+    assert trial.user_attrs["error"] == "cancelled on the cluster (scancel)"
+
+
+def _training(trial) -> bool:
+    return (Path(trial.user_attrs["run_dir"]) / "summary.json").exists()
