@@ -157,6 +157,16 @@ def test_unreadable_summary_resumes_from_the_checkpoints(reference, tmp_path):
     assert checkpoint_times(run_dir) == before
 
 
+def test_an_error_while_resuming_is_recorded(reference, tmp_path):
+    run_dir = killed_copy(reference, tmp_path)
+    (run_dir / "metrics.jsonl").unlink()
+    (run_dir / "metrics.jsonl").mkdir()  # unreadable: the resume fails
+    with pytest.raises(IsADirectoryError):
+        execute(compose_config(TINY), run_dir)
+    assert summary(run_dir)["status"] == "failed" and "IsADirectoryError" in summary(run_dir)["error"]
+    assert "Traceback" in (run_dir / "error.log").read_text()
+
+
 def wait_until(done, proc, what: str) -> None:
     deadline = time.time() + 120
     while not done():
