@@ -1,29 +1,29 @@
 """Atomic checkpoints: a torch file with the training state beside a JSON meta readable without torch.
 
 A checkpoint is written to a temp file and renamed into place, so a run killed mid-write leaves the
-previous checkpoint intact. Loading uses `weights_only=True`: a checkpoint is data, never code.
+previous checkpoint intact; one damaged anyway (a bad copy, a crash before the data reached the disk) fails to load as a
+CheckpointError, so the caller can fall back or say so. Loading uses `weights_only=True`: a checkpoint
+is data, never code.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from cart_sweeps.train.runfolder import atomic_write
+
 CKPT_DIR = "checkpoints"
+CORRUPT = ".corrupt"
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+class CheckpointError(Exception):
+    """A checkpoint that does not load: truncated, garbage, or not this model's state."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -45,9 +45,9 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], meta: dict[
     folder = run_dir / CKPT_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:07d}.pt"
-    _atomic_write(path, lambda tmp: torch.save(state, tmp))
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
     meta = {**meta, "step": step, "file": path.name}
-    _atomic_write(path.with_suffix(".json"), lambda tmp: tmp.write_text(json.dumps(meta, indent=2)))
+    atomic_write(path.with_suffix(".json"), lambda tmp: tmp.write_text(json.dumps(meta, indent=2)))
     if keep > 0:
         for old in list_checkpoints(run_dir)[:-keep]:
             old.unlink(missing_ok=True)
@@ -65,5 +65,22 @@ def read_meta(path: Path) -> dict[str, Any]:
     return json.loads(path.with_suffix(".json").read_text())
 
 
-def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
-    return torch.load(path, map_location=device, weights_only=True)
+def restore(path: Path, device: torch.device, apply: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Load checkpoint `path` and `apply` its state; returns the state, or raises CheckpointError."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+        apply(state)
+    except (torch.OutOfMemoryError, MemoryError):  # too small a device, not a damaged file
+        raise
+    except Exception as err:
+        raise CheckpointError(f"{path} does not load ({type(err).__name__})") from err
+    return state
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a checkpoint that does not load, and its meta, out of the resume's way (kept for a look)."""
+    aside = path.with_name(path.name + CORRUPT)
+    path.replace(aside)
+    meta = path.with_suffix(".json")
+    meta.replace(meta.with_name(meta.name + CORRUPT))
+    return aside

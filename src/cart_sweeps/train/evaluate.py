@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared, val_windows
 from cart_sweeps.model import build_model
+from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.device import pick_device
 from cart_sweeps.train.loop import eval_metrics, evaluate_windows
@@ -41,13 +42,18 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"stage.source={cfg.stage.source} has no checkpoint yet; train it first")
     device = pick_device(cfg.trainer.device)
     model = build_model(cfg.model).to(device)
-    state = ckpt.load_checkpoint(found[-1], device)
-    model.load_state_dict(state["model"])
+    try:
+        state = ckpt.restore(found[-1], device, lambda state: model.load_state_dict(state["model"]))
+    except ckpt.CheckpointError as err:  # the source run's files are its own: say so, change nothing there
+        raise ConfigError(
+            f"stage.source: {err}; relaunch the source run so it rewrites it "
+            "(remove its summary.json first if that says completed)"
+        ) from err
     data = load_prepared(cfg.data)
     r = cfg.stage.eval_n_loops
     summary = {
         **base_summary(cfg),
-        "status": "completed",
+        "status": RunStatus.COMPLETED,
         "step": state["step"],
         "eval_n_loops": r,
         "trained_n_loops": cfg.model.n_loops,

@@ -13,25 +13,34 @@ import torch
 
 from cart_sweeps.config import REPO_ROOT
 from cart_sweeps.hardware import peak_for_device_name
+from cart_sweeps.train.runfolder import atomic_write
 
 
 class MetricsLog:
     """Append-only JSON lines, one object per logged event; resumable without duplicates.
 
     On resume, rows past the checkpoint's step are dropped: they were logged by the cut-off process
-    after its last checkpoint and will be logged again, identically, by the resumed one.
+    after its last checkpoint and will be logged again, identically, by the resumed one. So is a line
+    that does not parse (a write cut off mid-line). `rows` holds what was kept.
     """
 
     def __init__(self, path: Path, resume_step: int) -> None:
         self.path = path
-        if path.exists():
-            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            kept = [r for r in rows if r["step"] <= resume_step]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        self.rows = [row for row in map(_parse, lines) if row is not None and row["step"] <= resume_step]
+        atomic_write(path, lambda tmp: tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows)))
 
     def write(self, row: dict[str, Any]) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and "step" in row else None
 
 
 def peak_flops(device: torch.device) -> float | None:

@@ -1,29 +1,78 @@
-"""The run folder's summary.json: how a run ended, what it was, and its final metrics."""
+"""The run folder: its owner (one process at a time), its summary.json, and how its files are written."""
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import config_id, run_id, run_label, variant
+from cart_sweeps.config import ConfigError, config_id, run_id, run_label, variant
 from cart_sweeps.model import param_counts
 
 SUMMARY = "summary.json"
+LOCK = ".run.lock"
+
+
+class RunFolderBusy(ConfigError):
+    """Another process owns the run folder: two writers would mix up its records."""
+
+
+def _record_pid(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+
+
+@contextmanager
+def owned(run_dir: Path) -> Iterator[None]:
+    """Own `run_dir` for the block, or raise RunFolderBusy at once if another process does.
+
+    filelock's Unix lock is flock, which the OS releases when its process dies (kill -9 included), so
+    a cut-off run never blocks its relaunch. flock works on local disks and NFSv4 (not NFSv3).
+    """
+    path = run_dir / LOCK
+    lock = FileLock(path, on_acquired=_record_pid)  # on_acquired also rules out filelock's soft (pid file) fallback
+    try:
+        held = lock.acquire(timeout=0)
+    except Timeout as err:
+        try:
+            owner = f" (pid {int(path.read_text())})"
+        except (OSError, ValueError):  # gone or not yet written: the owner is ending or starting
+            owner = ""
+        raise RunFolderBusy(
+            f"{run_dir} is in use by another process{owner}; wait for it to end, "
+            "or choose another folder with hydra.run.dir=DIR"
+        ) from err
+    with held:
+        yield
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """`write` a temp file beside `path`, then rename it into place: a reader or a kill never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / SUMMARY
-    return json.loads(path.read_text()) if path.exists() else None
+    """The summary, or None where there is none or it does not parse (the run resumes from its checkpoints)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY).read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    """Atomic, so a reader (the sweeper, the analysis) never sees half a file."""
-    tmp = run_dir / f".{SUMMARY}.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    tmp.replace(run_dir / SUMMARY)
+    atomic_write(run_dir / SUMMARY, lambda tmp: tmp.write_text(json.dumps(summary, indent=2, default=str)))
 
 
 def base_summary(cfg: DictConfig) -> dict[str, Any]:
