@@ -88,6 +88,20 @@ def test_a_damaged_ledger_is_set_aside_and_rebuilt_from_the_run_folders(finished
     assert modified(runs) == before  # nothing trained again
 
 
+def test_a_driver_killed_between_queueing_and_starting_a_run_leaves_one_attempt(tmp_path, data_cache):
+    """A trial queued by a killed driver became a failed attempt beside the run's next one."""
+    mark = tmp_path / "mark"
+    driver = subprocess.Popen(sweep_cmd(*GRID), env=with_fault(tmp_path, "queue:pause", mark))
+    wait_for(mark.exists, 120, "the driver to queue its first run")
+    driver.kill()
+    driver.wait(30)
+    proc = sweep(tmp_path, *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 cut off, resumed" in proc.stdout
+    found = trials(tmp_path)
+    assert len(found) == 2 and {t.state for t in found} == {TrialState.COMPLETE}  # one attempt per run
+
+
 @pytest.mark.parametrize(
     ("bad", "extra_env", "says"),
     [

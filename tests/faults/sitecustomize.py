@@ -6,7 +6,8 @@ fault is about stops or fails there, so the test can kill it at the worst moment
 
     CART_FAULT=<point>:<action>[:<n>[:<where>]]
 
-points   submit  the driver: a job's controller has started, its pickle is not yet handed over
+points   queue   the driver: a run's trial is queued in the ledger, not yet started
+         submit  the driver: a job's controller has started, its pickle is not yet handed over
          task    a task process starting, before it imports submitit or the project
          step    a run, before its n-th training step in this process (n defaults to 1)
          save    a run, with its n-th checkpoint written to the temp file, not yet renamed into place
@@ -99,12 +100,18 @@ def _patch_torch(module) -> None:
     wrap(module, "save", after=saved)
 
 
+def _patch_optuna(module) -> None:
+    wrap(module.Study, "enqueue_trial", after=lambda *a, **k: hit("trial queued, not started"))
+
+
 def _patch_submitit(module) -> None:
     wrap(module.JobPaths, "move_temporary_file", before=lambda *a, **k: hit("controller started, pickle not moved"))
 
 
 if POINT == "task" and "submitit.core._submit" in sys.orig_argv:
     hit("task starting")
+elif POINT == "queue":
+    sys.meta_path.insert(0, After("optuna.study.study", _patch_optuna))
 elif POINT == "submit":
     sys.meta_path.insert(0, After("submitit.core.utils", _patch_submitit))
 elif POINT in ("step", "save"):

@@ -64,6 +64,7 @@ class StageDriver:
         self.queue: deque[Attempt] = deque()
         self.attached: list[tuple[Attempt, Any]] = []
         self.skipped = 0
+        ledger.adopt_queued(stage.dists)
         self.history = ledger.attempts()
         self.failed_finally = 0
         self.lost: list[Run] = []

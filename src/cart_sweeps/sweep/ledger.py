@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ class Ledger:
     def open(
         cls, sweep_dir: Path, stage: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None
     ) -> Ledger:
-        """Create or reopen the ledger; trials queued by a driver that died between queue and start are closed.
+        """Create or reopen the ledger (a driver adopts the trials a dead driver queued: `adopt_queued`).
 
         A ledger that does not open (truncated, overwritten) is set aside, not deleted, and a fresh one
         started: the driver then records every result its run folders hold (`set_aside` names the old file).
@@ -111,10 +112,6 @@ class Ledger:
             set_aside = path.rename(path.with_name(f"{path.name}.damaged-{stamp}"))
             print(f"ledger {path} does not open ({first_line(err)}); set aside as {set_aside.name}, starting afresh")
             study = _create(path, stage, storage, sampler)
-        while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            trial = study.ask()
-            trial.set_user_attr("status", RunStatus.INTERRUPTED.value)
-            study.tell(trial, state=TrialState.FAIL)
         ledger = cls(study)
         ledger.set_aside = set_aside
         return ledger
@@ -138,6 +135,13 @@ class Ledger:
                 f"ledger {path} does not open ({first_line(err)}); the next launch of stage {stage} sets it "
                 "aside and rebuilds it from the run folders"
             ) from err
+
+    def adopt_queued(self, dists: Callable[[dict[str, Any]], dict[str, BaseDistribution]]) -> None:
+        """Start the trials a driver queued but died before starting (killed between `enqueue_trial` and
+        `ask`): each becomes its run's attempt, cut off before it ran, and is resumed like any other,
+        rather than left as a failed attempt beside the run's next one. `dists(params)`: its distributions."""
+        while waiting := self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            self.study.ask(dists(waiting[0].system_attrs["fixed_params"]))  # Optuna pops the oldest first
 
     def record_launch(self, run_ids: list[str], args: list[str]) -> None:
         """Remember the runs this launch of the stage stands for (its whole grid, done ones included).
