@@ -88,7 +88,8 @@ def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache
         assert driver.wait(60) == code
         wait_until_gone(runs, 10)
     kept = {t.user_attrs["run_id"]: t.datetime_complete for t in completed(runs)}
-    cut_off = [t for t in trials(runs) if t.state == TrialState.RUNNING]
+    # cut off: started, or queued by a driver killed before it started them (the relaunch adopts those)
+    cut_off = [t for t in trials(runs) if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     proc = sweep(runs, *GRID)
     assert proc.returncode == 0, proc.stderr[-3000:]
     after = trials(runs)
