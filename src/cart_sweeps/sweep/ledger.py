@@ -91,7 +91,6 @@ class Ledger:
 
     def __init__(self, study: optuna.Study) -> None:
         self.study = study
-        self.set_aside: Path | None = None  # a damaged ledger file this open moved out of the way
 
     @classmethod
     def open(
@@ -100,11 +99,11 @@ class Ledger:
         """Create or reopen the ledger (a driver adopts the trials a dead driver queued: `adopt_queued`).
 
         A ledger that does not open (truncated, overwritten) is set aside, not deleted, and a fresh one
-        started: the driver then records every result its run folders hold (`set_aside` names the old file).
+        started: the driver then records every result its run folders hold; one line names the old file.
         """
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        path, set_aside = ledger_path(sweep_dir, storage), None
+        path = ledger_path(sweep_dir, storage)
         try:
             study = _create(path, stage, storage, sampler)
         except DAMAGED as err:
@@ -112,9 +111,7 @@ class Ledger:
             set_aside = path.rename(path.with_name(f"{path.name}.damaged-{stamp}"))
             print(f"ledger {path} does not open ({first_line(err)}); set aside as {set_aside.name}, starting afresh")
             study = _create(path, stage, storage, sampler)
-        ledger = cls(study)
-        ledger.set_aside = set_aside
-        return ledger
+        return cls(study)
 
     @classmethod
     def read(cls, sweep_dir: Path, stage: str, storage: str) -> Ledger | None:
