@@ -17,14 +17,13 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from cart_sweeps.compose import compose_config, describe
-from cart_sweeps.config import CONF_DIR, ConfigError
-
-GROUPS = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"stage"}
+from cart_sweeps.compose import compose_config, config_dirs, describe
+from cart_sweeps.config import ConfigError
 
 
-def _is_group(o: Override) -> bool:
-    return o.key_or_group in GROUPS or "/" in o.key_or_group or o.package is not None
+def config_groups() -> set[str]:
+    """The config groups of conf/ and of the user's config folders (--config-dir, hydra.searchpath)."""
+    return {p.name for folder in config_dirs() if folder.is_dir() for p in folder.iterdir() if p.is_dir()} | {"stage"}
 
 
 class Composer:
@@ -33,18 +32,23 @@ class Composer:
     def __init__(self) -> None:
         self._parser = OverridesParser.create()
         self._bases: dict[tuple[str, ...], DictConfig] = {}
+        self._groups = config_groups()
+
+    def _is_group(self, o: Override) -> bool:
+        return o.key_or_group in self._groups or "/" in o.key_or_group or o.package is not None
 
     def __call__(self, overrides: Sequence[str]) -> DictConfig:
         try:
             parsed = self._parser.parse_overrides(list(overrides))
         except HydraException as err:
             raise ConfigError(describe(err)) from err
-        groups = tuple(o.input_line for o in parsed if _is_group(o))
+        groups = tuple(o.input_line for o in parsed if self._is_group(o))
         if groups not in self._bases:
             self._bases[groups] = compose_config(groups)
         cfg = copy.deepcopy(self._bases[groups])
         try:
-            ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if not _is_group(o)], cfg)
+            values = [o for o in parsed if not self._is_group(o) and not o.is_hydra_override()]  # hydra.*: composition's
+            ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         except (HydraException, OmegaConfBaseException) as err:
             raise ConfigError(describe(err)) from err
         return cfg
