@@ -66,7 +66,9 @@ def precheck(overrides: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as err:
         raise ConfigError(describe(err)) from err
-    single = [o.input_line for o in parsed if not o.is_sweep_override() and not o.get_key_element().startswith("hydra.")]
+    single = [
+        o.input_line for o in parsed if not o.is_sweep_override() and not o.get_key_element().startswith("hydra.")
+    ]
     single += [
         f"{o.get_key_element()}={next(o.sweep_string_iterator())}"
         for o in parsed

@@ -137,7 +137,9 @@ def run_cli(main: Callable[[list[str]], T], usage: str, argv: Sequence[str] | No
     try:
         flags, overrides = _source_flags().parse_known_args(args)
         if unknown := [a for a in overrides if a.startswith("-")]:
-            raise ConfigError(f"{unknown[0]}: unknown flag; this command takes overrides, --config-dir and --config-name")
+            raise ConfigError(
+                f"{unknown[0]}: unknown flag; this command takes overrides, --config-dir and --config-name"
+            )
         use_config_sources(flags.config_dir, flags.config_name, overrides)
         return main(overrides)
     except ConfigError as err:

@@ -20,8 +20,9 @@ from cart_sweeps.identity import identity as identity
 from cart_sweeps.identity import run_id as run_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = REPO_ROOT / "conf"
-SWEEPS_DIR = REPO_ROOT / "sweeps"
+# The repo's conf/ and sweeps/, through the package's links to them (copies of them in an installed wheel).
+CONF_DIR = (Path(__file__).parent / "conf").resolve()
+SWEEPS_DIR = (Path(__file__).parent / "sweeps").resolve()
 
 MAX_LOOPS = 16  # rows of the loop-index embedding table: the largest R a model can run
 
@@ -172,6 +173,7 @@ class ScaleConfig:
     batch_divisor: int = 1
     eval_every: int | None = None  # fixed eval interval (None: scaled with the run length)
     eval_windows: int | None = None
+    paper: dict[str, Any] = field(default_factory=dict)  # a stage run: the paper numbers of the keys its scale changed
 
 
 @dataclass

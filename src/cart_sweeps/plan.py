@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
+from omegaconf import OmegaConf
 from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
@@ -47,6 +48,7 @@ COLUMNS = [
     "model.n_layers",
     "seed",
     "variant",
+    "paper",
     "params_stored",
     "params_effective",
     "tokens",
@@ -95,6 +97,18 @@ def read_ledger(stage: Stage) -> Ledger | None:
         return None
 
 
+def paper_numbers(run: Run) -> str:
+    """The run's grid values that its scale changed, as the paper states them (d_model=256 for a d32 run)."""
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={run.params[k]}" for k in run.actual)
+
+
+def recipe_line(stage: Stage, runs: Sequence[Run]) -> str | None:
+    """How the scale maps the stage's other paper numbers, from the first run (the recipe is shared)."""
+    paper = dict(runs[0].cfg.scale.paper) if runs else {}
+    shown = [f"{k} {v} -> {OmegaConf.select(runs[0].cfg, k)}" for k, v in paper.items() if k not in runs[0].actual]
+    return f"scale={stage.base.scale.name} maps the paper's numbers: " + ", ".join(shown) if shown else None
+
+
 def rows(stage: Stage) -> list[dict[str, Any]]:
     """One row per run, in COLUMNS order."""
     flops_per_s = peak_flops(stage.base.plan.gpu, stage.base.plan.mfu)
@@ -115,6 +129,7 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "model.n_layers": m.n_layers if dense else None,
                 "seed": run.cfg.seed,
                 "variant": run.params.get("variant", "base"),
+                "paper": paper_numbers(run),
                 "params_stored": cost.params_stored,
                 "params_effective": cost.params_effective,
                 "tokens": cost.tokens,
@@ -157,6 +172,8 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]]) -> None:
         table.add_row(*(_cell(k, row[k]) for k in COLUMNS))
     console = Console(width=400)  # the table takes the width its cells need
     console.print(table)
+    if line := recipe_line(stage, stage.known_runs({})):
+        console.print(line, highlight=False)
     if not stage.runs:
         console.print(f"search: {len(table_rows)} of sweep.n_trials={stage.base.sweep.n_trials} sampled so far")
     console.print(

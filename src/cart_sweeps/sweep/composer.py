@@ -47,7 +47,9 @@ class Composer:
             self._bases[groups] = compose_config(groups)
         cfg = copy.deepcopy(self._bases[groups])
         try:
-            values = [o for o in parsed if not self._is_group(o) and not o.is_hydra_override()]  # hydra.*: composition's
+            values = [
+                o for o in parsed if not self._is_group(o) and not o.is_hydra_override()
+            ]  # hydra.*: composition's
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         except (HydraException, OmegaConfBaseException) as err:
             raise ConfigError(describe(err)) from err

@@ -42,7 +42,8 @@ class Attempt:
 
 def _attrs(run: Run) -> dict[str, Any]:
     """What the ledger keeps of a run besides its params."""
-    return {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
+    attrs = {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
+    return attrs | {"actual": run.actual}  # params are the paper's numbers; `actual`: those this scale changed
 
 
 def folder_holds_result(run: Run) -> bool:

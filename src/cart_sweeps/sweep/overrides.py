@@ -44,6 +44,8 @@ def format_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
     if _BARE.fullmatch(text) and text.lower() not in _RESERVED:
         return text
