@@ -26,6 +26,7 @@ from cart_sweeps.sweep.launcher import Pool, Task, visible_gpus
 from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
+from cart_sweeps.train.output import run_log
 from cart_sweeps.train.runfolder import read_summary
 
 PoolFactory = Callable[[DictConfig, Path], Pool[Any]]
@@ -145,7 +146,7 @@ class StageDriver:
         assert attempt.trial is not None and self.progress is not None
         status = self.ledger.finish(attempt.trial, summary, self.sweep.metric)
         retry = status.retry_now and attempt.tries <= self.sweep.max_retries
-        self.progress.finished(attempt.run.label, status, summary, final=not retry)
+        self.progress.finished(attempt.run.label, status, summary, not retry, run_log(attempt.run.run_dir))
         if retry:
             self.queue.appendleft(Attempt(attempt.run, tries=attempt.tries + 1))
         elif not status.is_result:

@@ -49,10 +49,12 @@ class Task(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict[str, Any]:
         os.environ.update(self.env)
+        from cart_sweeps.train.output import output_to_run_log
         from cart_sweeps.train.run import run_job  # in the job's process only: the driver needs no torch
 
         try:
-            return run_job(self.overrides, self.run_dir)
+            with output_to_run_log(self.run_dir):
+                return run_job(self.overrides, self.run_dir)
         except ConfigError as err:  # a run that cannot succeed as given: recorded, not retried
             return {"status": RunStatus.REJECTED, "error": str(err)}
 

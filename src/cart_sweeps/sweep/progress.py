@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -63,8 +64,10 @@ class Progress:
         self.running += 1
         self._refresh()
 
-    def finished(self, label: str, status: RunStatus, summary: dict[str, Any], final: bool) -> None:
-        """A run ended; `final` False means it failed and will be tried again."""
+    def finished(
+        self, label: str, status: RunStatus, summary: dict[str, Any], final: bool, log: Path | None = None
+    ) -> None:
+        """A run ended; `final` False means it failed and will be tried again; `log`: the run's output."""
         self.running -= 1
         if final:
             self.counts[status] += 1
@@ -73,6 +76,8 @@ class Progress:
         detail = f"{self.metric}={value:.4g}" if completed else summary.get("error", "")
         retry = "" if final else " (retrying)"
         line = f"{label}: {status}{retry} {detail}".rstrip()
+        if not completed and log is not None and log.exists():
+            line += f" (output: {log})"
         self.console.print(line if self.live else f"{line}  [{self.status()}]", markup=False)
         self._refresh()
 

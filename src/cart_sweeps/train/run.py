@@ -29,6 +29,7 @@ from cart_sweeps.train.logger import NullLogger, WandbLogger, make_logger
 from cart_sweeps.train.loop import eval_metrics, evaluate_windows, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
 from cart_sweeps.train.optim import build_optimizer, build_scheduler
+from cart_sweeps.train.progress import RunProgress
 from cart_sweeps.train.runfolder import atomic_write, base_summary, owned, read_summary, write_summary
 
 
@@ -102,6 +103,7 @@ class Trainer:
         self.flops_per_token = train_flops_per_token(cfg.model, self.t.seq_len)
         self.tokens_per_step = self.t.micro_batch_size * self.t.grad_accum * self.t.seq_len
         self.summary = base_summary(cfg)
+        self.progress = RunProgress(self.summary["label"], self.t.steps)
 
     def _init_state(self) -> None:
         """The step-0 model, optimizer and schedule (built again after a checkpoint half-loaded into them)."""
@@ -176,6 +178,8 @@ class Trainer:
     def _log(self, row: dict[str, Any], metrics: MetricsLog, logger: NullLogger | WandbLogger) -> None:
         metrics.write(row)
         logger.log(row, row["step"])
+        if row["kind"] == "train":
+            self.progress.update(row)
         self._note(row)
 
     def _eval(self, step: int, metrics: MetricsLog, logger: NullLogger | WandbLogger) -> None:
@@ -245,4 +249,5 @@ class Trainer:
             self.summary.update(status=status, wall_time_s=wall_before + time.perf_counter() - wall0)
             write_summary(self.run_dir, self.summary)
             logger.finish(status)
+            self.progress.close()
         return self.summary
