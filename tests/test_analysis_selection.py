@@ -35,7 +35,7 @@ def runs(tmp_path_factory, data_cache) -> Path:
     root = tmp_path_factory.mktemp("selection") / "runs"
     cart_sweeps(root, "-m", *GRID, *SLOTS)
     cart_sweeps(root, "-m", *GRID, *SLOTS, RELAUNCH)
-    cart_sweeps(root, "stage=1", "scale=tiny", "trainer.steps=6")
+    cart_sweeps(root, "stage.name=1", "scale=tiny", "trainer.steps=6")  # one run by hand: no stage to run
     return root
 
 
