@@ -35,7 +35,12 @@ tokens and FLOPs, estimated GPU-hours, and the status recorded in the stage's le
   plan.gpu=rtx3090|rtx4090|a100|h100|h200    GPU for the estimate (peak dense bf16 FLOP/s)
   plan.mfu=0.35                              assumed model FLOPs utilisation
   plan.format=table|csv                      output
-  scale=tiny, model.d_model=256,512, ...     any override `python -m cart_sweeps -m` takes
+  scale=tiny, model.d_model=256,512, ...     any override `python -m cart_sweeps stage=<name>` takes
+  --config-dir DIR, --config-name NAME       Hydra's: your own stages (DIR/stage/<name>.yaml) and presets
+                                             (or hydra.searchpath=[file:///DIR])
+
+Grid values are the paper's numbers (a width at scale=tiny, e.g. 32, is read back as the paper's 256);
+the `paper` column shows them where the scale changed them, and a line below the table maps the recipe.
 """
 
 COLUMNS = [
