@@ -15,7 +15,7 @@ import yaml
 from optuna.trial import TrialState
 from stages import env, trials, with_fault
 
-from cart_sweeps.compose import SEARCHPATH_ENV, use_config_sources
+from cart_sweeps.compose import CONFIG_NAME_ENV, SEARCHPATH_ENV, compose_config, use_config_sources
 from cart_sweeps.config import ConfigError
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.train.output import output_to_run_log
@@ -32,6 +32,7 @@ def user_configs(tmp_path_factory) -> Path:
     (folder / "model").mkdir()
     (folder / "stage" / "mine.yaml").write_text(yaml.safe_dump(MY_STAGE))
     (folder / "model" / "mycart.yaml").write_text("defaults:\n  - cart\ninit_std: 0.03\n")
+    (folder / "myconfig.yaml").write_text("defaults:\n  - config\n  - _self_\nseed: 5\n")
     return folder
 
 
@@ -86,6 +87,14 @@ def test_hydra_searchpath_reaches_every_composition(monkeypatch, user_configs):
     use_config_sources(None, None, [searchpath])
     runs = Stage([searchpath, "stage=mine", "model=mycart"]).runs
     assert [(r.label, r.cfg.model.init_std) for r in runs] == [("d256-P6-R2-s7", 0.03), ("d256-P6-R3-s7", 0.03)]
+
+
+def test_a_primary_config_of_ones_own(monkeypatch, user_configs):
+    """--config-dir DIR --config-name myconfig, as every composition of the command (plan's, a job's) sees it."""
+    monkeypatch.setenv(SEARCHPATH_ENV, "[]")
+    monkeypatch.setenv(CONFIG_NAME_ENV, "config")
+    use_config_sources(str(user_configs), "myconfig", [])
+    assert compose_config(["scale=tiny"]).seed == 5
 
 
 def test_a_config_folder_that_is_not_there_is_one_line(tmp_path):

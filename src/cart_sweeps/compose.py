@@ -82,18 +82,12 @@ def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) ->
     """
     register_configs()
     GlobalHydra.instance().clear()
-    extra = searchpath()
-    sources = ["hydra.searchpath=[" + ",".join(_quoted(p) for p in extra) + "]"] if extra else []
-    name = os.environ.get(CONFIG_NAME_ENV, "config")
+    name = os.environ.get(CONFIG_NAME_ENV, "config")  # the user's folders: hydra_plugins/.../searchpath.py
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose(name, overrides=[*sources, *quote_stage(overrides)], return_hydra_config=hydra_config)
+            return compose(name, overrides=quote_stage(overrides), return_hydra_config=hydra_config)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(describe(err)) from err
-
-
-def _quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def first_line(err: BaseException) -> str:
