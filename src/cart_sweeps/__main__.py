@@ -81,7 +81,12 @@ def show_stage(overrides: list[str], command: list[str]) -> None:
     """`--cfg job` / `--help` under a stage: the stage as composed and its runs, not one run's config."""
     from cart_sweeps.sweep.expand import Stage
 
-    stage = Stage(overrides)
+    try:
+        stage = Stage(overrides)
+    except ConfigError as err:  # still show the stage as written, and what it lacks to run
+        print(OmegaConf.to_yaml(compose_config(overrides).stage), end="")
+        print(f"# to run it: {err}")
+        return
     print(f"# stage {stage.name} at scale={stage.base.scale.name} (paper numbers; see `scale` in README)")
     print(OmegaConf.to_yaml(stage.spec), end="")
     if stage.runs:
