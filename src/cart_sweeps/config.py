@@ -77,11 +77,6 @@ class LoggerMode(StrEnum):
     online = "online"  # needs W&B credentials (WANDB_API_KEY or `wandb login`)
 
 
-class LauncherName(StrEnum):
-    local = "local"
-    slurm = "slurm"
-
-
 class StageKind(StrEnum):
     train = "train"
     evaluate = "evaluate"  # no training: a trained run evaluated at another loop count
@@ -224,22 +219,47 @@ class LoggerConfig:
     mode: LoggerMode = LoggerMode.offline  # never prompts
 
 
+def at_least(low: float) -> dict[str, float]:
+    """Field metadata: the smallest value the field accepts (checked before a stage launches)."""
+    return {"at_least": low}
+
+
 @dataclass
 class LauncherConfig:
-    name: LauncherName = LauncherName.local
-    slots: int = 1  # processes on a machine without GPUs
-    runs_per_gpu: int = 1
-    poll_s: float = 1.0
-    # SLURM only
+    """Where a stage's runs execute: `_target_` names the pool class (cart_sweeps.sweep.pool.Pool) that
+    reads the rest. A new launcher is a pool module plus a subclass of this and its conf/launcher YAML."""
+
+    _target_: str = MISSING
+    poll_s: float = field(default=1.0, metadata=at_least(1e-3))  # how often the driver checks its jobs
+    timeout_min: int = field(default=1440, metadata=at_least(1))  # a job's wall-time limit
+    max_num_timeout: int = field(default=10, metadata=at_least(0))  # requeues after a timeout or preemption
+    setup: list[str] = field(default_factory=list)  # shell lines run before each job (module loads, venvs)
+
+
+@dataclass
+class LocalLauncherConfig(LauncherConfig):
+    """submitit processes on this machine: one slot per visible GPU (x runs_per_gpu), or `slots` without GPUs."""
+
+    _target_: str = "cart_sweeps.sweep.pools.local.LocalPool"
+    slots: int = field(default=1, metadata=at_least(1))
+    runs_per_gpu: int = field(default=1, metadata=at_least(1))
+
+
+@dataclass
+class SlurmLauncherConfig(LauncherConfig):
+    """submitit SLURM job arrays; sbatch options by name, any other one in `additional_parameters`."""
+
+    _target_: str = "cart_sweeps.sweep.pools.slurm.SlurmPool"
+    poll_s: float = field(default=5.0, metadata=at_least(1e-3))
     partition: str | None = None
-    gpus_per_task: int = 1
-    cpus_per_task: int = 8
-    mem_gb: int = 64
-    timeout_min: int = 1440
-    array_parallelism: int = 64
-    max_num_timeout: int = 10
-    signal_delay_s: int = 120
-    setup: list[str] = field(default_factory=list)
+    qos: str | None = None
+    account: str | None = None
+    constraint: str | None = None
+    gpus_per_task: int = field(default=1, metadata=at_least(0))
+    cpus_per_task: int = field(default=8, metadata=at_least(1))
+    mem_gb: int = field(default=64, metadata=at_least(1))
+    array_parallelism: int = field(default=64, metadata=at_least(1))
+    signal_delay_s: int = field(default=120, metadata=at_least(0))
     additional_parameters: dict[str, Any] = field(default_factory=dict)
 
 
@@ -315,7 +335,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    launcher: LauncherConfig = MISSING  # one of the subclasses above, chosen by the launcher group
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     stage: StageConfig = field(default_factory=StageConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
@@ -332,6 +352,8 @@ def register_configs() -> None:
     """
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
+    cs.store(group="launcher", name="local_schema", node=LocalLauncherConfig)
+    cs.store(group="launcher", name="slurm_schema", node=SlurmLauncherConfig)
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):
         stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
         cs.store(group="stage", name=path.stem, node=stage, package="stage")

@@ -22,8 +22,8 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.launcher import Pool, Task, visible_gpus
 from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
+from cart_sweeps.sweep.pool import Pool, Task, pool_class
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.train.runfolder import read_summary
@@ -150,6 +150,11 @@ class StageDriver:
         elif not status.is_result:
             self.failed_finally += 1
 
+    def on_refused(self, attempt: Attempt, error: str) -> None:
+        """The scheduler refused the run's job: its trial ends rejected, so no relaunch takes it as cut off."""
+        assert attempt.trial is not None
+        self.ledger.finish(attempt.trial, {"status": RunStatus.REJECTED, "error": error}, self.sweep.metric)
+
     def to_run(self) -> int:
         left = self.sweep.n_trials - len(self.history) if not self.stage.runs else 0
         return len(self.queue) + len(self.attached) + max(0, left)
@@ -177,7 +182,15 @@ class StageDriver:
             for _ in self.attached:
                 self.progress.started()
             try:
-                self.pool.run(self.take, self.task, self.on_start, self.on_done, self.attached)
+                self.pool.run(
+                    self.take,
+                    self.task,
+                    self.on_start,
+                    self.on_done,
+                    self.attached,
+                    on_refused=self.on_refused,
+                    on_wait=self.progress.waiting,
+                )
             except KeyboardInterrupt:
                 interrupted = True
             self.progress.close(self.skipped, str(ledger_path(s.sweep_dir, self.sweep.storage)), interrupted)
@@ -187,7 +200,7 @@ class StageDriver:
 def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     """Validate the stage, take its driver lock, launch what is left; returns the exit code."""
     stage = Stage(arguments)
-    preflight(stage, visible_gpus() if stage.base.launcher.name == "local" else None)
+    preflight(stage, pool_class(stage.base.launcher).local_gpus())
     stage.sweep_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(stage.sweep_dir / ".driver.lock")
     try:

@@ -32,6 +32,7 @@ class Progress:
         self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
         self.counts: Counter[str] = Counter()
         self.running = 0
+        self.why_waiting: str | None = None
         self.t0 = time.monotonic()
         self.live = Live(console=self.console, transient=True) if self.console.is_terminal else None
 
@@ -53,11 +54,19 @@ class Progress:
         return (
             f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
             f"{done - self.counts[RunStatus.COMPLETED]} failed, {left} left, ETA {eta}"
+            + (f"; {self.why_waiting}" if self.why_waiting else "")
         )
 
     def _refresh(self) -> None:
         if self.live:
             self.live.update(Text(self.status()))
+
+    def waiting(self, why: str | None) -> None:
+        """Why started runs wait (a scheduler's pending reasons); printed when it changes, in a log."""
+        if why != self.why_waiting and why and not self.live:
+            self.console.print(f"stage {self.stage}: {why}", markup=False)
+        self.why_waiting = why
+        self._refresh()
 
     def started(self) -> None:
         self.running += 1
