@@ -52,10 +52,12 @@ def test_relaunch_of_a_finished_stage_skips_everything(finished):
 
 
 def test_variable_r_evaluates_a_trained_run(finished):
+    """Also with GPUs named by UUID and MIG id (they are passed through to the jobs; ints only crashed)."""
     runs, _ = finished
     source = next(t.user_attrs["run_dir"] for t in trials(runs) if t.params["model.n_loops"] == 4)
     evaluate = ["stage=variable_r", f"stage.source={source}", "stage.eval_n_loops=2,4,6", "sweep.metric=ppl_austen"]
-    proc = sweep(runs, *evaluate)
+    gpus = "GPU-5a1f3c2e-8d4b-4f6a-9e0c-1b2d3e4f5a6b,MIG-8c7d6e5f-4a3b-2c1d-0e9f-8a7b6c5d4e3f"
+    proc = sweep(runs, *evaluate, CUDA_VISIBLE_DEVICES=gpus)
     assert proc.returncode == 0, proc.stderr[-3000:]
     evals = trials(runs, "variable_r")
     assert len(evals) == 3 and {t.state for t in evals} == {TrialState.COMPLETE}
