@@ -260,7 +260,8 @@ class SlurmLauncherConfig(LauncherConfig):
     mem_gb: int = field(default=64, metadata=at_least(1))
     array_parallelism: int = field(default=64, metadata=at_least(1))
     signal_delay_s: int = field(default=120, metadata=at_least(0))
-    additional_parameters: dict[str, Any] = field(default_factory=dict)  # add one: +launcher.additional_parameters.begin=now
+    # any other sbatch option, added by +launcher.additional_parameters.KEY=VALUE
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
