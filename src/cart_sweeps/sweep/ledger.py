@@ -183,7 +183,11 @@ class Ledger:
             trial.set_user_attr(key, value)
 
     def resume(self, trial: FrozenTrial) -> Trial:
-        """The live handle of a trial a previous driver left RUNNING."""
+        """The live handle of a trial a previous driver left RUNNING.
+
+        Optuna has no public way from a FrozenTrial to a writable Trial; `_trial_id` (the storage's key,
+        not `number`) is what `Study.tell` itself uses. Checked against optuna 5.x (pinned <6 in pyproject).
+        """
         return Trial(self.study, trial._trial_id)
 
     def finish(self, trial: Trial, summary: dict[str, Any], metric: str) -> RunStatus:
