@@ -19,6 +19,8 @@ import pytest
 from optuna.trial import TrialState
 from stages import env, sweep, sweep_cmd, trials, wait_for, with_fault
 
+pytestmark = pytest.mark.slow  # faults caused in real stages: the full tier (make test-full)
+
 GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2", "trainer.steps=20"]
 
 

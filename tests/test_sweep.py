@@ -77,6 +77,7 @@ def test_plan_reads_status_from_the_ledger(finished):
     assert [line.rsplit(",", 1)[1] for line in out.stdout.splitlines()[1:]] == ["completed"] * 4
 
 
+@pytest.mark.slow
 def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache):
     """SIGTERM stops the jobs; SIGKILL leaves jobs that end themselves; the relaunch finishes the rest."""
     runs = tmp_path
@@ -102,6 +103,7 @@ def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache
     assert done + resumed == len(kept) + len(cut_off) and done >= len(kept)  # a cut-off run may have just finished
 
 
+@pytest.mark.slow
 def test_failed_and_diverged_runs_are_recorded_and_the_rest_finish(tmp_path, data_cache):
     """lr=1e6 diverges (a result, not retried); an error in R=4's first step fails it (retried once, then recorded)."""
     args = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2"]
@@ -123,6 +125,7 @@ def test_failed_and_diverged_runs_are_recorded_and_the_rest_finish(tmp_path, dat
     assert all("injected fault" in t.user_attrs["error"] for t in failed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
@@ -138,6 +141,7 @@ def test_bad_values_stop_the_stage_before_launch(tmp_path, bad, says):
     assert not (tmp_path / "1").exists()
 
 
+@pytest.mark.slow
 def test_tpe_search(tmp_path, data_cache):
     args = ["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2", "trainer.steps=5"]
     proc = sweep(tmp_path, *args)

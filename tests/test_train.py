@@ -84,6 +84,7 @@ def build_model_from(run_dir: Path):
     return build_model(OmegaConf.load(run_dir / "config.yaml").model)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_metrics(tmp_path, data_cache, finished_run):
     """SIGKILL mid-run, relaunch the same command: same rows, no duplicates, no gaps, same final metrics."""
     run_dir = tmp_path / "killed"
