@@ -431,4 +431,10 @@ def run_label(cfg: DictConfig) -> str:
     return label
 
 
-OmegaConf.register_new_resolver("run_label", lambda *, _root_: run_label(_root_), replace=True)
+def run_dir(cfg: DictConfig) -> Path:
+    """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike:
+    the label for people, the id so that runs sharing a label (another lr, say) never share a folder."""
+    return Path(cfg.paths.runs) / cfg.stage.name / f"{run_label(cfg)}-{run_id(cfg)[:8]}"
+
+
+OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
