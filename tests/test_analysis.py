@@ -243,3 +243,14 @@ def test_cli_imports_no_torch():
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0
+
+
+def test_paper_fixture_screen_says_what_ends_alone_cannot_show(paper):
+    """The published numbers are each run's end: Stage 1's ranking against Stage 2's end, and no more."""
+    report, out = paper
+    screen = json.loads((out / "findings.json").read_text())["screen"]
+    assert "agreement" not in screen and "shortest" not in screen
+    assert set(screen["stage1_to_stage2"]["1024"]) == {"end"}
+    assert screen["stage1_to_stage2"]["1024"]["end"]["top1_agrees"] is False  # the paper's reversal
+    assert any("final evaluation only" in line for line in screen["limits"])
+    assert "screen_agreement" in report.skipped

@@ -9,6 +9,7 @@ name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -196,10 +197,23 @@ class StageConfig:
     eval_n_loops: int | None = None  # evaluate stages: the inference R
 
 
+class Pruner(StrEnum):
+    """How a search stops its unpromising trials early, from their intermediate evaluations (Optuna's pruners).
+
+    Members are named by their values: OmegaConf accepts an enum from the command line by name.
+    """
+
+    none = "none"
+    median = "median"  # MedianPruner: worse than the median of earlier trials at the same step
+    hyperband = "hyperband"  # HyperbandPruner: successive halving over brackets of run lengths
+
+
 @dataclass
 class SweepConfig:
     sampler: str = "grid"  # grid | tpe
     n_trials: int | None = None  # tpe only
+    startup_trials: int = 10  # tpe only: trials sampled at random before TPE (and the pruner) learn; Optuna's default
+    pruner: Pruner = Pruner.none  # tpe only
     metric: str = "ppl_wiki"
     max_retries: int = 1
     storage: str = "sqlite"  # sqlite | journal

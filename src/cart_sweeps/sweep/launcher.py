@@ -119,8 +119,12 @@ class Pool(ABC, Generic[Item]):
         on_start: Callable[[Item, str], None],
         on_done: Callable[[Item, dict[str, Any]], None],
         attached: Sequence[tuple[Item, submitit.Job]] = (),
+        on_poll: Callable[[Item], bool] = lambda item: False,
     ) -> None:
-        """Start what `take(free slots)` gives, report each job as it ends; on any interruption cancel the rest."""
+        """Start what `take(free slots)` gives, report each job as it ends; on any interruption cancel the rest.
+
+        Each poll asks `on_poll` of every running job whether to stop it now (a pruned trial); it then ends as any job.
+        """
         active: dict[submitit.Job, tuple[Item, Task]] = {job: (item, task(item)) for item, job in attached}
         try:
             while True:
@@ -132,6 +136,7 @@ class Pool(ABC, Generic[Item]):
                 if not active:
                     return
                 time.sleep(self.poll_s)
+                self.cancel([job for job, (item, _) in active.items() if not job.done() and on_poll(item)])
                 for job in [j for j in active if j.done()]:
                     item, t = active.pop(job)
                     self.release(job)
