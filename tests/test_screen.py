@@ -34,7 +34,7 @@ def screened(tmp_path_factory):
                     rows.append({"stage": "2", **common, "seed": seed, "step": step, "ppl_wiki": ppl})
     tmp = tmp_path_factory.mktemp("screen")
     pd.DataFrame(rows).to_csv(tmp / "steps.csv", index=False)
-    report = run(load_csv(tmp / "steps.csv"), tmp / "out")
+    report = run(load_csv(tmp / "steps.csv"), tmp / "out", only=["screen"])
     return report, tmp / "out"
 
 

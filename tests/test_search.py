@@ -16,6 +16,10 @@ from optuna.trial import TrialState
 from optuna_dashboard import wsgi
 from stages import sweep, trials
 
+from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.driver import run_stage
+from cart_sweeps.sweep.launcher import make_pool
+
 SEARCH = [
     "stage=lr",
     "scale=tiny",
@@ -86,9 +90,9 @@ def test_a_pruned_trial_stops_and_is_never_retried(searched):
     assert len(trials(runs, "lr")) == 2
 
 
-def test_a_pruner_on_a_grid_is_one_line(tmp_path):
-    proc = sweep(tmp_path, "stage=1", "scale=tiny", "sweep.pruner=median")
-    assert proc.returncode != 0
-    assert (
-        proc.stderr.strip().splitlines()[-1].endswith("sweep.pruner=median prunes searches; stage 1 is a grid: drop it")
-    )
+def test_a_pruner_on_a_grid_is_one_line_before_anything_launches(tmp_path, monkeypatch):
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    grid = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2", "model.n_prelude=2"]
+    with pytest.raises(ConfigError, match="^sweep.pruner=median prunes searches; stage 1 is a grid: drop it$"):
+        run_stage([*grid, "sweep.pruner=median"], make_pool)
+    assert not list(tmp_path.iterdir())

@@ -203,6 +203,7 @@ class StageDriver:
 def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     """Validate the stage, take its driver lock, launch what is left; returns the exit code."""
     stage = Stage(arguments)
+    pruner = make_pruner(stage.base.sweep, stage.name, search=not stage.runs)
     preflight(stage, visible_gpus() if stage.base.launcher.name == "local" else None)
     stage.sweep_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(stage.sweep_dir / ".driver.lock")
@@ -212,7 +213,6 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
         raise ConfigError(f"stage {stage.name} is already being run by another driver ({lock.lock_file})") from err
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     sweep = stage.base.sweep
-    pruner = make_pruner(sweep, stage.name, search=not stage.runs)
     try:
         # grid trials have fixed params: the sampler is unused there
         sampler = optuna.samplers.TPESampler(seed=stage.base.seed, n_startup_trials=sweep.startup_trials)
