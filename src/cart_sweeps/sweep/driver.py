@@ -204,6 +204,13 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     """Validate the stage, take its driver lock, launch what is left; returns the exit code."""
     stage = Stage(arguments)
     pruner = make_pruner(stage.base.sweep, stage.name, search=not stage.runs)
+    if not stage.runs and stage.base.sweep.n_trials <= stage.base.sweep.startup_trials:
+        print(
+            f"stage {stage.name}: sweep.n_trials={stage.base.sweep.n_trials} <= sweep.startup_trials="
+            f"{stage.base.sweep.startup_trials}, so TPE samples every trial at random; run more trials or lower "
+            "sweep.startup_trials",
+            flush=True,
+        )
     preflight(stage, visible_gpus() if stage.base.launcher.name == "local" else None)
     stage.sweep_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(stage.sweep_dir / ".driver.lock")
