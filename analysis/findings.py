@@ -206,7 +206,10 @@ def _screen_limits(tables: dict[str, pd.DataFrame]) -> list[str]:
             "Stage 2 has no evaluation at or before Stage 1's last step: Stage 1's final ranking is compared "
             "with Stage 2's end only, not with Stage 2 at the matching step."
         )
-    if "screen_transfer" in tables and tables["screen_transfer"]["n"].max() < 3:
+    shared = tables["screen_transfer"]["n"].max() if "screen_transfer" in tables else None
+    if shared is not None and shared < 2:
+        limits.append("Stage 1 and Stage 2 share fewer than two configurations per width: nothing to rank.")
+    elif shared is not None and shared < 3:
         limits.append("Fewer than three configurations per width in both stages: only the top-1 pick is compared.")
     return limits
 
@@ -282,6 +285,8 @@ def _screen_words(screen: Findings) -> list[str]:
             f"{when} (step {p['stage2_step']}): top-1 {'kept' if p['top1_agrees'] else 'changed'}"
             + (f", tau {p['kendall_tau']:.2f}" if p["kendall_tau"] is not None else "")
             for when, p in points.items()
+            if p["top1_agrees"] is not None  # fewer than two configurations in both stages: nothing to rank
         ]
-        parts.append(f"Stage 1's final ranking against Stage 2 at d={d}: {'; '.join(said)}.")
+        if said:
+            parts.append(f"Stage 1's final ranking against Stage 2 at d={d}: {'; '.join(said)}.")
     return parts + screen.get("limits", [])

@@ -9,8 +9,6 @@ final ranking predict Stage 2's, at the matching step and at the end. Rankings a
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -30,17 +28,19 @@ def _configs(rows: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list[str]]:
 
 
 def agreement(at: pd.Series, final: pd.Series) -> dict[str, float | int | bool | None]:
-    """Kendall tau, Spearman rho and whether the best (lowest) is the same, over the configs both rank."""
+    """Kendall tau, Spearman rho, whether the best (lowest) and the whole order are the same, over the
+    configs both rank."""
     both = pd.concat([at.rename("at"), final.rename("final")], axis=1).dropna()
     n = len(both)
     if n < 2:
-        return {"n": n, "kendall_tau": None, "spearman": None, "top1_agrees": None}
+        return {"n": n, "kendall_tau": None, "spearman": None, "top1_agrees": None, "same_order": None}
     corr = n >= MIN_RANKED and both["at"].nunique() > 1 and both["final"].nunique() > 1
     return {
         "n": n,
         "kendall_tau": float(stats.kendalltau(both["at"], both["final"]).statistic) if corr else None,
         "spearman": float(stats.spearmanr(both["at"], both["final"]).statistic) if corr else None,
         "top1_agrees": bool(both["at"].idxmin() == both["final"].idxmin()),
+        "same_order": bool((both["at"].rank() == both["final"].rank()).all()),
     }
 
 
@@ -116,17 +116,15 @@ def screen_transfer(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def shortest_screen(table: pd.DataFrame) -> dict[str, dict[str, dict[str, float | int | None]]]:
     """Per stage and width: the first step from which every evaluation agrees with the final ranking,
-    by the top-1 pick and by the whole order (Kendall tau = 1); None when only the final step does."""
+    by the top-1 pick and by the whole order; None when only the final step does."""
     out: dict[str, dict[str, dict[str, float | int | None]]] = {}
     for (stage, d), rows in table.groupby(["stage", "d"], sort=True):
         rows = rows.sort_values("step")
         final_step = int(rows["final_step"].max())
         early = rows[rows["step"] < final_step]
         found: dict[str, float | int | None] = {"final_step": final_step, "evaluations": len(early)}
-        for name, agrees in (
-            ("top1", early["top1_agrees"].fillna(False).astype(bool)),
-            ("full_order", early["kendall_tau"].map(lambda t: t is not None and not math.isnan(t) and t >= 1 - 1e-12)),
-        ):
+        for name, column in (("top1", "top1_agrees"), ("full_order", "same_order")):
+            agrees = early[column].fillna(False).astype(bool)
             settled = _settled_from(early["step"].to_numpy(), agrees.to_numpy(bool))
             found[f"{name}_step"] = settled
             found[f"{name}_fraction"] = None if settled is None else round(settled / final_step, 4)
