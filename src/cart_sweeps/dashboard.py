@@ -126,7 +126,7 @@ def dashboard(overrides: list[str]) -> None:
         print(f"W&B report: those panels and the stage's tables: {names}")
         print(
             "To create it: sync the offline runs (wandb sync <runs>/<stage>/*/wandb/offline-run-*), then rerun with "
-            "logger.mode=online logger.entity=<you> and WANDB_API_KEY set."
+            "logger.mode=online logger.entity=<you> after `wandb login` (or with WANDB_API_KEY)."
         )
         return
     check_credentials(cfg.logger, used=True)
