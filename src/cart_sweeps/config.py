@@ -301,10 +301,23 @@ class StageConfig:
     eval_n_loops: int | None = None  # evaluate stages: the inference R
 
 
+class Pruner(StrEnum):
+    """How a search stops its unpromising trials early, from their intermediate evaluations (Optuna's pruners).
+
+    Members are named by their values: OmegaConf accepts an enum from the command line by name.
+    """
+
+    none = "none"
+    median = "median"  # MedianPruner: worse than the median of earlier trials at the same step
+    hyperband = "hyperband"  # HyperbandPruner: successive halving over brackets of run lengths
+
+
 @dataclass
 class SweepConfig:
     sampler: Sampler = Sampler.grid
     n_trials: int | None = None  # tpe only
+    startup_trials: int = 10  # tpe only: trials sampled at random before TPE (and the pruner) learn; Optuna's default
+    pruner: Pruner = Pruner.none  # tpe only
     metric: str = "ppl_wiki"
     max_retries: int = 1
     storage: Storage = Storage.sqlite

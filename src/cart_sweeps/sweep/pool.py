@@ -142,12 +142,14 @@ class Pool(ABC, Generic[Item]):
         attached: Sequence[tuple[Item, Job]] = (),
         on_refused: Callable[[Item, str], None] = lambda item, error: None,
         on_wait: Callable[[str | None], None] = lambda why: None,
+        on_poll: Callable[[Item], bool] = lambda item: False,
     ) -> None:
         """Start what `take(free slots)` gives, report each job as it ends; on any interruption cancel the rest.
 
         A submission the scheduler refuses ends the launch: `on_refused` hears of each run it took for
         it (so none is left looking started), then the ConfigError goes to the user. `on_wait` hears at
-        each poll why started jobs wait (None when none does).
+        each poll why started jobs wait (None when none does); `on_poll`, of each running job, whether to
+        stop it now (a pruned trial): it then ends as any job does.
         """
         active: dict[Job, tuple[Item, Task]] = {job: (item, task(item)) for item, job in attached}
         try:
@@ -167,6 +169,7 @@ class Pool(ABC, Generic[Item]):
                     return
                 time.sleep(self.poll_s)
                 on_wait(self.waiting(list(active)))
+                self.cancel([job for job, (item, _) in active.items() if not job.done() and on_poll(item)])
                 for job in [j for j in active if j.done()]:
                     item, t = active.pop(job)
                     self.release(job)

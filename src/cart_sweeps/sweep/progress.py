@@ -12,7 +12,14 @@ from rich.text import Text
 
 from cart_sweeps.status import RunStatus
 
-FINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DIVERGED, RunStatus.CANCELLED, RunStatus.REJECTED)
+FINAL = (
+    RunStatus.COMPLETED,
+    RunStatus.FAILED,
+    RunStatus.DIVERGED,
+    RunStatus.CANCELLED,
+    RunStatus.REJECTED,
+    RunStatus.PRUNED,
+)
 
 
 def _duration(seconds: float) -> str:
@@ -53,7 +60,7 @@ class Progress:
         eta = _duration(elapsed / done * (self.to_run - done)) if done else "?"
         return (
             f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
-            f"{done - self.counts[RunStatus.COMPLETED]} failed, {left} left, ETA {eta}"
+            f"{done - self.counts[RunStatus.COMPLETED] - self.counts[RunStatus.PRUNED]} failed, {left} left, ETA {eta}"
             + (f"; {self.why_waiting}" if self.why_waiting else "")
         )
 
@@ -79,7 +86,10 @@ class Progress:
             self.counts[status] += 1
         value = summary.get(self.metric)
         completed = status == RunStatus.COMPLETED and isinstance(value, int | float)
-        detail = f"{self.metric}={value:.4g}" if completed else summary.get("error", "")
+        if status == RunStatus.PRUNED:
+            detail = f"at step {summary.get('step')}"
+        else:
+            detail = f"{self.metric}={value:.4g}" if completed else summary.get("error") or ""
         retry = "" if final else " (retrying)"
         line = f"{label}: {status}{retry} {detail}".rstrip()
         self.console.print(line if self.live else f"{line}  [{self.status()}]", markup=False)
