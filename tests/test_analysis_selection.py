@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.slow  # several launches of real stages: the full tier (make test-full)
+
 GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2", "model.n_prelude=2,6", "trainer.steps=6"]
 SLOTS = ["launcher.slots=2", "launcher.poll_s=0.2"]
 RELAUNCH = "trainer.lr=1e-3"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
+# Private Hydra API: the value-override step of Hydra's own compose, so a run composed here is exactly what
+# `compose_config` gives. Checked against hydra-core 1.3.8, pinned in pyproject (its last final release).
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override

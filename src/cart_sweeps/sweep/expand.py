@@ -21,7 +21,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_id, run_label, validate
+from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_dir, run_id, run_label, validate
 from cart_sweeps.model import dense_parity
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.ledger import Ledger
@@ -172,5 +172,4 @@ def make_run(params: dict[str, Any], overrides: list[str], cfg: DictConfig) -> R
     if cfg.stage.kind == "evaluate":
         cfg = with_source(cfg)
     validate(cfg)
-    rid, label = run_id(cfg), run_label(cfg)
-    return Run(params, overrides, cfg, rid, label, Path(cfg.paths.runs) / cfg.stage.name / f"{label}-{rid[:8]}")
+    return Run(params, overrides, cfg, run_id(cfg), run_label(cfg), run_dir(cfg))

@@ -13,7 +13,14 @@ from rich.text import Text
 
 from cart_sweeps.status import RunStatus
 
-FINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DIVERGED, RunStatus.CANCELLED, RunStatus.REJECTED)
+FINAL = (
+    RunStatus.COMPLETED,
+    RunStatus.FAILED,
+    RunStatus.DIVERGED,
+    RunStatus.CANCELLED,
+    RunStatus.REJECTED,
+    RunStatus.PRUNED,
+)
 
 
 def _duration(seconds: float) -> str:
@@ -33,6 +40,7 @@ class Progress:
         self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
         self.counts: Counter[str] = Counter()
         self.running = 0
+        self.why_waiting: str | None = None
         self.t0 = time.monotonic()
         self.live = Live(console=self.console, transient=True) if self.console.is_terminal else None
 
@@ -53,12 +61,20 @@ class Progress:
         eta = _duration(elapsed / done * (self.to_run - done)) if done else "?"
         return (
             f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
-            f"{done - self.counts[RunStatus.COMPLETED]} failed, {left} left, ETA {eta}"
+            f"{done - self.counts[RunStatus.COMPLETED] - self.counts[RunStatus.PRUNED]} failed, {left} left, ETA {eta}"
+            + (f"; {self.why_waiting}" if self.why_waiting else "")
         )
 
     def _refresh(self) -> None:
         if self.live:
             self.live.update(Text(self.status()))
+
+    def waiting(self, why: str | None) -> None:
+        """Why started runs wait (a scheduler's pending reasons); printed when it changes, in a log."""
+        if why != self.why_waiting and why and not self.live:
+            self.console.print(f"stage {self.stage}: {why}", markup=False)
+        self.why_waiting = why
+        self._refresh()
 
     def started(self) -> None:
         self.running += 1
@@ -73,10 +89,13 @@ class Progress:
             self.counts[status] += 1
         value = summary.get(self.metric)
         completed = status == RunStatus.COMPLETED and isinstance(value, int | float)
-        detail = f"{self.metric}={value:.4g}" if completed else summary.get("error", "")
+        if status == RunStatus.PRUNED:
+            detail = f"at step {summary.get('step')}"
+        else:
+            detail = f"{self.metric}={value:.4g}" if completed else summary.get("error") or ""
         retry = "" if final else " (retrying)"
         line = f"{label}: {status}{retry} {detail}".rstrip()
-        if not completed and log is not None and log.exists():
+        if status not in (RunStatus.COMPLETED, RunStatus.PRUNED) and log is not None and log.exists():
             line += f" (output: {log})"
         self.console.print(line if self.live else f"{line}  [{self.status()}]", markup=False)
         self._refresh()

@@ -30,7 +30,7 @@ from cart_sweeps.train.loop import eval_metrics, evaluate_windows, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
 from cart_sweeps.train.optim import build_optimizer, build_scheduler
 from cart_sweeps.train.progress import RunProgress
-from cart_sweeps.train.runfolder import atomic_write, base_summary, owned, read_summary, write_summary
+from cart_sweeps.train.runfolder import METRICS, atomic_write, base_summary, owned, read_summary, write_summary
 
 
 class Diverged(RuntimeError):
@@ -194,7 +194,7 @@ class Trainer:
         try:
             start_step = self._resume()
             wall_before = previous.get("wall_time_s", 0.0) if start_step else 0.0
-            metrics = MetricsLog(self.run_dir / "metrics.jsonl", start_step)
+            metrics = MetricsLog(self.run_dir / METRICS, start_step)
             for row in metrics.rows:
                 self._note(row)
             self.summary["step"] = start_step
