@@ -218,6 +218,7 @@ class PlanConfig:
     gpu: str = "h100"  # rtx3090 | rtx4090 | a100 | h100 | h200 (hardware.PEAK_BF16_FLOPS)
     mfu: float = 0.35  # assumed model FLOPs utilisation
     format: str = "table"  # table | csv
+    slots: int | None = None  # slots for the simulated makespan (None: the stage's launcher's)
 
 
 @dataclass

@@ -115,23 +115,35 @@ def later_defaults(schema: type) -> dict[str, Any]:
 
 
 @functools.cache
+def _later_defaults(schema: type) -> dict[str, Any]:
+    return later_defaults(schema)
+
+
+@functools.cache
 def _defaults(schema: type) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
 
 
-def _defining(node: Any, resolved: Any) -> Any:
-    """`resolved` (the node's values) without the later fields that still hold their defaults, at any depth."""
+def _defining(node: Any, resolved: Any, raw: Any) -> Any:
+    """`resolved` (the node's values) without the later fields that still hold their defaults, at any depth.
+
+    `raw` is the node's unresolved container, passed down rather than rebuilt at each level (run ids are
+    computed for every run of a stage, so this walk is on the expansion's hot path).
+    """
     if isinstance(node, ListConfig):
-        return [_defining(n, r) for n, r in zip(node, resolved, strict=True)]
+        return [_defining(n, r, w) for n, r, w in zip(node, resolved, raw, strict=True)]
     if not isinstance(node, DictConfig):
         return resolved
     schema = OmegaConf.get_type(node)
     frozen = frozen_fields(schema) if schema is not None else None
     if frozen is None:
         return resolved
-    later = later_defaults(schema)
-    raw = OmegaConf.to_container(node, resolve=False)
-    return {k: _defining(node[k], v) for k, v in resolved.items() if k in frozen or raw[k] != later[k]}
+    later = _later_defaults(schema)
+    return {
+        k: _defining(node[k], v, raw[k]) if isinstance(v, dict | list) else v
+        for k, v in resolved.items()
+        if k in frozen or raw[k] != later[k]
+    }
 
 
 def identity(cfg: DictConfig, seed: bool = True) -> dict[str, Any]:
@@ -139,7 +151,7 @@ def identity(cfg: DictConfig, seed: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"seed": cfg.seed} if seed else {}
     for group in GROUPS:
         node = cfg[group]
-        values = _defining(node, OmegaConf.to_container(node, resolve=True))
+        values = _defining(node, OmegaConf.to_container(node, resolve=True), OmegaConf.to_container(node))
         out[group] = {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS.get(group, set())}
     if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
         out["eval_n_loops"] = cfg.stage.eval_n_loops

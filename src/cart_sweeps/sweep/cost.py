@@ -1,14 +1,28 @@
-"""What a run costs before it runs: parameters, training tokens and FLOPs, GPU-hours at an assumed MFU."""
+"""What a run costs before it runs, and the order a stage launches its runs in.
+
+Cost: parameters, training tokens and FLOPs, and hours at an assumed MFU, or at the throughput measured
+on finished runs of the same shape where there are any. Order: longest first, which list scheduling turns
+into a makespan within a few percent of the lower bound (grid order starts the widest runs last).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from statistics import median
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
 from cart_sweeps.model import param_counts, train_flops_per_token
+from cart_sweeps.status import RunStatus
+from cart_sweeps.train.runfolder import read_summary
+
+if TYPE_CHECKING:
+    from cart_sweeps.sweep.expand import Run
 
 
 @dataclass(frozen=True)
@@ -20,13 +34,41 @@ class Cost:
     gpu_hours: float
 
 
-def peak_flops(gpu: str, mfu: float) -> float:
-    """Sustained FLOP/s: the GPU's peak times the assumed MFU."""
+def assumed_flops_per_s(gpu: str, mfu: float) -> float:
+    """Sustained FLOP/s assumed for planning: the GPU's dense bf16 peak times the assumed MFU."""
     if gpu not in PEAK_BF16_FLOPS:
         raise ConfigError(f"plan.gpu={gpu!r} is not allowed; use one of {sorted(PEAK_BF16_FLOPS)}")
     if not 0 < mfu <= 1:
         raise ConfigError(f"plan.mfu={mfu} must be in (0, 1]")
     return PEAK_BF16_FLOPS[gpu] * mfu
+
+
+def _shape(cfg: DictConfig) -> tuple[str, int]:
+    """What a run's throughput depends on most: the model and its width."""
+    return cfg.model.name, cfg.model.d_model
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Sustained training FLOP/s per run shape: measured on finished runs of that shape, else assumed."""
+
+    assumed: float
+    measured: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, runs: Sequence[Run], assumed: float) -> Throughput:
+        """`assumed`, refined by the tokens/s that the completed runs among `runs` recorded in their folders."""
+        rates: dict[tuple[str, int], list[float]] = {}
+        for run in runs:
+            summary = read_summary(run.run_dir) or {}
+            if summary.get("run_id") == run.run_id and summary.get("status") == RunStatus.COMPLETED:
+                if tokens_per_s := summary.get("tokens_per_s"):
+                    flops = tokens_per_s * train_flops_per_token(run.cfg.model, run.cfg.trainer.seq_len)
+                    rates.setdefault(_shape(run.cfg), []).append(flops)
+        return cls(assumed, {shape: median(values) for shape, values in rates.items()})
+
+    def flops_per_s(self, cfg: DictConfig) -> float:
+        return self.measured.get(_shape(cfg), self.assumed)
 
 
 def run_cost(cfg: DictConfig, flops_per_s: float) -> Cost:
@@ -35,3 +77,22 @@ def run_cost(cfg: DictConfig, flops_per_s: float) -> Cost:
     tokens = t.steps * t.micro_batch_size * t.grad_accum * t.seq_len if cfg.stage.kind == "train" else 0
     flops = train_flops_per_token(cfg.model, t.seq_len) * tokens
     return Cost(counts["stored"], counts["effective"], tokens, flops, flops / flops_per_s / 3600)
+
+
+def launch_order(runs: Sequence[Run], throughput: Throughput) -> list[Run]:
+    """`runs` longest first by estimated hours (ties keep the stage's order): what the driver launches first."""
+    hours = {run.run_id: run_cost(run.cfg, throughput.flops_per_s(run.cfg)).gpu_hours for run in runs}
+    return sorted(runs, key=lambda run: -hours[run.run_id])
+
+
+def makespan(hours: Sequence[float], slots: int) -> float:
+    """Wall time of list scheduling `hours` in this order on `slots` slots: each job to the first free slot."""
+    free = [0.0] * slots
+    for h in hours:
+        heapq.heappush(free, heapq.heappop(free) + h)
+    return max(free)
+
+
+def makespan_bound(hours: Sequence[float], slots: int) -> float:
+    """No schedule beats max(total / slots, longest job)."""
+    return max(sum(hours) / slots, max(hours, default=0.0))
