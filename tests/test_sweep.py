@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
+from stages import completed, env, leftovers, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
+
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order
 from cart_sweeps.sweep.expand import Stage
-from stages import completed, env, leftovers, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
 
 GRID = ["stage=1", "scale=tiny", "model.d_model=256,512", "model.n_loops=2,4", "model.n_prelude=2"]
 
