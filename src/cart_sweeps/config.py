@@ -120,7 +120,7 @@ class TrainerConfig:
     decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
     grad_clip: float = 1.0
     precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32
-    compile: bool = False
+    compile: bool | None = None  # null: compile on CUDA (the paper scale), not on the CPU
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
