@@ -5,10 +5,10 @@ PY := $(VENV)/bin/python
 # CPU wheel on a fresh machine; a torch that is already importable (e.g. a GPU user's CUDA build) is kept.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: help setup demo test lint tables clean
+.PHONY: help setup demo test lint tables clean gpu-check
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -23,6 +23,9 @@ demo: setup ## the tiny study end to end on the embedded corpus, ending in table
 
 test: setup ## the test suite (SLURM tests skip unless a cluster runs: see tests/slurm)
 	$(PY) -m pytest -q
+
+gpu-check: setup ## on a CUDA machine: CUDA tests, bench d=256..1024 with/without compile, two runs on one GPU
+	$(PY) -m cart_sweeps.gpu_check
 
 lint: setup ## ruff: lint and format check
 	$(VENV)/bin/ruff check .

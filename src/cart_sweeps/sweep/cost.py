@@ -96,3 +96,25 @@ def makespan(hours: Sequence[float], slots: int) -> float:
 def makespan_bound(hours: Sequence[float], slots: int) -> float:
     """No schedule beats max(total / slots, longest job)."""
     return max(sum(hours) / slots, max(hours, default=0.0))
+
+
+GIB = 2**30
+CUDA_OVERHEAD_BYTES = GIB  # CUDA context, allocator slack and compile workspace, per process
+
+
+def memory_need_bytes(cfg: DictConfig) -> int:
+    """A generous estimate of one training run's peak GPU memory, to decide how many runs share a GPU.
+
+    fp32 weights, gradients and AdamW's two moments (16 bytes a stored parameter); the bf16 activations a
+    block keeps for backward, 34 bytes per token and width with flash attention (Korthikanti et al. 2022,
+    "Reducing Activation Recomputation", s b h (34 + 5 a s / h) without the attention-score term), for
+    each block a forward pass applies; the bf16 logits and their gradient (the loss upcasts one chunk at
+    a time); and the process's CUDA overhead.
+    """
+    m, t = cfg.model, cfg.trainer
+    tokens = t.micro_batch_size * t.seq_len
+    blocks = m.n_layers if m.name == "dense" else m.n_prelude + m.n_loops + 1
+    state = 16 * param_counts(m)["stored"]
+    activations = 34 * tokens * m.d_model * blocks
+    logits = 2 * 2 * tokens * m.vocab_size
+    return state + activations + logits + CUDA_OVERHEAD_BYTES
