@@ -124,14 +124,24 @@ def _defaults(schema: type) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
 
 
-def _defining(node: Any, resolved: Any, raw: Any) -> Any:
+def _holds_default(node: DictConfig, key: str, value: Any, default: Any) -> bool:
+    """Whether a later field still holds its default as written: compared unresolved where resolving
+    could change it (an interpolation, a container), else by its resolved value (the same thing, cheaper)."""
+    if isinstance(value, dict | list):
+        value = OmegaConf.to_container(node[key], resolve=False)
+    elif OmegaConf.is_interpolation(node, key):
+        value = OmegaConf.to_container(node, resolve=False)[key]
+    return value == default
+
+
+def _defining(node: Any, resolved: Any) -> Any:
     """`resolved` (the node's values) without the later fields that still hold their defaults, at any depth.
 
-    `raw` is the node's unresolved container, passed down rather than rebuilt at each level (run ids are
-    computed for every run of a stage, so this walk is on the expansion's hot path).
+    Run ids are computed for every run of a stage, so this walk is on the expansion's hot path: it reads
+    the unresolved config only where a later field's value could differ from its resolved form.
     """
     if isinstance(node, ListConfig):
-        return [_defining(n, r, w) for n, r, w in zip(node, resolved, raw, strict=True)]
+        return [_defining(n, r) for n, r in zip(node, resolved, strict=True)]
     if not isinstance(node, DictConfig):
         return resolved
     schema = OmegaConf.get_type(node)
@@ -140,9 +150,9 @@ def _defining(node: Any, resolved: Any, raw: Any) -> Any:
         return resolved
     later = _later_defaults(schema)
     return {
-        k: _defining(node[k], v, raw[k]) if isinstance(v, dict | list) else v
+        k: _defining(node[k], v) if isinstance(v, dict | list) else v
         for k, v in resolved.items()
-        if k in frozen or raw[k] != later[k]
+        if k in frozen or not _holds_default(node, k, v, later[k])
     }
 
 
@@ -151,7 +161,7 @@ def identity(cfg: DictConfig, seed: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"seed": cfg.seed} if seed else {}
     for group in GROUPS:
         node = cfg[group]
-        values = _defining(node, OmegaConf.to_container(node, resolve=True), OmegaConf.to_container(node))
+        values = _defining(node, OmegaConf.to_container(node, resolve=True))
         out[group] = {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS.get(group, set())}
     if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
         out["eval_n_loops"] = cfg.stage.eval_n_loops
