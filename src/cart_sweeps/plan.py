@@ -22,7 +22,7 @@ from rich.table import Table
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_cost
+from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import folder_holds_result
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.launcher import visible_gpus
@@ -109,9 +109,9 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     status = statuses(stage, runs, ledger)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
     out = []
-    for run in launch_order(runs, throughput):
-        m, dense = run.cfg.model, run.cfg.model.name == "dense"
-        cost = run_cost(run.cfg, throughput.flops_per_s(run.cfg))
+    costs = run_costs(runs, throughput)
+    for run in launch_order(runs, costs):
+        m, cost, dense = run.cfg.model, costs[run.run_id], run.cfg.model.name == "dense"
         out.append(
             {
                 "run_id": run.run_id,

@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order
+from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.launcher import Pool, Task, visible_gpus
 from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
@@ -73,7 +73,8 @@ class StageDriver:
         self.progress: Progress | None = None
         self.known = stage.known_runs(self.history)
         plan = stage.base.plan  # longest first, in the order `python -m cart_sweeps.plan` lists
-        for run in launch_order(self.known, Throughput.of(self.known, assumed_flops_per_s(plan.gpu, plan.mfu))):
+        throughput = Throughput.of(self.known, assumed_flops_per_s(plan.gpu, plan.mfu))
+        for run in launch_order(self.known, run_costs(self.known, throughput)):
             self._classify(run, self.history.get(run.run_id, []))
 
     def _classify(self, run: Run, trials: list[FrozenTrial]) -> None:
