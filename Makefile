@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # CPU wheel on a fresh machine; a torch that is already importable (e.g. a GPU user's CUDA build) is kept.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: help setup demo test test-full lint tables clean
+.PHONY: help setup demo test test-full lint tables clean gpu-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ test: setup ## the fast tier (~3 min on 2 cores): units, and narrowed stages thr
 
 test-full: test ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)
 	$(PY) -m pytest -q -m slow
+
+gpu-check: setup ## on a CUDA machine: CUDA tests, bench d=256..1024 with/without compile, two runs on one GPU
+	$(PY) -m cart_sweeps.gpu_check
 
 lint: setup ## ruff (lint, format) and mypy; pre-commit runs the same (.pre-commit-config.yaml)
 	$(VENV)/bin/ruff check .

@@ -17,6 +17,9 @@ import pytest
 from optuna.trial import TrialState
 from stages import completed, env, leftovers, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
 
+from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
+from cart_sweeps.sweep.expand import Stage
+
 GRID = ["stage=1", "scale=tiny", "model.d_model=256,512", "model.n_loops=2,4", "model.n_prelude=2"]
 
 
@@ -40,6 +43,18 @@ def test_every_run_recorded(finished):
     assert {t.params["model.d_model"] for t in done} == {256, 512}  # params in the paper's numbers
     assert "4 completed, 0 failed, 0 diverged" in proc.stderr
     assert not leftovers(runs)
+
+
+def test_driver_launches_in_the_plans_order(finished):
+    """Trials are numbered as the driver starts them: longest first by the plan's cost, not grid order."""
+    runs, _ = finished
+    started = [t.user_attrs["run_id"] for t in sorted(trials(runs), key=lambda t: t.number)]
+    grid = Stage(GRID).runs
+    at_launch = Throughput(assumed_flops_per_s("h100", 0.35))  # nothing had finished when it launched
+    expected = [run.run_id for run in launch_order(grid, run_costs(grid, at_launch))]
+    assert started == expected != [run.run_id for run in grid]
+    widths = [next(r.cfg.model.d_model for r in grid if r.run_id == rid) for rid in started]
+    assert widths == sorted(widths, reverse=True)
 
 
 def test_relaunch_of_a_finished_stage_skips_everything(finished):

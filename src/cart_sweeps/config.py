@@ -200,7 +200,7 @@ class TrainerConfig:
     decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
     grad_clip: float = 1.0
     precision: Precision = Precision.auto
-    compile: bool = False
+    compile: bool | None = None  # null: compile on CUDA (the paper scale), not on the CPU
     device: Device = Device.auto
     threads: int = 0  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
@@ -338,6 +338,7 @@ class PlanConfig:
     gpu: GPU = GPU.h100  # peak dense bf16 FLOP/s: hardware.PEAK_BF16_FLOPS
     mfu: float = 0.35  # assumed model FLOPs utilisation
     format: PlanFormat = PlanFormat.table
+    slots: int | None = None  # slots for the simulated makespan (None: the stage's launcher's)
 
 
 @dataclass

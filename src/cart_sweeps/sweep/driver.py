@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
+from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
 from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
@@ -77,7 +78,9 @@ class StageDriver:
         self.recovered = 0
         self.progress: Progress | None = None
         self.known = stage.known_runs(self.history)
-        for run in self.known:
+        plan = stage.base.plan  # longest first, in the order `python -m cart_sweeps.plan` lists
+        throughput = Throughput.of(self.known, assumed_flops_per_s(plan.gpu, plan.mfu))
+        for run in launch_order(self.known, run_costs(self.known, throughput)):
             self._classify(run, self.history.get(run.run_id, []))
 
     def _classify(self, run: Run, trials: list[FrozenTrial]) -> None:

@@ -94,6 +94,11 @@ class Pool(ABC, Generic[Item]):
         self.capacity, self.poll_s = capacity, poll_s
 
     @staticmethod
+    @abstractmethod
+    def capacity_of(launcher: DictConfig) -> int:
+        """How many runs the pool keeps in flight with these launcher settings."""
+
+    @staticmethod
     def local_gpus() -> list[str] | None:
         """The GPUs the runs get on this machine; None where the pool runs them elsewhere (a cluster)."""
         return None

@@ -16,6 +16,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.hardware import gpu_memory_bytes
+from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.pool import pool_class
 from cart_sweeps.train.logger import check_credentials
@@ -68,6 +70,15 @@ def check_machine(cfg: DictConfig, gpus: list[str] | None) -> None:
     check_credentials(cfg.logger)
 
 
+def check_packing(runs_per_gpu: int, need: int, gpu_memory: int | None) -> None:
+    """Runs packed onto one GPU (launcher.runs_per_gpu) must fit its memory by their estimated need."""
+    if runs_per_gpu > 1 and gpu_memory is not None and runs_per_gpu * need > gpu_memory:
+        raise ConfigError(
+            f"launcher.runs_per_gpu={runs_per_gpu} packs runs that need up to {need / GIB:.1f} GiB each (estimated) "
+            f"onto GPUs of {gpu_memory / GIB:.0f} GiB; lower launcher.runs_per_gpu"
+        )
+
+
 def preflight(stage: Stage, gpus: list[str] | None) -> None:
     """Every check above, for every run of the stage (each distinct setting once)."""
     check_launcher(stage.base.launcher)
@@ -81,3 +92,7 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
             check_metric(stage.base.sweep.metric, c.data)
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_machine(c, gpus)
+    if gpus and stage.base.launcher.runs_per_gpu > 1:  # the largest run's need against the smallest GPU
+        memory = [m for m in map(gpu_memory_bytes, gpus) if m is not None]
+        need = max(memory_need_bytes(run.cfg) for run in runs)
+        check_packing(stage.base.launcher.runs_per_gpu, need, min(memory, default=None))

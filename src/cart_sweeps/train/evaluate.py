@@ -8,12 +8,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.data.loader import load_prepared, val_windows
+from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.model import build_model
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.device import pick_device
-from cart_sweeps.train.loop import eval_metrics, evaluate_windows
+from cart_sweeps.train.loop import evaluate_sets
 from cart_sweeps.train.runfolder import base_summary, write_summary
 
 
@@ -49,7 +49,6 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             f"stage.source: {err}; relaunch the source run so it rewrites it "
             "(remove its summary.json first if that says completed)"
         ) from err
-    data = load_prepared(cfg.data)
     r = cfg.stage.eval_n_loops
     summary = {
         **base_summary(cfg),
@@ -60,9 +59,6 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "source": str(cfg.stage.source),
         "rho": model.rho(),
     }
-    for name, tokens in data.val.items():
-        windows = val_windows(tokens, cfg.trainer.eval_windows, cfg.trainer.seq_len).to(device)
-        mean_ce = evaluate_windows(model, windows, cfg.trainer.eval_batch_size, n_loops=r)
-        summary.update({f"{k}_{name}": v for k, v in eval_metrics(mean_ce, data.bytes_per_token[name]).items()})
+    summary.update(evaluate_sets(model, load_prepared(cfg.data), cfg.trainer, device, n_loops=r))
     write_summary(run_dir, summary)
     return summary

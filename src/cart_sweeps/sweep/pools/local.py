@@ -94,6 +94,11 @@ class LocalPool(Pool[Item]):
         self.slot_of: dict[str, str | None] = {}
 
     @staticmethod
+    def capacity_of(launcher: DictConfig) -> int:
+        gpus = visible_gpus()
+        return len(gpus) * launcher.runs_per_gpu if gpus else launcher.slots
+
+    @staticmethod
     def local_gpus() -> list[str]:
         return visible_gpus()
 

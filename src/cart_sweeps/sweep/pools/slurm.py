@@ -60,7 +60,7 @@ def refusal(stderr: str) -> str:
 class SlurmPool(Pool[Item]):
     def __init__(self, cfg: DictConfig, folder: Path) -> None:
         lc = cfg.launcher
-        super().__init__(lc.array_parallelism, lc.poll_s)
+        super().__init__(self.capacity_of(lc), lc.poll_s)
         self.executor = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=lc.max_num_timeout)
         params: dict[str, Any] = {
             "name": f"cart-{cfg.stage.name}",
@@ -81,6 +81,10 @@ class SlurmPool(Pool[Item]):
         self.folder, self.threads = folder, lc.cpus_per_task
         self._pending_checked = float("-inf")
         self._pending: str | None = None
+
+    @staticmethod
+    def capacity_of(launcher: DictConfig) -> int:
+        return launcher.array_parallelism
 
     def extra_overrides(self) -> list[str]:
         return [f"trainer.threads={self.threads}"]
