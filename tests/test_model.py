@@ -11,7 +11,8 @@ import torch
 from cart_sweeps.config import ABLATION_SWITCHES, ConfigError, ModelConfig
 from cart_sweeps.model import build_model, dense_parity, param_counts, train_flops_per_token
 from cart_sweeps.model.cart import loop_index_table
-from cart_sweeps.model.layers import Block, ffn_width
+from cart_sweeps.model.layers import Block
+from cart_sweeps.model.params import ffn_width
 
 TINY = ModelConfig(d_model=32, head_dim=8, n_prelude=2, n_loops=3, vocab_size=61, max_seq_len=16)
 SWITCHES = [

@@ -164,3 +164,11 @@ def test_command_line(runs_dir):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0] == ",".join(plan.COLUMNS) and len(out.stdout.splitlines()) == 9
+
+
+def test_the_driver_and_plan_import_no_torch():
+    """Planning and driving a stage never pay torch's import (2 s here) nor touch CUDA; only a run's job does."""
+    modules = "cart_sweeps.sweep.driver, cart_sweeps.plan, hydra_plugins.cart_sweeps_plugins.sweeper"
+    code = f"import sys, {modules}; sys.exit('imported torch' if 'torch' in sys.modules else 0)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -1,21 +1,28 @@
-"""The models: CART and the dense baseline, plus their parameter counts and FLOPs by formula.
+"""The models by `model.name`, built on first use, plus their parameter counts and FLOPs by formula.
 
-`model_cfg` may be a DictConfig or a `config.ModelConfig`: only attribute access is used.
+`model_cfg` may be a DictConfig or a `config.ModelConfig`: only attribute access is used. The package
+imports no torch (the driver and `plan` count parameters with it); `build_model` imports the model's module.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from cart_sweeps.config import validate_model
-from cart_sweeps.model.cart import CART
-from cart_sweeps.model.dense import Dense
+from cart_sweeps.config import ModelName, validate_model
 from cart_sweeps.model.params import dense_parity, param_counts, train_flops_per_token
 
-__all__ = ["CART", "Dense", "build_model", "dense_parity", "param_counts", "train_flops_per_token"]
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["MODELS", "build_model", "dense_parity", "param_counts", "train_flops_per_token"]
+
+# The class each model.name builds (a new model: its module, a ModelName member, a line here, its counts).
+MODELS = {ModelName.cart: "cart_sweeps.model.cart.CART", ModelName.dense: "cart_sweeps.model.dense.Dense"}
 
 
-def build_model(model_cfg: Any) -> CART | Dense:
-    """Validate the config (one clear ConfigError per problem), then build CART or Dense on the CPU."""
+def build_model(model_cfg: Any) -> nn.Module:
+    """Validate the config (one clear ConfigError per problem), then build the model on the CPU."""
     validate_model(model_cfg)
-    return Dense(model_cfg) if model_cfg.name == "dense" else CART(model_cfg)
+    module, name = MODELS[ModelName(model_cfg.name)].rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)(model_cfg)

@@ -6,18 +6,13 @@ tensors, so a block holds no Python per token and compiles to one graph. No bias
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from cart_sweeps.model.params import ffn_width
+
 Rope = tuple[Tensor, Tensor]  # (cos, sin), each [T, head_dim], fp32
-
-
-def ffn_width(d: int) -> int:
-    """The author's SwiGLU hidden width: 8/3 d rounded up to a multiple of 256 (768 at d=256)."""
-    return math.ceil(int(8 / 3 * d) / 256) * 256
 
 
 class RMSNorm(nn.Module):

@@ -1,7 +1,8 @@
-"""Parameter counts and training FLOPs by formula, without building any weights.
+"""Parameter counts and training FLOPs by formula, without building any weights, and the shape facts
+the models are built from.
 
 The formulas are REFERENCE.md's "Parameter counts"; tests check `stored` against the built model's
-numel for every switch, so the two cannot drift apart.
+numel for every switch, so the two cannot drift apart. Torch-free: the driver and `plan` cost runs with it.
 """
 
 from __future__ import annotations
@@ -9,8 +10,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cart_sweeps.model.cart import HC_TAPS, LIE_DIM
-from cart_sweeps.model.layers import ffn_width
+LIE_DIM = 32  # width of the loop-index embedding table's rows
+HC_TAPS = 3  # hyper-connection taps: the core's input blends the last 3 states
+
+
+def ffn_width(d: int) -> int:
+    """The author's SwiGLU hidden width: 8/3 d rounded up to a multiple of 256 (768 at d=256)."""
+    return math.ceil(int(8 / 3 * d) / 256) * 256
 
 
 def _sizes(cfg: Any) -> dict[str, int]:

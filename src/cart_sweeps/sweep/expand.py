@@ -28,7 +28,7 @@ from cart_sweeps.sweep.ledger import Ledger
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.scale import to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, zoom_candidates
-from cart_sweeps.train.evaluate import with_source
+from cart_sweeps.train.runfolder import with_source
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
 PARITY = "dense_parity"  # a variant key: derive model.n_layers at parity with the point's CART model

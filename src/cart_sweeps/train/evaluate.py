@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
@@ -15,24 +15,6 @@ from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.device import pick_device
 from cart_sweeps.train.loop import evaluate_sets
 from cart_sweeps.train.runfolder import base_summary, write_summary
-
-
-def with_source(cfg: DictConfig) -> DictConfig:
-    """`cfg` with the model, data, recipe and seed of the trained run named by `stage.source`.
-
-    What is evaluated is the source's model, so those groups come from its saved config; the stage
-    contributes only the inference R (`stage.eval_n_loops`).
-    """
-    source = cfg.stage.source
-    if not source:
-        raise ConfigError("an evaluate stage needs the trained run: stage.source=<run folder>")
-    saved = Path(source) / "config.yaml"
-    if not saved.exists():
-        raise ConfigError(f"stage.source={source} holds no config.yaml; point it at a trained run's folder")
-    if cfg.stage.eval_n_loops is None:
-        raise ConfigError("an evaluate stage needs the inference R: stage.eval_n_loops=<R>")
-    trained = OmegaConf.masked_copy(OmegaConf.load(saved), ["model", "data", "trainer", "seed"])
-    return OmegaConf.merge(cfg, trained)
 
 
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:

@@ -22,13 +22,21 @@ from cart_sweeps.data.loader import load_prepared, train_batch
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
-from cart_sweeps.train.evaluate import evaluate_run, with_source
+from cart_sweeps.train.evaluate import evaluate_run
 from cart_sweeps.train.logger import NullLogger, WandbLogger, make_logger
 from cart_sweeps.train.loop import evaluate_sets, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
 from cart_sweeps.train.optim import lr_at
 from cart_sweeps.train.progress import RunProgress
-from cart_sweeps.train.runfolder import METRICS, atomic_write, base_summary, owned, read_summary, write_summary
+from cart_sweeps.train.runfolder import (
+    METRICS,
+    atomic_write,
+    base_summary,
+    owned,
+    read_summary,
+    with_source,
+    write_summary,
+)
 from cart_sweeps.train.setup import build_state, configure_torch
 
 

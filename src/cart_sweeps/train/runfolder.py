@@ -92,3 +92,21 @@ def base_summary(cfg: DictConfig) -> dict[str, Any]:
         "params_stored": counts["stored"],
         "params_effective": counts["effective"],
     }
+
+
+def with_source(cfg: DictConfig) -> DictConfig:
+    """`cfg` with the model, data, recipe and seed of the trained run named by `stage.source`.
+
+    What is evaluated is the source's model, so those groups come from its saved config; the stage
+    contributes only the inference R (`stage.eval_n_loops`).
+    """
+    source = cfg.stage.source
+    if not source:
+        raise ConfigError("an evaluate stage needs the trained run: stage.source=<run folder>")
+    saved = Path(source) / "config.yaml"
+    if not saved.exists():
+        raise ConfigError(f"stage.source={source} holds no config.yaml; point it at a trained run's folder")
+    if cfg.stage.eval_n_loops is None:
+        raise ConfigError("an evaluate stage needs the inference R: stage.eval_n_loops=<R>")
+    trained = OmegaConf.masked_copy(OmegaConf.load(saved), ["model", "data", "trainer", "seed"])
+    return OmegaConf.merge(cfg, trained)

@@ -22,6 +22,7 @@ import submitit
 from omegaconf import DictConfig
 from submitit.local.local import LocalJob
 
+from cart_sweeps.hardware import nvidia_gpus
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.local_controller import DRIVER_ENV, GRACE_S, exit_codes_path
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
@@ -70,13 +71,11 @@ _SIGNAL_ENDINGS = {
 
 def visible_gpus() -> list[str]:
     """The GPUs this driver may hand out: CUDA_VISIBLE_DEVICES as given (indices, GPU UUIDs, MIG ids)
-    when set, else every device torch sees."""
+    when set, else every GPU nvidia-smi lists."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [g.strip() for g in env.split(",") if g.strip()]
-    import torch
-
-    return [str(k) for k in range(torch.cuda.device_count())]
+    return nvidia_gpus()
 
 
 class LocalPool(Pool[Item]):
