@@ -36,7 +36,7 @@ def test_compiled_bf16_run_completes(tmp_path, data_cache):
         compose_config(["scale=tiny", "trainer.steps=6", "trainer.eval_every=3", "trainer.compile=true"]),
         tmp_path / "run",
     )
-    assert summary["status"] == "completed"
+    assert summary.status == "completed"
 
 
 @needs_gpu

@@ -111,7 +111,7 @@ def test_finished_run_relaunched_does_nothing(finished_run):
     from cart_sweeps.compose import compose_config
 
     result = execute(compose_config([*TINY, "trainer.deterministic=true"]), finished_run)
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     assert (finished_run / "summary.json").stat().st_mtime_ns == before
 
 

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
 from cart_sweeps.config import CONF_DIR, ConfigError, register_configs
+from cart_sweeps.status import RunStatus
 
 register_configs()
 
@@ -35,11 +36,11 @@ def _run(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    if summary["status"] != "completed":
-        print(f"{summary['label']}: {summary['status']}: {summary.get('error', '')}", file=sys.stderr)
+    if summary.status != RunStatus.COMPLETED:
+        print(f"{summary.label}: {summary.status}: {summary.error or ''}", file=sys.stderr)
         sys.exit(1)
-    metrics = ", ".join(f"{k}={v:.4g}" for k, v in summary.items() if k.startswith("ppl_"))
-    print(f"{summary['label']}: completed at step {summary['step']}: {metrics}")
+    metrics = ", ".join(f"{k}={v:.4g}" for k, v in summary.metrics.items() if k.startswith("ppl_"))
+    print(f"{summary.label}: completed at step {summary.step}: {metrics}")
 
 
 def parse(args: list[str]) -> argparse.Namespace:

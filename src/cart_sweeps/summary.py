@@ -49,15 +49,23 @@ class RunSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSummary:
-        """From summary.json's object (or a job's result): unknown keys land in `details`."""
-        named = {f.name for f in fields(cls)} - {"metrics", "details", "status"}
-        status = data.get("status", RunStatus.FAILED)
-        return cls(
-            status=RunStatus(status) if status in RunStatus._value2member_map_ else RunStatus.FAILED,
-            metrics={k: v for k, v in data.items() if is_metric(k)},
-            details={k: v for k, v in data.items() if k not in named and k != "status" and not is_metric(k)},
-            **{k: data[k] for k in named if k in data},
-        )
+        """From summary.json's object (or a job's result); a status it does not know reads as failed."""
+        summary = cls()
+        summary.update(data)
+        return summary
+
+    def update(self, values: dict[str, Any]) -> None:
+        """Take a flat mapping's values: its fields, its metrics, and the rest into `details`."""
+        for key, value in values.items():
+            if key == "status":
+                known = value in RunStatus._value2member_map_
+                self.status = RunStatus(value) if known else RunStatus.FAILED
+            elif is_metric(key):
+                self.metrics[key] = value
+            elif key in _FIELDS:
+                setattr(self, key, value)
+            else:
+                self.details[key] = value
 
     def to_dict(self) -> dict[str, Any]:
         """The flat object summary.json holds (None fields left out, as the trainer always wrote it)."""
@@ -68,6 +76,10 @@ class RunSummary:
                 out[f.name] = value
         return {**out, **self.metrics}
 
+    @property
+    def is_result(self) -> bool:
+        return self.status.is_result
+
     def value(self, metric: str) -> float | None:
         """The sweep metric, when the run measured a finite one."""
         value = self.metrics.get(metric)
@@ -77,3 +89,6 @@ class RunSummary:
         """The final numbers that belong in the ledger."""
         kept = {k: getattr(self, k) for k in self.RESULT_FIELDS if getattr(self, k) is not None}
         return {**self.metrics, **kept}
+
+
+_FIELDS = {f.name for f in fields(RunSummary)} - {"status", "metrics", "details"}

@@ -60,9 +60,9 @@ class Throughput:
         """`assumed`, refined by the tokens/s that the completed runs among `runs` recorded in their folders."""
         rates: dict[tuple[str, int], list[float]] = {}
         for run in runs:
-            summary = read_summary(run.run_dir) or {}
-            if summary.get("run_id") == run.run_id and summary.get("status") == RunStatus.COMPLETED:
-                if tokens_per_s := summary.get("tokens_per_s"):
+            summary = read_summary(run.run_dir)
+            if summary and summary.run_id == run.run_id and summary.status == RunStatus.COMPLETED:
+                if tokens_per_s := summary.tokens_per_s:
                     flops = tokens_per_s * train_flops_per_token(run.cfg.model, run.cfg.trainer.seq_len)
                     rates.setdefault(_shape(run.cfg), []).append(flops)
         return cls(assumed, {shape: median(values) for shape, values in rates.items()})

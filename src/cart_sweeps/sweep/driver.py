@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
@@ -54,8 +55,8 @@ def _attrs(run: Run) -> dict[str, Any]:
 
 def folder_holds_result(run: Run) -> bool:
     """Whether the run folder still holds this run's result (the ledger alone is not the result)."""
-    summary = read_summary(run.run_dir) or {}
-    return summary.get("run_id") == run.run_id and summary.get("status") in [s for s in RunStatus if s.is_result]
+    summary = read_summary(run.run_dir)
+    return summary is not None and summary.run_id == run.run_id and summary.is_result
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -90,7 +91,7 @@ class StageDriver:
             reported = set(last.intermediate_values)
             job_id = last.user_attrs.get("job_id")
             if folder_holds_result(run):  # it ended after its driver did
-                self.ledger.finish(trial, read_summary(run.run_dir) or {}, self.sweep.metric)
+                self.ledger.finish(trial, read_summary(run.run_dir) or RunSummary(), self.sweep.metric)
                 self.skipped += 1
             elif job := (self.pool.attach(job_id) if job_id else None):
                 self.attached.append((Attempt(run, trial, reported=reported), job))
@@ -104,7 +105,7 @@ class StageDriver:
                 self.queue.append(Attempt(run))
         elif last is None and folder_holds_result(run):  # the ledger lacks a result its run folder holds
             trial = self.ledger.start(run.params, self.stage.dists(run.params), _attrs(run))
-            self.ledger.finish(trial, read_summary(run.run_dir) or {}, self.sweep.metric)
+            self.ledger.finish(trial, read_summary(run.run_dir) or RunSummary(), self.sweep.metric)
             self.recovered += 1
             self.skipped += 1
         else:  # new, or failed, interrupted, cancelled, rejected before: this launch tries again
@@ -157,12 +158,12 @@ class StageDriver:
         attempt.pruned = attempt.pruned or (new and attempt.trial.should_prune())
         return attempt.pruned
 
-    def on_done(self, attempt: Attempt, summary: dict[str, Any]) -> None:
+    def on_done(self, attempt: Attempt, summary: RunSummary) -> None:
         assert attempt.trial is not None and self.progress is not None
         report_new(attempt.trial, attempt.run.run_dir, self.sweep.metric, attempt.reported)
-        if attempt.pruned and not RunStatus(summary.get("status", RunStatus.FAILED)).is_result:
+        if attempt.pruned and not summary.is_result:
             record_pruned(attempt.run.run_dir)
-            summary = {**summary, "status": RunStatus.PRUNED, "error": None}
+            summary.status, summary.error = RunStatus.PRUNED, None
         status = self.ledger.finish(attempt.trial, summary, self.sweep.metric)
         retry = status.retry_now and attempt.tries <= self.sweep.max_retries
         self.progress.finished(attempt.run.label, status, summary, not retry, run_log(attempt.run.run_dir))
@@ -174,7 +175,7 @@ class StageDriver:
     def on_refused(self, attempt: Attempt, error: str) -> None:
         """The scheduler refused the run's job: its trial ends rejected, so no relaunch takes it as cut off."""
         assert attempt.trial is not None
-        self.ledger.finish(attempt.trial, {"status": RunStatus.REJECTED, "error": error}, self.sweep.metric)
+        self.ledger.finish(attempt.trial, RunSummary(RunStatus.REJECTED, error=error), self.sweep.metric)
 
     def to_run(self) -> int:
         left = self.sweep.n_trials - len(self.history) if not self.stage.runs else 0

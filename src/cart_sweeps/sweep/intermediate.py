@@ -64,4 +64,5 @@ def record_pruned(run_dir: Path) -> None:
     """Say so in the run folder too: its summary, written as the run was stopped, reads interrupted."""
     summary = read_summary(run_dir)
     if summary is not None:
-        write_summary(run_dir, {**summary, "status": RunStatus.PRUNED})
+        summary.status = RunStatus.PRUNED
+        write_summary(run_dir, summary)

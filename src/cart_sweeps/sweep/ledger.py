@@ -10,7 +10,6 @@ a driver starts was cut off, and is resumed rather than started again.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import warnings
 from collections import defaultdict
@@ -29,14 +28,13 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from cart_sweeps.compose import first_line
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 
 # What a damaged ledger file raises inside Optuna (checked with optuna 5.0: an empty or overwritten
 # SQLite file gives StorageInternalError; a torn journal JSONDecodeError, a garbage one AssertionError).
 DAMAGED = (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError, ValueError, AssertionError)
 LAUNCHES = "launches"  # study user attr: what each launch asked for (see Ledger.record_launch)
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
-_METRIC_PREFIXES = ("ppl_", "bpb_", "ce_")
-_RESULT_KEYS = ("rho", "step", "params_stored", "params_effective", "tokens_per_s", "wall_time_s")
 
 
 class LedgerDamaged(ConfigError):
@@ -88,11 +86,6 @@ def status_of(trial: FrozenTrial) -> RunStatus:
     """How the attempt stands; a trial that never recorded one is running (no result yet) or failed."""
     fallback = RunStatus.RUNNING if trial.state == TrialState.RUNNING else RunStatus.FAILED
     return RunStatus(trial.user_attrs.get("status", fallback))
-
-
-def results(summary: dict[str, Any]) -> dict[str, Any]:
-    """The final numbers of a run summary that belong in the ledger (the run folder keeps the rest)."""
-    return {k: v for k, v in summary.items() if k.startswith(_METRIC_PREFIXES) or k in _RESULT_KEYS}
 
 
 class Ledger:
@@ -211,21 +204,19 @@ class Ledger:
         """
         return Trial(self.study, trial._trial_id)
 
-    def finish(self, trial: Trial, summary: dict[str, Any], metric: str) -> RunStatus:
+    def finish(self, trial: Trial, summary: RunSummary, metric: str) -> RunStatus:
         """Record how a run ended, now; returns its status. A completed run without a finite sweep
         metric is recorded as failed: the ledger never holds a result it cannot rank."""
-        status = RunStatus(summary.get("status", RunStatus.FAILED))
-        error = summary.get("error")
-        value = summary.get(metric)
-        finite = isinstance(value, int | float) and math.isfinite(value)
-        if status == RunStatus.COMPLETED and not finite:
-            status, error = RunStatus.FAILED, f"completed without a finite {metric} (it recorded {value!r})"
+        status, error, value = summary.status, summary.error, summary.value(metric)
+        if status == RunStatus.COMPLETED and value is None:
+            recorded = summary.metrics.get(metric)
+            status, error = RunStatus.FAILED, f"completed without a finite {metric} (it recorded {recorded!r})"
         trial.set_user_attr("status", status.value)
-        trial.set_user_attr("results", results(summary))
+        trial.set_user_attr("results", summary.results())
         if error:
             trial.set_user_attr("error", str(error))
-        if status == RunStatus.COMPLETED:
-            self.study.tell(trial, float(value))
+        if status == RunStatus.COMPLETED and value is not None:
+            self.study.tell(trial, value)
         elif status == RunStatus.PRUNED:  # Optuna takes its value from the last intermediate one
             self.study.tell(trial, state=TrialState.PRUNED)
         else:

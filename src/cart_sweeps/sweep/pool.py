@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 from cart_sweeps.train.runfolder import read_summary
 
 Item = TypeVar("Item")
@@ -38,7 +39,7 @@ class Job(Protocol):
 
     def done(self) -> bool: ...
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> RunSummary:
         """The run's summary; raises when the job died without one."""
         ...
 
@@ -54,7 +55,7 @@ class Task(submitit.helpers.Checkpointable):
     run_dir: str
     env: dict[str, str]
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> RunSummary:
         os.environ.update(self.env)
         from cart_sweeps.train.output import output_to_run_log
         from cart_sweeps.train.run import run_job  # in the job's process only: the driver needs no torch
@@ -63,7 +64,7 @@ class Task(submitit.helpers.Checkpointable):
             with output_to_run_log(self.run_dir):
                 return run_job(self.overrides, self.run_dir)
         except ConfigError as err:  # a run that cannot succeed as given: recorded, not retried
-            return {"status": RunStatus.REJECTED, "error": str(err)}
+            return RunSummary(RunStatus.REJECTED, error=str(err))
 
 
 def _why(err: Exception) -> str:
@@ -127,25 +128,25 @@ class Pool(ABC, Generic[Item]):
         """Per-run overrides of this pool (how many CPU threads a run may use)."""
         return []
 
-    def outcome(self, job: Job, run_dir: Path) -> dict[str, Any]:
+    def outcome(self, job: Job, run_dir: Path) -> RunSummary:
         """The run's summary; for a job that died, its status and one line saying why (no stale metrics)."""
         try:
             return job.result()
         except Exception as err:  # an exception in run_job, or a process that died
-            recorded = read_summary(run_dir) or {}
+            recorded = read_summary(run_dir) or RunSummary()
             status, why = self.ending(job) or (RunStatus.FAILED, "")
-            error = recorded.get("error") if recorded.get("status") == RunStatus.FAILED else None
+            error = recorded.error if recorded.status == RunStatus.FAILED else None
             error = error or why or _why(err)
             if disk := _disk_full(run_dir, error):
                 status, error = RunStatus.REJECTED, disk
-            return {"status": status, "error": error, "step": recorded.get("step")}
+            return RunSummary(status, run_id=recorded.run_id, label=recorded.label, step=recorded.step, error=error)
 
     def run(
         self,
         take: Callable[[int], list[Item]],
         task: Callable[[Item], Task],
         on_start: Callable[[Item, str], None],
-        on_done: Callable[[Item, dict[str, Any]], None],
+        on_done: Callable[[Item, RunSummary], None],
         attached: Sequence[tuple[Item, Job]] = (),
         on_refused: Callable[[Item, str], None] = lambda item, error: None,
         on_wait: Callable[[str | None], None] = lambda why: None,

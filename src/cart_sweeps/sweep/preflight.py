@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import gpu_memory_bytes
+from cart_sweeps.summary import metric_names
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.pool import pool_class
@@ -32,13 +33,8 @@ def check_launcher(launcher: DictConfig) -> None:
     pool_class(launcher)
 
 
-def measured_metrics(data: DictConfig) -> list[str]:
-    """The metrics a run on `data` reports at each evaluation: ppl, bpb and ce of every validation set."""
-    return [f"{kind}_{v.name}" for kind in ("ppl", "bpb", "ce") for v in data.validation]
-
-
 def check_metric(metric: str, data: DictConfig) -> None:
-    measured = measured_metrics(data)
+    measured = metric_names([v.name for v in data.validation])
     if metric not in measured:
         raise ConfigError(
             f"sweep.metric={metric} is not measured with data={data.name}; use one of {', '.join(measured)}"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
 from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 
 FINAL = (
     RunStatus.COMPLETED,
@@ -81,18 +81,17 @@ class Progress:
         self._refresh()
 
     def finished(
-        self, label: str, status: RunStatus, summary: dict[str, Any], final: bool, log: Path | None = None
+        self, label: str, status: RunStatus, summary: RunSummary, final: bool, log: Path | None = None
     ) -> None:
         """A run ended; `final` False means it failed and will be tried again; `log`: the run's output."""
         self.running -= 1
         if final:
             self.counts[status] += 1
-        value = summary.get(self.metric)
-        completed = status == RunStatus.COMPLETED and isinstance(value, int | float)
+        value = summary.value(self.metric)
         if status == RunStatus.PRUNED:
-            detail = f"at step {summary.get('step')}"
+            detail = f"at step {summary.step}"
         else:
-            detail = f"{self.metric}={value:.4g}" if completed else summary.get("error") or ""
+            detail = f"{self.metric}={value:.4g}" if status == RunStatus.COMPLETED and value else summary.error or ""
         retry = "" if final else " (retrying)"
         line = f"{label}: {status}{retry} {detail}".rstrip()
         if status not in (RunStatus.COMPLETED, RunStatus.PRUNED) and log is not None and log.exists():

@@ -21,6 +21,7 @@ from cart_sweeps.config import ConfigError, run_id, run_label, validate
 from cart_sweeps.data.loader import load_prepared, train_batch
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.evaluate import evaluate_run
 from cart_sweeps.train.logger import NullLogger, WandbLogger, make_logger
@@ -44,12 +45,12 @@ class Diverged(RuntimeError):
     """The training loss stopped being finite."""
 
 
-def run_job(overrides: list[str], run_dir: str) -> dict[str, Any]:
+def run_job(overrides: list[str], run_dir: str) -> RunSummary:
     """Compose `overrides` from the real conf/ tree and execute that run in `run_dir` (the sweeps' entry)."""
     return execute(compose_config(overrides), Path(run_dir))
 
 
-def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+def execute(cfg: DictConfig, run_dir: Path) -> RunSummary:
     """Validate, then train / resume / evaluate in `run_dir`; returns the summary it wrote."""
     if cfg.stage.kind == "evaluate":
         cfg = with_source(cfg)
@@ -58,13 +59,13 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     rid = run_id(cfg)
     with owned(run_dir):
         held = _held_run(run_dir)
-        if held is not None and held.get("run_id") != rid:
+        if held is not None and held.run_id != rid:
             raise ConfigError(
-                f"{run_dir} holds run {held.get('label')} ({held.get('run_id')}), not this config ({rid}); "
+                f"{run_dir} holds run {held.label} ({held.run_id}), not this config ({rid}); "
                 "choose another folder with hydra.run.dir=DIR"
             )
-        if held is not None and held.get("status") == RunStatus.COMPLETED:
-            print(f"{run_label(cfg)}: already completed at step {held['step']} in {run_dir}; nothing to do")
+        if held is not None and held.status == RunStatus.COMPLETED:
+            print(f"{run_label(cfg)}: already completed at step {held.step} in {run_dir}; nothing to do")
             return held
         atomic_write(run_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
         if cfg.stage.kind == "evaluate":
@@ -72,18 +73,19 @@ def execute(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         return Trainer(cfg, run_dir).run()
 
 
-def _held_run(run_dir: Path) -> dict[str, Any] | None:
+def _held_run(run_dir: Path) -> RunSummary | None:
     """What the folder says of its run (run_id, label): its summary, else its config.yaml, else a checkpoint."""
     if (summary := read_summary(run_dir)) is not None:
         return summary
     try:
         saved = OmegaConf.load(run_dir / "config.yaml")
-        return {"run_id": run_id(saved), "label": run_label(saved)}
+        return RunSummary(RunStatus.RUNNING, run_id=run_id(saved), label=run_label(saved))
     except Exception:  # missing or damaged: the checkpoints' meta names the run too
         pass
     for path in reversed(ckpt.list_checkpoints(run_dir)):
         try:
-            return ckpt.read_meta(path)
+            meta = ckpt.read_meta(path)
+            return RunSummary(RunStatus.RUNNING, run_id=meta.get("run_id"), label=meta.get("label"))
         except (OSError, ValueError):
             continue
     return None
@@ -115,7 +117,7 @@ class Trainer:
         self._bad_loss = torch.zeros((), device=self.device)
         self._last: tuple[torch.Tensor, torch.Tensor, float] | None = None  # the last step's loss, grad norm, lr
         self._window = (time.perf_counter(), 0)  # start and tokens of the current throughput window
-        self.progress = RunProgress(self.summary["label"], self.t.steps)
+        self.progress = RunProgress(self.summary.label, self.t.steps)
 
     def _init_state(self) -> None:
         """The step-0 model, optimizer and schedule (built again after a checkpoint half-loaded into them)."""
@@ -135,7 +137,7 @@ class Trainer:
 
     def _resume(self) -> int:
         """The step of the newest checkpoint that loads; each newer one that does not is set aside."""
-        label, found = self.summary["label"], ckpt.list_checkpoints(self.run_dir)
+        label, found = self.summary.label, ckpt.list_checkpoints(self.run_dir)
         for path in reversed(found):
             try:
                 state = ckpt.restore(path, self.device, self._load)
@@ -210,9 +212,9 @@ class Trainer:
             "step": step,
             "rng": ckpt.rng_state(),
         }
-        meta = {"run_id": self.summary["run_id"], "label": self.summary["label"], "tokens": step * self.tokens_per_step}
+        meta = {"run_id": self.summary.run_id, "label": self.summary.label, "tokens": step * self.tokens_per_step}
         ckpt.save_checkpoint(self.run_dir, step, state, meta, keep=self.t.keep_checkpoints)
-        self.summary.update(step=step, wall_time_s=self._wall())
+        self.summary.step, self.summary.wall_time_s = step, self._wall()
         write_summary(self.run_dir, self.summary)
 
     def _due(self, step: int, every: int) -> bool:
@@ -223,7 +225,7 @@ class Trainer:
         if row["kind"] == "eval":
             self.summary.update({k: v for k, v in row.items() if k != "kind"})
         else:
-            self.summary["tokens_per_s"] = row["tokens_per_s"]
+            self.summary.tokens_per_s = row["tokens_per_s"]
 
     def _record(self, row: dict[str, Any]) -> None:
         self.metrics.write(row)
@@ -237,23 +239,23 @@ class Trainer:
 
     def _start(self) -> int:
         """Resume (the summary rebuilt from the kept records); the step to continue after."""
-        previous = read_summary(self.run_dir) or {}
+        previous = read_summary(self.run_dir)
         start_step = self._resume()
-        self._wall_before = previous.get("wall_time_s", 0.0) if start_step else 0.0
+        self._wall_before = (previous.wall_time_s or 0.0) if previous and start_step else 0.0
         self.metrics = MetricsLog(self.run_dir / METRICS, start_step)
         for row in self.metrics.rows:
             self._note(row)
-        self.summary["step"] = start_step
+        self.summary.step = start_step
         write_summary(self.run_dir, self.summary)
         logged = {(row["kind"], row["step"]) for row in self.metrics.rows}
         if self._due(start_step, self.t.eval_every) and ("eval", start_step) not in logged:
             self.evaluate(start_step)  # its row was lost; the checkpoint holds those weights
         return start_step
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> RunSummary:
         """Train from where the run folder left off to the end; record how it ended."""
         self.logger: NullLogger | WandbLogger = make_logger(self.cfg, self.run_dir)
-        self.summary.update(status=RunStatus.RUNNING, env=environment(self.device))
+        self.summary.update({"status": RunStatus.RUNNING, "env": environment(self.device)})
         self._wall0, self._wall_before, status = time.perf_counter(), 0.0, RunStatus.FAILED
         try:
             start_step = self._start()
@@ -271,17 +273,17 @@ class Trainer:
                     self.checkpoint(step)
             status = RunStatus.COMPLETED
         except Diverged as err:
-            status, self.summary["error"] = RunStatus.DIVERGED, str(err)
-            print(f"{self.summary['label']}: diverged: {err}")
+            status, self.summary.error = RunStatus.DIVERGED, str(err)
+            print(f"{self.summary.label}: diverged: {err}")
         except Exception as err:  # recorded, then re-raised: the summary must say how the run ended
-            self.summary["error"] = f"{type(err).__name__}: {err}"
+            self.summary.error = f"{type(err).__name__}: {err}"
             (self.run_dir / "error.log").write_text(traceback.format_exc())
             raise
         except BaseException:  # Ctrl-C, SIGTERM, a SLURM requeue: resumable, not a failure
             status = RunStatus.INTERRUPTED
             raise
         finally:
-            self.summary.update(status=status, wall_time_s=self._wall())
+            self.summary.status, self.summary.wall_time_s = status, self._wall()
             write_summary(self.run_dir, self.summary)
             self.logger.finish(status)
             self.progress.close()

@@ -7,13 +7,14 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError, config_id, run_id, run_label, variant
 from cart_sweeps.model import param_counts
+from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"  # one JSON object per logged event (train.metrics.MetricsLog)
@@ -63,35 +64,39 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
+def read_summary(run_dir: Path) -> RunSummary | None:
     """The summary, or None where there is none or it does not parse (the run resumes from its checkpoints)."""
     try:
         summary = json.loads((run_dir / SUMMARY).read_text())
     except (OSError, ValueError):
         return None
-    return summary if isinstance(summary, dict) else None
+    return RunSummary.from_dict(summary) if isinstance(summary, dict) else None
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    atomic_write(run_dir / SUMMARY, lambda tmp: tmp.write_text(json.dumps(summary, indent=2, default=str)))
+def write_summary(run_dir: Path, summary: RunSummary) -> None:
+    text = json.dumps(summary.to_dict(), indent=2, default=str)
+    atomic_write(run_dir / SUMMARY, lambda tmp: tmp.write_text(text))
 
 
-def base_summary(cfg: DictConfig) -> dict[str, Any]:
-    """The identity fields every summary.json carries (what the analysis groups by)."""
+def base_summary(cfg: DictConfig) -> RunSummary:
+    """The identity fields every summary.json carries (what the analysis groups by), of a run now running."""
     counts = param_counts(cfg.model)
-    return {
-        "run_id": run_id(cfg),
-        "config_id": config_id(cfg),  # shared by runs that differ only in seed: what the analysis averages over
-        "label": run_label(cfg),
-        "stage": cfg.stage.name,
-        "variant": variant(cfg.model),
-        "seed": cfg.seed,
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
-        "trainer": OmegaConf.to_container(cfg.trainer, resolve=True),
-        "data": cfg.data.name,
-        "params_stored": counts["stored"],
-        "params_effective": counts["effective"],
-    }
+    return RunSummary.from_dict(
+        {
+            "status": RunStatus.RUNNING,
+            "run_id": run_id(cfg),
+            "config_id": config_id(cfg),  # shared by runs that differ only in seed: what the analysis averages over
+            "label": run_label(cfg),
+            "stage": cfg.stage.name,
+            "variant": variant(cfg.model),
+            "seed": cfg.seed,
+            "model": OmegaConf.to_container(cfg.model, resolve=True),
+            "trainer": OmegaConf.to_container(cfg.trainer, resolve=True),
+            "data": cfg.data.name,
+            "params_stored": counts["stored"],
+            "params_effective": counts["effective"],
+        }
+    )
 
 
 def with_source(cfg: DictConfig) -> DictConfig:
