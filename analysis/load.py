@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 
 INT_COLUMNS = (
     "d_model",
@@ -151,7 +152,7 @@ def load_runs(root: str | Path) -> Study:
         except (OSError, json.JSONDecodeError):
             left_out["unreadable"] += 1
             continue
-        status = str(summary.get("status", "unknown"))
+        status = str(RunSummary.from_dict(summary).status)  # a status it does not know reads as failed
         meta = _run_meta(summary, path.parent, root)
         records.append(_record(summary, meta, status, written))
         if status != RunStatus.COMPLETED:
