@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared, val_windows
@@ -35,26 +37,36 @@ def with_source(cfg: DictConfig) -> DictConfig:
     return OmegaConf.merge(cfg, trained)
 
 
-def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Evaluate `stage.source`'s newest checkpoint at R = stage.eval_n_loops; write and return the summary."""
-    found = ckpt.list_checkpoints(Path(cfg.stage.source))
+def load_trained(run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str) -> tuple[nn.Module, int]:
+    """The model of `run_dir`'s newest checkpoint on `device`, and its step; `key` names the setting in errors.
+
+    Shared by variable-R inference and the benchmark harness, so both read a trained run the same way.
+    """
+    found = ckpt.list_checkpoints(run_dir)
     if not found:
-        raise ConfigError(f"stage.source={cfg.stage.source} has no checkpoint yet; train it first")
-    device = pick_device(cfg.trainer.device)
-    model = build_model(cfg.model).to(device)
+        raise ConfigError(f"{key}={run_dir} has no checkpoint yet; train it first")
+    model = build_model(model_cfg).to(device)
     try:
         state = ckpt.restore(found[-1], device, lambda state: model.load_state_dict(state["model"]))
     except ckpt.CheckpointError as err:  # the source run's files are its own: say so, change nothing there
         raise ConfigError(
-            f"stage.source: {err}; relaunch the source run so it rewrites it "
+            f"{key}: {err}; relaunch the source run so it rewrites it "
             "(remove its summary.json first if that says completed)"
         ) from err
+    model.eval()
+    return model, state["step"]
+
+
+def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Evaluate `stage.source`'s newest checkpoint at R = stage.eval_n_loops; write and return the summary."""
+    device = pick_device(cfg.trainer.device)
+    model, step = load_trained(Path(cfg.stage.source), cfg.model, device, "stage.source")
     data = load_prepared(cfg.data)
     r = cfg.stage.eval_n_loops
     summary = {
         **base_summary(cfg),
         "status": RunStatus.COMPLETED,
-        "step": state["step"],
+        "step": step,
         "eval_n_loops": r,
         "trained_n_loops": cfg.model.n_loops,
         "source": str(cfg.stage.source),
