@@ -65,6 +65,7 @@ class SourceConfig:
     data_dir: str | None = None  # base of relative data_files; pkg://cart_sweeps/data/embedded: the shipped corpus
     text_field: str = "text"
     chunks_per_cycle: int = 1  # 1,024-token chunks this source contributes per interleave cycle
+    revision: str | None = None  # hub sources: a commit sha, tag or branch to read (None: the default branch)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class ValSetConfig:
     last_docs: int | None = None  # keep only the last N documents (read without streaming)
     shuffle_seed: int | None = None  # documents in random.Random(seed).shuffle order (read without streaming)
     n_tokens: int = 500_000
+    revision: str | None = None  # hub sources: a commit sha, tag or branch to read (None: the default branch)
 
 
 @dataclass
@@ -91,6 +93,7 @@ class TokenizerConfig:
     bos_token: str = "<s>"
     eos_token: str = "</s>"
     train_docs: int | None = None  # bpe: train on at most this many documents of each source (None: all)
+    revision: str | None = None  # hub: the tokenizer repo's commit sha, tag or branch (None: the default branch)
 
 
 @dataclass

@@ -171,7 +171,7 @@ class CartLM(TemplateLM):
         for request in requests:
             context, gen_kwargs = request.args
             kwargs = normalize_gen_kwargs(gen_kwargs, DEFAULT_MAX_GEN_TOKS)
-            until = handle_stop_sequences(kwargs["until"], eos=self.tok_decode([self.eos_id]))
+            until = [s for s in handle_stop_sequences(kwargs["until"], eos=self.tok.id_to_token(self.eos_id)) if s]
             ids = self.tok_encode(context)
             new: list[int] = []
             text = ""
