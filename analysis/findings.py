@@ -39,6 +39,7 @@ def findings(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
         "parity": _parity,
         "ablations": _ablations,
         "variable_r": _variable_r,
+        "variable_r_bench": _variable_r_bench,
         "rho": _rho,
     }
     for key, section in sections.items():
@@ -156,6 +157,25 @@ def _variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     return out
 
 
+def _variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Per width: the best inference R for each lm-eval task metric, and whether it is the trained R."""
+    if "variable_r_bench" not in tables:
+        return {}
+    out: Findings = {}
+    for d, g in tables["variable_r_bench"].groupby("d"):
+        scores = [c for c in g.columns if c.startswith("bench_")]
+        best = {  # perplexity falls as a model improves; accuracies rise
+            s: plain(g.loc[g[s].idxmin() if "perplexity" in s else g[s].idxmax(), "R"]) for s in scores
+        }
+        trained = plain(g["trained_R"].dropna().iloc[0]) if g["trained_R"].notna().any() else None
+        out[str(plain(d))] = {
+            "trained_R": trained,
+            "best_R": best,
+            "trained_is_best": {s: r == trained for s, r in best.items()},
+        }
+    return out
+
+
 def words(f: Findings, notes: list[str]) -> str:
     """One paragraph saying what the findings are, in the order of the paper."""
     metric, parts = f["metric"], []
@@ -196,6 +216,9 @@ def words(f: Findings, notes: list[str]) -> str:
     for d, v in f.get("variable_r", {}).items():
         best = v["best_R"].get(metric)
         parts.append(f"Varying inference R at d={d} (trained R={v['trained_R']}): {metric} is best at R={best}.")
+    for d, v in f.get("variable_r_bench", {}).items():
+        best = ", ".join(f"{s.removeprefix('bench_')} at R={r}" for s, r in v["best_R"].items())
+        parts.append(f"On the benchmarks at d={d} (trained R={v['trained_R']}), each is best: {best}.")
     if "rho" in f:
         lo, hi = f["rho"]["final_range"]
         wlo, whi = f["rho"]["wd_only_range"]

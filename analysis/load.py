@@ -93,6 +93,11 @@ def ppl_sets(rows: pd.DataFrame) -> list[str]:
     return sorted(c for c in rows.columns if c.startswith("ppl_") and rows[c].notna().any())
 
 
+def bench_sets(rows: pd.DataFrame) -> list[str]:
+    """The bench_<task>_<metric> columns holding data, sorted (lm-eval tasks these rows were scored on)."""
+    return sorted(c for c in rows.columns if c.startswith("bench_") and rows[c].notna().any())
+
+
 def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | None]:
     """The ranking metric and, when it is a fallback, a sentence saying so.
 

@@ -135,8 +135,12 @@ def write_run(
         **{s: ppl * k for s, k in SETS.items()},
         **{s.replace("ppl", "bpb"): 1.0 for s in SETS},
     }
-    if eval_r:
+    if eval_r:  # lm-eval scores best one loop above the trained R (accuracy), perplexity at the trained R
         summary.update(eval_n_loops=eval_r, trained_n_loops=r)
+        summary.update(
+            bench_cart_nextpassage_acc=0.5 - 0.01 * abs(eval_r - r - 2),
+            bench_cart_lastword_perplexity=90.0 + abs(eval_r - r),
+        )
     (folder / "summary.json").write_text(json.dumps(summary))
     if eval_r:
         return
@@ -193,6 +197,9 @@ def test_run_tree_gives_every_table_and_figure(run_tree, tmp_path, capsys):
     assert f["parity"]["stored"]["gap_pct"]["ppl_bible"] > 0 > f["parity"]["effective"]["gap_pct"]["ppl_bible"]
     assert f["ablations"]["disable_lti"]["delta_pct"]["ppl_austen"] == pytest.approx(5.0)
     assert f["variable_r"]["48"]["trained_R"] == 4 and f["variable_r"]["48"]["best_R"]["ppl_austen"] == 4
+    bench = f["variable_r_bench"]["48"]
+    assert bench["best_R"] == {"bench_cart_lastword_perplexity": 4, "bench_cart_nextpassage_acc": 6}
+    assert bench["trained_is_best"] == {"bench_cart_lastword_perplexity": True, "bench_cart_nextpassage_acc": False}
     low, high = f["rho"]["final_range"]
     assert 0.8 < low < high < 0.9
     ablations = pd.read_csv(out / "ablations.csv")

@@ -229,6 +229,19 @@ class PathsConfig:
 
 
 @dataclass
+class HarnessConfig:
+    """lm-eval benchmarks run by evaluate stages beside perplexity (src/cart_sweeps/harness); [] for none.
+
+    Not part of a run's identity: like the throughput fields, they say what else is measured of the run.
+    """
+
+    tasks: list[str] = field(default_factory=lambda: ["hellaswag", "arc_challenge", "lambada_openai", "piqa"])
+    num_fewshot: int = 0
+    limit: int | None = None  # questions per task (None: all)
+    batch_size: int = 8  # the paper's
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -242,6 +255,7 @@ class Config:
     bench: BenchConfig = field(default_factory=BenchConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
     seed: int = 42
+    harness: HarnessConfig = field(default_factory=HarnessConfig)
 
 
 def register_configs() -> None:

@@ -54,7 +54,7 @@ def run_benchmarks(
     """Evaluate `source`'s newest checkpoint at R = `n_loops` on `tasks`; write the results JSON under
     `out_dir`/lm_eval and return the summary metrics."""
     lm = CartLM(run_dir=str(source), n_loops=n_loops, batch_size=batch_size)
-    tracker = EvaluationTracker(output_path=str(out_dir / RESULTS_DIR))
+    tracker = EvaluationTracker(output_path=str(out_dir / RESULTS_DIR / "results.json"))  # results_<time>.json
     results = simple_evaluate(
         model=lm,
         tasks=list(tasks),

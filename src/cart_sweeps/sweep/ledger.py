@@ -33,7 +33,7 @@ from cart_sweeps.status import RunStatus
 DAMAGED = (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError, ValueError, AssertionError)
 LAUNCHES = "launches"  # study user attr: what each launch asked for (see Ledger.record_launch)
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
-_METRIC_PREFIXES = ("ppl_", "bpb_", "ce_")
+_METRIC_PREFIXES = ("ppl_", "bpb_", "ce_", "bench_")  # bench_: lm-eval tasks (cart_sweeps.harness)
 _RESULT_KEYS = ("rho", "step", "params_stored", "params_effective", "tokens_per_s", "wall_time_s")
 
 

@@ -59,7 +59,7 @@ def check_machine(cfg: DictConfig, gpus: list[int] | None) -> None:
     t, lc = cfg.trainer, cfg.launcher
     no_gpu = not gpus if gpus is not None else lc.gpus_per_task == 0
     where = "this machine has none visible" if gpus is not None else "launcher.gpus_per_task=0"
-    if t.optimizer == "adamw8bit":
+    if t.optimizer == "adamw8bit" and cfg.stage.kind == "train":  # an evaluate stage steps no optimizer
         if no_gpu:
             raise ConfigError(f"trainer.optimizer=adamw8bit needs a CUDA GPU and {where}; use trainer.optimizer=adamw")
         if importlib.util.find_spec("bitsandbytes") is None:
@@ -67,6 +67,10 @@ def check_machine(cfg: DictConfig, gpus: list[int] | None) -> None:
     if t.device == "cuda" and no_gpu:
         raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {where}; use trainer.device=auto")
     check_credentials(cfg.logger)
+    if cfg.stage.kind == "evaluate" and cfg.harness.tasks and importlib.util.find_spec("lm_eval") is None:
+        raise ConfigError(
+            "harness.tasks needs lm-eval: pip install 'cart_sweeps[eval]', or harness.tasks=[] for perplexity only"
+        )
 
 
 def preflight(stage: Stage, gpus: list[int] | None) -> None:
@@ -77,6 +81,7 @@ def preflight(stage: Stage, gpus: list[int] | None) -> None:
     for run in runs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
         c = run.cfg
         key = (c.data.name, c.data.cache_dir, c.trainer.optimizer, c.trainer.device, c.logger.name, c.logger.mode)
+        key += (tuple(c.harness.tasks),)
         if key not in seen:
             seen.add(key)
             check_metric(stage.base.sweep.metric, c.data)

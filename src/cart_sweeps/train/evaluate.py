@@ -58,7 +58,8 @@ def load_trained(run_dir: Path, model_cfg: DictConfig, device: torch.device, key
 
 
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Evaluate `stage.source`'s newest checkpoint at R = stage.eval_n_loops; write and return the summary."""
+    """Evaluate `stage.source`'s newest checkpoint at R = stage.eval_n_loops (perplexity, and the lm-eval tasks
+    of `harness.tasks`); write and return the summary."""
     device = pick_device(cfg.trainer.device)
     model, step = load_trained(Path(cfg.stage.source), cfg.model, device, "stage.source")
     data = load_prepared(cfg.data)
@@ -76,5 +77,12 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         windows = val_windows(tokens, cfg.trainer.eval_windows, cfg.trainer.seq_len).to(device)
         mean_ce = evaluate_windows(model, windows, cfg.trainer.eval_batch_size, n_loops=r)
         summary.update({f"{k}_{name}": v for k, v in eval_metrics(mean_ce, data.bytes_per_token[name]).items()})
+    if cfg.harness.tasks:
+        from cart_sweeps.harness.bench import run_benchmarks  # lm-eval takes seconds to import: only when asked
+
+        h = cfg.harness
+        summary.update(
+            run_benchmarks(Path(cfg.stage.source), r, list(h.tasks), run_dir, h.num_fewshot, h.limit, h.batch_size)
+        )
     write_summary(run_dir, summary)
     return summary
