@@ -291,6 +291,18 @@ def _by_inference_r(
     return table
 
 
+def benchmarks(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The paper's benchmark table: each width's best Stage-2 run at its trained R, one row per shot count."""
+    rows = rows_of(final, ("benchmarks",), "benchmarks")
+    require(rows, ["d_model", "n_prelude", "n_loops"], "benchmarks")
+    if not bench_sets(rows):
+        raise AnalysisError("table 'benchmarks' needs lm-eval results (bench_* columns); these runs have none")
+    shots = rows["num_fewshot"].fillna(0) if "num_fewshot" in rows else pd.Series(0, index=rows.index)
+    rows = rows.assign(shots=shots.astype(int))
+    keys = ["shots", "d_model", "n_prelude", "n_loops"]
+    return rows.groupby(keys)[bench_sets(rows)].mean().reset_index().rename(columns=SHORT)
+
+
 def rho(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Final rho per (stage, d, P, R) beside the value weight decay alone predicts for the run's recipe."""
     rows = rows_of(final, ("1", "2", "parity"), "rho")
@@ -335,6 +347,7 @@ READS: dict[str, tuple[str, ...]] = {
     "ablations": ("ablations", "2", "parity"),
     "variable_r": ("variable_r",),
     "variable_r_bench": ("variable_r",),
+    "benchmarks": ("benchmarks",),
     "rho": ("1", "2", "parity"),
 }
 
@@ -352,5 +365,6 @@ TABLES: dict[str, Builder] = {
     "ablations": ablations,
     "variable_r": variable_r,
     "variable_r_bench": variable_r_bench,
+    "benchmarks": benchmarks,
     "rho": rho,
 }

@@ -193,10 +193,11 @@ class StageConfig:
     recipe: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     search: dict[str, dict[str, Any]] = field(default_factory=dict)
-    select: str = "paper"  # stage 2 candidates: paper (fixed set) | zoom (from Stage-1 results)
-    zoom_from: str = "1"  # select=zoom: the stage whose ledger ranks the candidates
+    select: str = "paper"  # stage 2 candidates: paper (fixed set) | zoom (from Stage-1 results) | best (below)
+    zoom_from: str = "1"  # select=zoom|best: the stage whose ledger ranks the candidates (best: each width's best run)
     source: str | None = None  # evaluate stages: the run folder of the trained model
     eval_n_loops: int | None = None  # evaluate stages: the inference R
+    num_fewshot: int | None = None  # evaluate stages: lm-eval's shot count (None: each task's own, 0 for the paper's)
 
 
 @dataclass
@@ -236,7 +237,6 @@ class HarnessConfig:
     """
 
     tasks: list[str] = field(default_factory=lambda: ["hellaswag", "arc_challenge", "lambada_openai", "piqa"])
-    num_fewshot: int = 0
     limit: int | None = None  # questions per task (None: all)
     batch_size: int = 8  # the paper's
 
@@ -339,7 +339,8 @@ def variant(model: DictConfig | ModelConfig) -> str:
 
 
 def run_label(cfg: DictConfig) -> str:
-    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42."""
+    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
+    d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation)."""
     m = cfg.model
     if m.name == "dense":
         label = f"dense-d{m.d_model}-L{m.n_layers}"
@@ -350,6 +351,8 @@ def run_label(cfg: DictConfig) -> str:
     label += f"-s{cfg.seed}"
     if cfg.stage.eval_n_loops is not None:
         label += f"-at-R{cfg.stage.eval_n_loops}"
+    if cfg.stage.get("num_fewshot") is not None:
+        label += f"-{cfg.stage.num_fewshot}shot"
     return label
 
 

@@ -143,6 +143,8 @@ def identity(cfg: DictConfig, seed: bool = True) -> dict[str, Any]:
         out[group] = {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS.get(group, set())}
     if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
         out["eval_n_loops"] = cfg.stage.eval_n_loops
+    if cfg.stage.get("num_fewshot") is not None:  # a benchmark evaluation with lm-eval's few-shot examples
+        out["num_fewshot"] = cfg.stage.num_fewshot
     return out
 
 

@@ -80,9 +80,8 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if cfg.harness.tasks:
         from cart_sweeps.harness.bench import run_benchmarks  # lm-eval takes seconds to import: only when asked
 
-        h = cfg.harness
-        summary.update(
-            run_benchmarks(Path(cfg.stage.source), r, list(h.tasks), run_dir, h.num_fewshot, h.limit, h.batch_size)
-        )
+        h, shots = cfg.harness, cfg.stage.num_fewshot
+        summary["num_fewshot"] = shots
+        summary.update(run_benchmarks(Path(cfg.stage.source), r, list(h.tasks), run_dir, shots, h.limit, h.batch_size))
     write_summary(run_dir, summary)
     return summary
