@@ -163,16 +163,14 @@ def _variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
         return {}
     out: Findings = {}
     for d, g in tables["variable_r_bench"].groupby("d"):
-        scores = [c for c in g.columns if c.startswith("bench_")]
-        best = {  # perplexity falls as a model improves; accuracies rise
-            s: plain(g.loc[g[s].idxmin() if "perplexity" in s else g[s].idxmax(), "R"]) for s in scores
-        }
         trained = plain(g["trained_R"].dropna().iloc[0]) if g["trained_R"].notna().any() else None
-        out[str(plain(d))] = {
-            "trained_R": trained,
-            "best_R": best,
-            "trained_is_best": {s: r == trained for s, r in best.items()},
-        }
+        best, trained_is_best = {}, {}
+        for s in (c for c in g.columns if c.startswith("bench_")):
+            top = g[s].min() if "perplexity" in s else g[s].max()  # perplexity falls as a model improves
+            at_top = g.loc[g[s] == top, "R"]
+            best[s] = plain(at_top.min())  # the smallest R reaching the best score
+            trained_is_best[s] = trained in set(at_top.tolist())  # a tie with another R counts
+        out[str(plain(d))] = {"trained_R": trained, "best_R": best, "trained_is_best": trained_is_best}
     return out
 
 

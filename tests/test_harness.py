@@ -39,9 +39,7 @@ def tiny_run(tmp_path_factory, data_cache) -> Path:
 def harness(tiny_run, tmp_path_factory) -> tuple[dict, Path]:
     """lm-eval's simple_evaluate through the study's call, at R=2 (trained R=4), the first LIMIT questions."""
     out = tmp_path_factory.mktemp("bench-out")
-    metrics = run_benchmarks(
-        tiny_run, 2, ["cart_lastword", "cart_nextpassage"], out, limit=LIMIT, batch_size=5, bootstrap_iters=0
-    )
+    metrics = run_benchmarks(tiny_run, 2, ["cart_lastword", "cart_nextpassage"], out, limit=LIMIT, batch_size=5)
     return metrics, out
 
 

@@ -49,7 +49,9 @@ def run_benchmarks(
     num_fewshot: int | None = None,
     limit: int | None = None,
     batch_size: int = 8,
-    bootstrap_iters: int = 100_000,  # lm-eval's default; 0 skips the standard errors
+    # 0: no standard errors. lm-eval bootstraps perplexity's in a multiprocessing.Pool whose exit SIGTERMs its
+    # forked workers, and a submitit job's workers inherit its SIGTERM bypass: the run would hang there.
+    bootstrap_iters: int = 0,
 ) -> dict[str, float]:
     """Evaluate `source`'s newest checkpoint at R = `n_loops` on `tasks`; write the results JSON under
     `out_dir`/lm_eval and return the summary metrics."""
