@@ -61,6 +61,7 @@ def test_variable_r_evaluates_a_trained_run(finished):
     assert len(evals) == 3 and {t.state for t in evals} == {TrialState.COMPLETE}
     assert {t.params["stage.eval_n_loops"] for t in evals} == {2, 4, 6}
     assert len({t.user_attrs["run_id"] for t in evals}) == 3
+    assert all(0 <= t.user_attrs["results"]["bench_cart_nextpassage_acc"] <= 1 for t in evals)  # lm-eval, in the ledger
 
 
 def test_plan_reads_status_from_the_ledger(finished):
