@@ -8,6 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cart_sweeps.compose import compose_config
+from cart_sweeps.config import run_id
 from cart_sweeps.data.errors import DataError
 from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.data.recipe import recipe_hash
@@ -53,3 +54,10 @@ def test_the_manifest_records_every_source_revision(data_cache):
     names = ("shakespeare", "bible", "austen")
     assert manifest["revisions"] == {f"{kind}/{n}": None for kind in ("source", "validation") for n in names}
     assert manifest["tokenizer"]["revision"] is None  # a BPE trained here
+
+
+def test_a_config_read_back_from_its_run_folder_keeps_its_run_id(tmp_path):
+    """config.yaml is untyped when read back: the later fields (revision) must still drop out at their defaults."""
+    cfg = compose_config(["scale=tiny", "stage=variable_r", "stage.eval_n_loops=2", "stage.num_fewshot=5"])
+    OmegaConf.save(cfg, tmp_path / "config.yaml", resolve=True)
+    assert run_id(OmegaConf.load(tmp_path / "config.yaml")) == run_id(cfg)

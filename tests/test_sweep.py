@@ -55,6 +55,7 @@ def test_variable_r_evaluates_a_trained_run(finished):
     runs, _ = finished
     source = next(t.user_attrs["run_dir"] for t in trials(runs) if t.params["model.n_loops"] == 4)
     evaluate = ["stage=variable_r", f"stage.source={source}", "stage.eval_n_loops=2,4,6", "sweep.metric=ppl_austen"]
+    evaluate += ["harness.tasks=[cart_nextpassage]", "harness.limit=20"]  # offline; the paper's four read the hub
     proc = sweep(runs, *evaluate)
     assert proc.returncode == 0, proc.stderr[-3000:]
     evals = trials(runs, "variable_r")

@@ -67,9 +67,24 @@ def check_machine(cfg: DictConfig, gpus: list[int] | None) -> None:
     if t.device == "cuda" and no_gpu:
         raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {where}; use trainer.device=auto")
     check_credentials(cfg.logger)
-    if cfg.stage.kind == "evaluate" and cfg.harness.tasks and importlib.util.find_spec("lm_eval") is None:
+    if cfg.stage.kind == "evaluate" and cfg.harness.tasks:
+        check_harness(list(cfg.harness.tasks))
+
+
+def check_harness(tasks: list[str]) -> None:
+    """lm-eval is there, and the hub too unless every task is one of the shipped offline tasks."""
+    from cart_sweeps.data.sources import hub_offline
+    from cart_sweeps.harness import SHIPPED_TASKS
+
+    if importlib.util.find_spec("lm_eval") is None:
         raise ConfigError(
             "harness.tasks needs lm-eval: pip install 'cart_sweeps[eval]', or harness.tasks=[] for perplexity only"
+        )
+    if hub_offline() and (hub := [t for t in tasks if t not in SHIPPED_TASKS]):
+        offline = ",".join(sorted(SHIPPED_TASKS - {"cart_tiny"}))
+        raise ConfigError(
+            f"harness.tasks: {','.join(hub)} read the hub, which is off (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE); "
+            f"use the offline tasks harness.tasks=[{offline}] or harness.tasks=[]"
         )
 
 
