@@ -5,10 +5,10 @@ PY := $(VENV)/bin/python
 # CPU wheel on a fresh machine; a torch that is already importable (e.g. a GPU user's CUDA build) is kept.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: help setup demo test lint tables clean
+.PHONY: help setup demo test test-full lint tables clean gpu-check
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -21,12 +21,19 @@ setup: $(VENV)/.installed ## create .venv: torch $(TORCH_VERSION) unless one is 
 demo: setup ## the tiny study end to end on the embedded corpus, ending in tables
 	$(PY) -m cart_sweeps.demo
 
-test: setup ## the test suite (SLURM tests skip unless a cluster runs: see tests/slurm)
-	$(PY) -m pytest -q
+test: setup ## the fast tier (~3 min on 2 cores): units, and narrowed stages through the real entry points
+	$(PY) -m pytest -q -m "not slow"
 
-lint: setup ## ruff: lint and format check
+test-full: test ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)
+	$(PY) -m pytest -q -m slow
+
+gpu-check: setup ## on a CUDA machine: CUDA tests, bench d=256..1024 with/without compile, two runs on one GPU
+	$(PY) -m cart_sweeps.gpu_check
+
+lint: setup ## ruff (lint, format) and mypy; pre-commit runs the same (.pre-commit-config.yaml)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 tables: setup ## regenerate tables, figures and findings from the runs under runs/
 	$(PY) -m analysis

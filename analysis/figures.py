@@ -1,4 +1,5 @@
-"""The study's figures as PNG, drawn on matplotlib Figure objects (Agg canvas; no pyplot, no display)."""
+"""The study's figures as PDF (for a paper) beside PNG (for report.md), drawn on matplotlib Figure
+objects (Agg canvas; no pyplot, no display). Each figure has a title, labelled axes and one legend."""
 
 from __future__ import annotations
 
@@ -10,40 +11,62 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.load import AnalysisError, Study
+from analysis.screen import screen_agreement
 from analysis.stats import recipe_of, wd_only_rho
 from analysis.tables import stage1_cells
 
+FigureJob = Callable[[Path], list[Path]]  # takes the path without suffix, returns the files written
+AXIS_LABELS = {"loss": "training loss (nats/token)", "rho": r"gate $\rho$ = sigmoid(a)"}
 
-def _panels(widths: list, ylabel: str) -> tuple[Figure, list[Axes]]:
-    """One panel per width, side by side."""
-    fig = Figure(figsize=(3.4 * len(widths), 3.2))
-    axes = fig.subplots(1, len(widths), squeeze=False)
+
+def metric_label(metric: str) -> str:
+    """An axis label for a ranking metric: ppl_wiki -> 'perplexity on wiki (lower is better)'."""
+    kind, _, data = metric.partition("_")
+    names = {"ppl": "perplexity", "bpb": "bits per byte", "ce": "cross-entropy (nats/token)"}
+    return f"{names.get(kind, kind)} on {data} (lower is better)" if data else metric
+
+
+def _panels(widths: list, ylabel: str, title: str) -> tuple[Figure, list[Axes]]:
+    """One panel per width, side by side, sharing the y axis and one title."""
+    fig = Figure(figsize=(3.4 * len(widths), 3.4))
+    axes = fig.subplots(1, len(widths), squeeze=False, sharey=True)
     for ax, d in zip(axes[0], widths, strict=True):
-        ax.set_title(f"d={d}")
+        ax.set_title(f"d = {d}")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(ylabel)
+    fig.suptitle(title)
     return fig, list(axes[0])
 
 
-def _save(fig: Figure, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+def _save(fig: Figure, stem: Path) -> list[Path]:
+    """One legend for the whole figure (each label once, below the panels), then PNG and PDF."""
+    labelled: dict[str, object] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            labelled.setdefault(label, handle)
+    if labelled:
+        fig.legend(list(labelled.values()), list(labelled), loc="outside lower center", ncols=min(6, len(labelled)))
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=110)
+    return paths
 
 
-def stage1_ppl_vs_r(study: Study, metric: str, path: Path) -> None:
+def stage1_ppl_vs_r(study: Study, metric: str, stem: Path) -> list[Path]:
     """Stage-1 metric against R, one panel per width, one line per P (the paper's P-vs-R picture)."""
     cells = stage1_cells(study.final(), metric, "stage1_ppl_vs_R")
     widths = sorted(cells["d"].unique())
-    fig, axes = _panels(widths, metric)
+    fig, axes = _panels(widths, metric_label(metric), "Stage 1: the screen's metric at its last step")
+    fig.set_layout_engine("constrained")
     for ax, d in zip(axes, widths, strict=True):
         for p, g in cells[cells["d"] == d].sort_values("R").groupby("P"):
-            ax.plot(g["R"], g[metric], marker="o", label=f"P={p}")
-        ax.set_xlabel("R (loops)")
-    axes[-1].legend(fontsize=8)
-    _save(fig, path)
+            ax.plot(g["R"], g[metric], marker="o", label=f"P = {p}", color=f"C{int(p) % 10}")
+        ax.set_xlabel("R (loop count)")
+        ax.set_yscale("log")  # perplexities of different widths differ by factors, not offsets
+    return _save(fig, stem)
 
 
-def curves(study: Study, stage: str, column: str, path: Path) -> None:
+def curves(study: Study, stage: str, column: str, stem: Path) -> list[Path]:
     """A training-log column (loss, rho) against step for every run of a stage, one panel per width.
 
     For rho, each run's recipe also draws the curve weight decay alone would give (dashed).
@@ -57,24 +80,51 @@ def curves(study: Study, stage: str, column: str, path: Path) -> None:
     if rows.empty:
         raise AnalysisError(f"figure of {column} needs logged {column} in stage {stage}")
     widths = sorted(rows["d_model"].unique())
-    fig, axes = _panels(widths, column)
+    fig, axes = _panels(widths, AXIS_LABELS.get(column, column), f"Stage {stage}: {column} during training")
+    fig.set_layout_engine("constrained")
+    colours: dict[str, str] = {}
     for ax, d in zip(axes, widths, strict=True):
         recipes = set()
         runs = rows[rows["d_model"] == d].sort_values("step").groupby("label")
-        for label, run in runs:  # a legend of more than a dozen runs hides the plot
-            ax.plot(run["step"], run[column], lw=1, label=str(label) if runs.ngroups <= 12 else None)
+        for label, run in runs:  # labelled without the width, so one legend serves every panel
+            config = str(label).replace(f"d{d}-", "", 1)
+            colour = colours.setdefault(config, f"C{len(colours) % 10}")
+            ax.plot(run["step"], run[column], lw=1, color=colour, label=config if runs.ngroups <= 12 else None)
             recipes.add(recipe_of(run.iloc[-1]))
         if column == "rho":
             for recipe in sorted(recipes, key=lambda r: r.steps):
                 ax.plot(wd_only_rho(recipe), "k--", lw=1, label=f"weight decay only ({recipe.steps} steps)")
-        ax.set_xlabel("step")
-        ax.legend(fontsize=6)
-    _save(fig, path)
+        ax.set_xlabel("training step")
+    return _save(fig, stem)
 
 
-def figure_jobs(study: Study, metric: str) -> dict[str, Callable[[Path], None]]:
-    """Every figure the study's inputs could give, by name; each job takes the PNG path."""
-    jobs: dict[str, Callable[[Path], None]] = {"stage1_ppl_vs_R": partial(stage1_ppl_vs_r, study, metric)}
+def screen_vs_step(study: Study, metric: str, stem: Path) -> list[Path]:
+    """Kendall tau between each evaluation step's ranking and the final one, per stage (panel) and width
+    (line); a hollow marker where the top-1 pick differs from the final one."""
+    table = screen_agreement(study.evals, metric)
+    stages = sorted(table["stage"].unique())
+    fig, axes = _panels(stages, "Kendall tau with the final ranking", f"How early the ranking by {metric} settles")
+    fig.set_layout_engine("constrained")
+    for ax, stage in zip(axes, stages, strict=True):
+        ax.set_title(f"stage {stage}")
+        for k, (d, rows) in enumerate(table[table["stage"] == stage].sort_values("step").groupby("d")):
+            colour = f"C{k % 10}"
+            ax.plot(rows["step"], rows["kendall_tau"].astype(float), color=colour, label=f"d = {d}")
+            missed = rows[rows["top1_agrees"] == False]  # noqa: E712 (a column of True/False/None)
+            ax.plot(missed["step"], missed["kendall_tau"].astype(float), "o", mfc="none", color=colour)
+        ax.set_xscale("log")  # evaluations spread from the first hundreds of steps to tens of thousands
+        ax.set_xlabel("training step (log scale)")
+        ax.set_ylim(-1.05, 1.05)
+    axes[0].plot([], [], "ko", mfc="none", label="top-1 pick differs from the final one")
+    return _save(fig, stem)
+
+
+def figure_jobs(study: Study, metric: str) -> dict[str, FigureJob]:
+    """Every figure the study's inputs could give, by name; each job takes the path without suffix."""
+    jobs: dict[str, FigureJob] = {
+        "stage1_ppl_vs_R": partial(stage1_ppl_vs_r, study, metric),
+        "screen_vs_step": partial(screen_vs_step, study, metric),
+    }
     stages = sorted(study.train["stage"].unique()) if not study.train.empty else []
     for stage in stages:
         for column in ("loss", "rho"):

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.screen import shortest_screen
 from analysis.stats import spearman
 
 Findings = dict[str, Any]
@@ -41,6 +42,7 @@ def findings(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
         "variable_r": _variable_r,
         "variable_r_bench": _variable_r_bench,
         "rho": _rho,
+        "screen": _screen,
     }
     for key, section in sections.items():
         if part := section(tables, metric):
@@ -174,6 +176,62 @@ def _variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     return out
 
 
+def _screen(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """How early each stage's ranking settles, how Stage 1's ranking carries to Stage 2, and what the input
+    cannot show (a results CSV of final numbers has no ranking along the way)."""
+    out: Findings = {}
+    if "screen_agreement" in tables:
+        table = tables["screen_agreement"]
+        out["agreement"] = {
+            str(stage): {
+                str(plain(d)): [
+                    {k: plain(r[k]) for k in ("step", "n", "kendall_tau", "spearman", "top1_agrees")}
+                    for _, r in rows.sort_values("step").iterrows()
+                ]
+                for d, rows in by_stage.groupby("d")
+            }
+            for stage, by_stage in table.groupby("stage")
+        }
+        shortest = shortest_screen(table)
+        for widths in shortest.values():  # a screen settles for a stage when it has settled at every width
+            steps = {k: [w[k] for w in widths.values()] for k in ("top1_step", "full_order_step")}
+            widths["all_widths"] = {k: None if None in v else max(v) for k, v in steps.items()}
+        out["shortest"] = shortest
+    if "screen_transfer" in tables:
+        out["stage1_to_stage2"] = {
+            str(plain(d)): {
+                r["stage2_point"]: {
+                    k: plain(r[k]) for k in ("stage2_step", "n", "kendall_tau", "spearman", "top1_agrees")
+                }
+                for _, r in rows.iterrows()
+            }
+            for d, rows in tables["screen_transfer"].groupby("d")
+        }
+    if out:
+        out["limits"] = _screen_limits(tables)
+    return out
+
+
+def _screen_limits(tables: dict[str, pd.DataFrame]) -> list[str]:
+    limits = []
+    if "screen_agreement" not in tables:
+        limits.append(
+            "The input holds each run's final evaluation only: neither the agreement of earlier steps' "
+            "rankings with the final one nor the shortest reliable screen can be measured."
+        )
+    if "screen_transfer" in tables and (tables["screen_transfer"]["stage2_point"] != "matching").all():
+        limits.append(
+            "Stage 2 has no evaluation at or before Stage 1's last step: Stage 1's final ranking is compared "
+            "with Stage 2's end only, not with Stage 2 at the matching step."
+        )
+    shared = tables["screen_transfer"]["n"].max() if "screen_transfer" in tables else None
+    if shared is not None and shared < 2:
+        limits.append("Stage 1 and Stage 2 share fewer than two configurations per width: nothing to rank.")
+    elif shared is not None and shared < 3:
+        limits.append("Fewer than three configurations per width in both stages: only the top-1 pick is compared.")
+    return limits
+
+
 def words(f: Findings, notes: list[str]) -> str:
     """One paragraph saying what the findings are, in the order of the paper."""
     metric, parts = f["metric"], []
@@ -221,4 +279,35 @@ def words(f: Findings, notes: list[str]) -> str:
         lo, hi = f["rho"]["final_range"]
         wlo, whi = f["rho"]["wd_only_range"]
         parts.append(f"Final rho spans {lo:.3f}-{hi:.3f}; weight decay alone predicts {wlo:.3f}-{whi:.3f}.")
+    parts += _screen_words(f.get("screen", {}))
     return " ".join(parts + notes)
+
+
+def _screen_words(screen: Findings) -> list[str]:
+    """The screen's reliability in sentences: the shortest screen per stage, the Stage 1 -> 2 carry-over."""
+    parts = []
+    for stage, widths in screen.get("shortest", {}).items():
+        every = widths["all_widths"]
+        final = max(w["final_step"] for d, w in widths.items() if d != "all_widths")
+        if every["full_order_step"] is not None:
+            parts.append(
+                f"Stage {stage}: from step {every['full_order_step']} of {final} on, every width's ranking "
+                "matches its final one (the shortest screen that would have sufficed)."
+            )
+        elif every["top1_step"] is not None:
+            parts.append(
+                f"Stage {stage}: the top pick settles at step {every['top1_step']} of {final} at every width; "
+                "the full ranking matches the final one only at the end."
+            )
+        else:
+            parts.append(f"Stage {stage}: no screen shorter than the full {final} steps gives the final ranking.")
+    for d, points in screen.get("stage1_to_stage2", {}).items():
+        said = [
+            f"{when} (step {p['stage2_step']}): top-1 {'kept' if p['top1_agrees'] else 'changed'}"
+            + (f", tau {p['kendall_tau']:.2f}" if p["kendall_tau"] is not None else "")
+            for when, p in points.items()
+            if p["top1_agrees"] is not None  # fewer than two configurations in both stages: nothing to rank
+        ]
+        if said:
+            parts.append(f"Stage 1's final ranking against Stage 2 at d={d}: {'; '.join(said)}.")
+    return parts + screen.get("limits", [])

@@ -14,6 +14,8 @@ from analysis.figures import figure_jobs
 from analysis.findings import Findings, findings, words
 from analysis.load import AnalysisError, Study, pick_metric
 from analysis.render import markdown, write_table
+from analysis.screen import READS as SCREEN_READS
+from analysis.screen import TABLES as SCREEN_TABLES
 from analysis.tables import READS, TABLES
 
 
@@ -48,17 +50,18 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
         raise AnalysisError(f"no completed runs in {study.source} (left out: {left})")
     metric, note = pick_metric(final, metric)
     figures = figure_jobs(study, metric)
-    chosen = _selected([*TABLES, *figures], only)
+    chosen = _selected([*TABLES, *SCREEN_TABLES, *figures], only)
     report, tables = Report(), {}
     out.mkdir(parents=True, exist_ok=True)
     for name in chosen:
         try:
-            if name in TABLES:
-                tables[name] = TABLES[name](final, metric)
+            if name in TABLES or name in SCREEN_TABLES:  # the screen's tables read every step, not the last
+                tables[name] = (
+                    TABLES[name](final, metric) if name in TABLES else SCREEN_TABLES[name](study.evals, metric)
+                )
                 report.written += write_table(tables[name], out, name, runs_used(study, name))
             else:
-                figures[name](out / f"{name}.png")
-                report.written.append(out / f"{name}.png")
+                report.written += figures[name](out / name)
         except AnalysisError as error:
             if only:
                 raise
@@ -74,7 +77,7 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
 
 def runs_used(study: Study, table: str) -> str:
     """The line saying which runs a table used (empty without a selection: a results CSV)."""
-    lines = [study.selection[s].line() for s in READS[table] if s in study.selection]
+    lines = [study.selection[s].line() for s in {**READS, **SCREEN_READS}[table] if s in study.selection]
     return f"Runs: {'; '.join(lines)}." if lines else ""
 
 

@@ -11,17 +11,22 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from cart_sweeps.config import ModelConfig, TrainerConfig
+from cart_sweeps.schedule import lr_at
+
+PAPER = TrainerConfig()  # the paper's recipe: the trainer's defaults (conf/trainer/paper.yaml holds the same)
+
 
 @dataclass(frozen=True)
 class Recipe:
     """The parts of a run's trainer config that move the gate without any gradient."""
 
     steps: int
-    lr: float = 3e-4
-    min_lr: float = 3e-5
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    decay_all: bool = True  # False: the gate is spared from weight decay, so it stays where it started
+    lr: float = PAPER.lr
+    min_lr: float = PAPER.min_lr
+    warmup_steps: int = PAPER.warmup_steps
+    weight_decay: float = PAPER.weight_decay
+    decay_all: bool = PAPER.decay_all  # False: the gate is spared from weight decay, so it stays where it started
 
 
 def recipe_of(row: pd.Series) -> Recipe:
@@ -39,16 +44,12 @@ def _flag(value: object) -> bool:
 
 
 def lr_schedule(recipe: Recipe) -> np.ndarray:
-    """The learning rate of each optimiser step t = 0..steps-1: linear warm-up, then cosine to min_lr."""
-    t = np.arange(recipe.steps, dtype=np.float64)
-    warm = recipe.lr * (t + 1) / max(recipe.warmup_steps, 1)
-    progress = np.clip((t - recipe.warmup_steps) / max(recipe.steps - recipe.warmup_steps, 1), 0.0, 1.0)
-    cosine = recipe.min_lr + 0.5 * (recipe.lr - recipe.min_lr) * (1 + np.cos(np.pi * progress))
-    return np.where(t < recipe.warmup_steps, warm, cosine)
+    """The learning rate of each optimiser step t = 0..steps-1, by the schedule the runs trained with."""
+    return np.array([lr_at(t, recipe) for t in range(recipe.steps)], dtype=np.float64)
 
 
 @lru_cache(maxsize=64)
-def wd_only_rho(recipe: Recipe, rho0: float = 0.9) -> np.ndarray:
+def wd_only_rho(recipe: Recipe, rho0: float = ModelConfig.gate_init) -> np.ndarray:
     """sigmoid(a) after each of 0..steps steps when only AdamW's decoupled decay a <- a (1 - lr_t wd) acts.
 
     If the reported rho sits on this curve, the "learned" stability band is weight decay, not learning.

@@ -21,6 +21,13 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that read the quick demo (minutes) or need the SLURM cluster are in the full tier only."""
+    for item in items:
+        if "quick_demo" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def compose():
     """compose(overrides) -> the DictConfig `python -m cart_sweeps <overrides>` would run."""

@@ -255,3 +255,29 @@ def test_cli_imports_no_torch():
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0
+
+
+def test_paper_fixture_screen_says_what_ends_alone_cannot_show(paper):
+    """The published numbers are each run's end: Stage 1's ranking against Stage 2's end, and no more."""
+    report, out = paper
+    screen = json.loads((out / "findings.json").read_text())["screen"]
+    assert "agreement" not in screen and "shortest" not in screen
+    assert set(screen["stage1_to_stage2"]["1024"]) == {"end"}
+    assert screen["stage1_to_stage2"]["1024"]["end"]["top1_agrees"] is False  # the paper's reversal
+    assert any("final evaluation only" in line for line in screen["limits"])
+    assert "screen_agreement" in report.skipped
+
+
+def test_latex_tables_are_paper_ready(paper):
+    """A float with caption and label, human headers, fixed decimals per column, p in math notation, and
+    scaled down to the text width only when wider (pdflatex is not installed here to measure it)."""
+    _, out = paper
+    tex = (out / "reversal.tex").read_text()
+    assert tex.startswith("\\begin{table}") and "\\caption{Where Stage 1's choice of $R$ reverses" in tex
+    assert (
+        "\\label{tab:reversal}" in tex and "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}" in tex
+    )
+    assert "$d$ & $P$ & Stage-1 $R$ & Stage-2 $R$ & Reversed & $t$ & $p$ & Note \\\\" in tex
+    assert "& $-20.92$ & $<10^{-4}$ &" in tex and "& $0.030$ &" in tex
+    seeds = (out / "stage2_seeds.tex").read_text()
+    assert "PPL wiki (mean) & PPL wiki (s.d.)" in seeds and "$41.16$ & $0.05$" in seeds

@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.slow  # several launches of real stages: the full tier (make test-full)
+
 GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2", "model.n_prelude=2,6", "trainer.steps=6"]
 SLOTS = ["launcher.slots=2", "launcher.poll_s=0.2"]
 RELAUNCH = "trainer.lr=1e-3"
@@ -35,7 +37,7 @@ def runs(tmp_path_factory, data_cache) -> Path:
     root = tmp_path_factory.mktemp("selection") / "runs"
     cart_sweeps(root, "-m", *GRID, *SLOTS)
     cart_sweeps(root, "-m", *GRID, *SLOTS, RELAUNCH)
-    cart_sweeps(root, "stage=1", "scale=tiny", "trainer.steps=6")
+    cart_sweeps(root, "stage.name=1", "scale=tiny", "trainer.steps=6")  # one run by hand: no stage to run
     return root
 
 

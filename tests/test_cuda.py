@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -48,3 +51,10 @@ def test_adamw8bit_on_the_cpu_is_one_clear_error():
     cfg = compose_config(["scale=tiny", "trainer.optimizer=adamw8bit"])
     with pytest.raises(ConfigError, match="needs a CUDA GPU"):
         build_optimizer(build_model(cfg.model), cfg.trainer, torch.device("cpu"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path of make gpu-check")
+def test_gpu_check_on_a_cpu_machine_is_one_clear_line():
+    proc = subprocess.run([sys.executable, "-m", "cart_sweeps.gpu_check"], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert proc.stdout.count("\n") == 1 and "no CUDA GPU" in proc.stdout

@@ -210,6 +210,7 @@ print(data.folder)
 """
 
 
+@pytest.mark.slow
 def test_batches_equal_across_processes_and_restarts(tmp_path):
     cache = tmp_path / "cache"
     overrides = standin_overrides(cache, train_tokens=3000)  # 3,000 tokens: the last chunk cut to fit

@@ -22,6 +22,8 @@ from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError
 from cart_sweeps.train.run import Trainer, execute
 
+pytestmark = pytest.mark.slow  # faults caused in real runs, each relaunched: the full tier (make test-full)
+
 TINY = [
     "scale=tiny",
     "trainer.steps=20",

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 import torch
 
-from cart_sweeps.config import ConfigError, ModelConfig
+from cart_sweeps.config import ABLATION_SWITCHES, ConfigError, ModelConfig
 from cart_sweeps.model import build_model, dense_parity, param_counts, train_flops_per_token
 from cart_sweeps.model.cart import loop_index_table
 from cart_sweeps.model.layers import Block, ffn_width
 
 TINY = ModelConfig(d_model=32, head_dim=8, n_prelude=2, n_loops=3, vocab_size=61, max_seq_len=16)
-SWITCH_NAMES = (
-    "unfreeze_kv",
-    "unshare_core",
-    "self_attn_core",
-    "disable_hyper",
-    "disable_lti",
-    "disable_lie",
-)
 SWITCHES = [
     {},
     {"core_update": "paper"},
@@ -36,8 +28,16 @@ SWITCHES = [
 ]
 
 
+def test_every_boolean_model_field_is_an_ablation_switch_and_tested() -> None:
+    """A new switch without `metadata=ABLATION` would label its runs `base` (the baseline) in every table."""
+    booleans = {f.name for f in fields(ModelConfig) if f.type in (bool, "bool")}
+    assert booleans == set(ABLATION_SWITCHES)
+    assert set(ABLATION_SWITCHES) <= {k for switch in SWITCHES for k in switch}
+
+
 def label(cfg: ModelConfig) -> str:
-    flags = [k for k in SWITCH_NAMES if getattr(cfg, k)] + ([cfg.core_update] if cfg.core_update == "paper" else [])
+    flags = [k for k in ABLATION_SWITCHES if getattr(cfg, k)]
+    flags += [cfg.core_update] if cfg.core_update == "paper" else []
     return f"{cfg.name}-d{cfg.d_model}-P{cfg.n_prelude}-R{cfg.n_loops}-" + ",".join(flags)
 
 

@@ -6,6 +6,7 @@ import csv
 import io
 import itertools
 import os
+import re
 import subprocess
 import sys
 
@@ -97,12 +98,18 @@ def test_csv_format(runs_dir, capsys):
     assert list(rows[0]) == plan.COLUMNS and len(rows) == 9
     assert {r["status"] for r in rows} == {"new"}
     assert sum(float(r["gpu_hours"]) for r in rows) > 0
+    hours = [float(r["gpu_hours"]) for r in rows]
+    assert hours == sorted(hours, reverse=True)  # the driver's launch order: longest first
 
 
 def test_table_reports_totals(runs_dir, capsys):
-    plan.main(["stage=2", "plan.gpu=rtx3090"])
+    plan.main(["stage=2", "plan.gpu=rtx3090", "plan.slots=8"])
     out = capsys.readouterr().out
     assert "36 runs" in out and "GPU-days" in out and "rtx3090" in out
+    found = re.search(r"makespan on 8 slots: .* \(([\d.]+)x the lower bound .* grid order: .* \(([\d.]+)x\)", out)
+    assert found, out[-500:]
+    launch, grid = map(float, found.groups())
+    assert launch < 1.02 < 1.2 < grid  # issue 13: longest first 1.010x, grid order 1.28x on 8 GPUs
 
 
 def test_zoom_selects_from_the_stage1_ledger(runs_dir):
@@ -131,6 +138,7 @@ def test_zoom_selects_from_the_stage1_ledger(runs_dir):
         (["stage=nope"], "nope"),
         ([], "stage=<name>"),
         (["stage=1", "plan.gpu=tpu"], "plan.gpu"),
+        (["stage=1", "plan.slots=0"], "plan.slots"),
     ],
 )
 def test_bad_input_is_one_line(runs_dir, capsys, args, says):

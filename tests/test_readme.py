@@ -85,10 +85,13 @@ def test_every_readme_command_runs(demo_env, tmp_path):
 def check_python(args: list[str], env: dict, root: Path, tmp_path: Path) -> None:
     module, rest = args[1], args[2:]
     rest = [a.replace("runs/", f"{root}/runs/") if a.startswith("runs/") else a for a in rest]
-    if module == "cart_sweeps" and rest[:1] == ["-m"]:  # a stage launch: expand and validate, launch nothing
+    flags = [a for a in rest if a.startswith("-") and a != "-m"]
+    if module == "cart_sweeps" and flags:  # Hydra's flags (--cfg, -sc): as written, they launch nothing
+        done = python(["-m", module, *rest], env)
+    elif module == "cart_sweeps" and any(a.startswith("stage=") for a in rest):  # a stage: expand, validate
         if "stage.select=zoom" in rest:  # zoom reads Stage 1's ledger: the quick demo's, at the widths it ran
             rest += ["scale=tiny", "model.d_model=256,1024"]
-        done = python(["-m", "cart_sweeps.plan", *rest[1:], "plan.format=csv"], env)
+        done = python(["-m", "cart_sweeps.plan", *(a for a in rest if a != "-m"), "plan.format=csv"], env)
     elif module == "cart_sweeps":  # one run: a few steps
         done = python(["-m", "cart_sweeps", *rest, "trainer.steps=2", f"hydra.run.dir={tmp_path / 'one'}"], env)
     elif module == "cart_sweeps.bench":
@@ -132,6 +135,15 @@ def check_optuna_dashboard(args: list[str], root: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_python_example_runs():
+    """The README's Python API example, run as written from the repo root."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) == 1
+    done = python(["-c", blocks[0]], dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert "1024    20.304" in done.stdout  # the paper's best d=1024 Stage-2 PPL_wiki, from the fixture
 
 
 @pytest.mark.parametrize("module", ENTRY_POINTS)

@@ -6,6 +6,7 @@ Needs the real single-node cluster of tests/slurm (skipped cleanly when none ans
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -102,3 +103,32 @@ def test_scancel_is_recorded_as_cancelled_and_not_retried(slurm_cluster, tmp_pat
 
 def _training(trial) -> bool:
     return (Path(trial.user_attrs["run_dir"]) / "summary.json").exists()
+
+
+def test_an_sbatch_refusal_is_one_line_and_leaves_no_run_cut_off(slurm_cluster, tmp_path, data_cache):
+    """A GPU asked of a cluster without one: sbatch refuses; the launch names the setting, and the next
+    launch starts the run afresh instead of calling it cut off."""
+    args = [*GRID, "model.n_loops=2", *slurm_args(slurm_cluster)]
+    out, _ = driver(tmp_path, *args, "launcher.gpus_per_task=1").communicate(timeout=300)
+    lines = out.strip().splitlines()
+    assert lines[-1].startswith("error: sbatch refused the stage's jobs: Invalid generic resource"), out[-3000:]
+    assert "launcher.gpus_per_task" in lines[-1] and "Traceback" not in out, out[-3000:]
+    assert [t.user_attrs["status"] for t in trials(tmp_path)] == ["rejected"]
+    proc = driver(tmp_path, *args)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0 and "0 cut off, resumed" in out, out[-3000:]
+    assert trials(tmp_path)[-1].state == TrialState.COMPLETE
+
+
+def test_a_pending_job_shows_slurms_reason(slurm_cluster, tmp_path, data_cache):
+    begin = "+launcher.additional_parameters.begin=now+1hour"
+    proc = driver(tmp_path, *GRID, "model.n_loops=2", *slurm_args(slurm_cluster), begin)
+    deadline = time.monotonic() + 120
+    assert proc.stdout is not None
+    lines = []
+    while not lines or "1 pending (BeginTime)" not in lines[-1]:
+        assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)[-3000:]
+        lines.append(proc.stdout.readline())
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert not subprocess.run(["squeue", "--noheader", "--name=cart-1"], capture_output=True, text=True).stdout

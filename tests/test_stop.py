@@ -17,6 +17,8 @@ import pytest
 from optuna.trial import TrialState
 from stages import sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
 
+pytestmark = pytest.mark.slow  # kills drivers at 4 moments x 3 signals: the full tier (make test-full)
+
 GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2", "trainer.steps=40"]
 MOMENTS = {
     "before its job starts": "submit:pause",  # the driver, between a controller's start and its pickle's hand-over

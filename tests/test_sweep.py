@@ -17,6 +17,9 @@ import pytest
 from optuna.trial import TrialState
 from stages import completed, env, leftovers, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
 
+from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
+from cart_sweeps.sweep.expand import Stage
+
 GRID = ["stage=1", "scale=tiny", "model.d_model=256,512", "model.n_loops=2,4", "model.n_prelude=2"]
 
 
@@ -42,6 +45,18 @@ def test_every_run_recorded(finished):
     assert not leftovers(runs)
 
 
+def test_driver_launches_in_the_plans_order(finished):
+    """Trials are numbered as the driver starts them: longest first by the plan's cost, not grid order."""
+    runs, _ = finished
+    started = [t.user_attrs["run_id"] for t in sorted(trials(runs), key=lambda t: t.number)]
+    grid = Stage(GRID).runs
+    at_launch = Throughput(assumed_flops_per_s("h100", 0.35))  # nothing had finished when it launched
+    expected = [run.run_id for run in launch_order(grid, run_costs(grid, at_launch))]
+    assert started == expected != [run.run_id for run in grid]
+    widths = [next(r.cfg.model.d_model for r in grid if r.run_id == rid) for rid in started]
+    assert widths == sorted(widths, reverse=True)
+
+
 def test_relaunch_of_a_finished_stage_skips_everything(finished):
     runs, _ = finished
     before = {t.number: t.datetime_complete for t in trials(runs)}
@@ -52,11 +67,13 @@ def test_relaunch_of_a_finished_stage_skips_everything(finished):
 
 
 def test_variable_r_evaluates_a_trained_run(finished):
+    """Also with GPUs named by UUID and MIG id (they are passed through to the jobs; ints only crashed)."""
     runs, _ = finished
     source = next(t.user_attrs["run_dir"] for t in trials(runs) if t.params["model.n_loops"] == 4)
     evaluate = ["stage=variable_r", f"stage.source={source}", "stage.eval_n_loops=2,4,6", "sweep.metric=ppl_austen"]
     evaluate += ["harness.tasks=[cart_nextpassage]", "harness.limit=20"]  # offline; the paper's four read the hub
-    proc = sweep(runs, *evaluate)
+    gpus = "GPU-5a1f3c2e-8d4b-4f6a-9e0c-1b2d3e4f5a6b,MIG-8c7d6e5f-4a3b-2c1d-0e9f-8a7b6c5d4e3f"
+    proc = sweep(runs, *evaluate, CUDA_VISIBLE_DEVICES=gpus)
     assert proc.returncode == 0, proc.stderr[-3000:]
     evals = trials(runs, "variable_r")
     assert len(evals) == 3 and {t.state for t in evals} == {TrialState.COMPLETE}
@@ -77,6 +94,7 @@ def test_plan_reads_status_from_the_ledger(finished):
     assert [line.rsplit(",", 1)[1] for line in out.stdout.splitlines()[1:]] == ["completed"] * 4
 
 
+@pytest.mark.slow
 def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache):
     """SIGTERM stops the jobs; SIGKILL leaves jobs that end themselves; the relaunch finishes the rest."""
     runs = tmp_path
@@ -102,6 +120,7 @@ def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache
     assert done + resumed == len(kept) + len(cut_off) and done >= len(kept)  # a cut-off run may have just finished
 
 
+@pytest.mark.slow
 def test_failed_and_diverged_runs_are_recorded_and_the_rest_finish(tmp_path, data_cache):
     """lr=1e6 diverges (a result, not retried); an error in R=4's first step fails it (retried once, then recorded)."""
     args = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2"]
@@ -123,6 +142,7 @@ def test_failed_and_diverged_runs_are_recorded_and_the_rest_finish(tmp_path, dat
     assert all("injected fault" in t.user_attrs["error"] for t in failed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
@@ -138,6 +158,7 @@ def test_bad_values_stop_the_stage_before_launch(tmp_path, bad, says):
     assert not (tmp_path / "1").exists()
 
 
+@pytest.mark.slow
 def test_tpe_search(tmp_path, data_cache):
     args = ["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2", "trainer.steps=5"]
     proc = sweep(tmp_path, *args)

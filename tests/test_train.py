@@ -15,8 +15,10 @@ import pytest
 import torch
 
 from cart_sweeps.bench import bench
-from cart_sweeps.dashboard import build_workspace, dashboard
+from cart_sweeps.config import ConfigError
+from cart_sweeps.dashboard import build_report, build_workspace, dashboard
 from cart_sweeps.model import build_model
+from cart_sweeps.train.logger import DRIVER_KEYS, check_credentials
 from cart_sweeps.train.optim import build_optimizer, lr_at
 from cart_sweeps.train.run import execute
 
@@ -84,6 +86,7 @@ def build_model_from(run_dir: Path):
     return build_model(OmegaConf.load(run_dir / "config.yaml").model)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_metrics(tmp_path, data_cache, finished_run):
     """SIGKILL mid-run, relaunch the same command: same rows, no duplicates, no gaps, same final metrics."""
     run_dir = tmp_path / "killed"
@@ -152,10 +155,17 @@ def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
         text=True,
         check=True,
     ).stdout
-    history = [json.loads(line)["history"]["item"] for line in out.splitlines() if '"type":"history"' in line]
+    records = [json.loads(line) for line in out.splitlines()]
+    history = [r["history"]["item"] for r in records if r["type"] == "history"]
     assert {"train/loss", "rho", "step"} <= set().union(*history)
     steps = [int(row["step"]) for row in history]
     assert steps == sorted(steps) and steps[-1] == 10
+    [run] = [r["run"] for r in records if r["type"] == "run"]
+    assert run["job_type"] == "single" and {"stage-single", "scale-tiny"} <= set(run["tags"])
+    config = set(run["config"]["update"])
+    assert {"model", "trainer", "data", "stage", "scale", "seed"} <= config and not config & set(DRIVER_KEYS)
+    best = {r["metric"].get("name"): r["metric"].get("summary") for r in records if r["type"] == "metric"}
+    assert best["val/ppl_austen"] == best["val/bpb_austen"] == {"min": True, "last": True}
 
 
 def test_decay_all_false_spares_gate_hc_norms_and_lie(compose):
@@ -189,5 +199,44 @@ def test_dashboard_offline_prints_the_workspace_it_would_create(compose, capsys)
     dashboard(["stage=1", "scale=tiny"])
     out = capsys.readouterr().out
     assert "train/loss" in out and "rho" in out and "not saved" in out
-    workspace = build_workspace(compose(["stage=1", "scale=tiny"]), entity="someone")
-    assert [s.name for s in workspace.sections] == ["Training", "Validation perplexity", "Spectral radius"]
+    assert "train/lr" in out and "train/tokens_per_s" in out and "val/bpb_austen" in out and "W&B report" in out
+    cfg = compose(["stage=1", "scale=tiny"])
+    workspace = build_workspace(cfg, entity="someone")
+    assert [s.name for s in workspace.sections] == [
+        "Training",
+        "Learning rate",
+        "Throughput",
+        "Validation perplexity",
+        "Validation bits per byte",
+        "Spectral radius",
+    ]
+
+
+def test_dashboard_report_carries_the_stage_tables(compose):
+    """The report object, built offline as `logger.mode=online` would save it: panels, then each table."""
+    from analysis.load import load_csv
+    from analysis.render import markdown
+    from analysis.tables import stage1_best, stage1_grid
+
+    final = load_csv(Path(__file__).parent / "fixtures" / "paper_results.csv").final()
+    tables = {"stage1_grid": stage1_grid(final, "ppl_wiki"), "stage1_best": stage1_best(final, "ppl_wiki")}
+    report = build_report(compose(["stage=1", "scale=tiny"]), "someone", tables)
+    grid, *rest = report.blocks
+    assert report.title == "CART stage 1 (tiny)" and report.entity == "someone"
+    assert {p.title for p in grid.panels} >= {"train/lr", "train/tokens_per_s", "val/bpb_austen", "val/ppl_austen"}
+    assert [type(b).__name__ for b in rest] == ["H2", "MarkdownBlock"] * 2
+    assert rest[1].text == markdown(tables["stage1_grid"]) and "185.7" in rest[1].text
+
+
+def test_online_logging_accepts_wandb_login_netrc(compose, tmp_path, monkeypatch):
+    """`wandb login` writes a netrc entry for the W&B host; that is a login as good as WANDB_API_KEY."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    online = compose(["scale=tiny", "logger=wandb", "logger.mode=online"]).logger
+    with pytest.raises(ConfigError, match="needs a W&B login"):
+        check_credentials(online)
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "0" * 40 + "\n")
+    check_credentials(online)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    with pytest.raises(ConfigError, match="needs a W&B login"):
+        check_credentials(online)  # a login for another host is not one for this one

@@ -1,7 +1,8 @@
 """`python -m cart_sweeps.bench [overrides]`: time training steps of the composed model; one JSON line.
 
 Steps run on random tokens of the model's vocabulary (the data pipeline is not what is timed), through
-the same `train_step` as a real run, after `bench.warmup` untimed steps (compile, allocator warm-up).
+the same set-up (`build_state`: seed, model, compile, optimizer) and `train_step` as a real run, after
+`bench.warmup` untimed steps (compile, allocator warm-up).
 """
 
 from __future__ import annotations
@@ -13,18 +14,17 @@ import torch
 
 from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.config import validate
-from cart_sweeps.model import build_model, param_counts, train_flops_per_token
-from cart_sweeps.train.device import amp_dtype, pick_device
+from cart_sweeps.model import param_counts, train_flops_per_token
 from cart_sweeps.train.loop import train_step
 from cart_sweeps.train.metrics import mfu, peak_mem_mb
-from cart_sweeps.train.optim import build_optimizer
+from cart_sweeps.train.setup import build_state, compiles, configure_torch
 
 USAGE = """usage: python -m cart_sweeps.bench [OVERRIDE ...]
 
 Times bench.steps training steps (after bench.warmup) of the composed model on this machine's device
 and prints one JSON line. Overrides are Hydra's, e.g.:
   python -m cart_sweeps.bench scale=tiny model=dense bench.steps=20
-  python -m cart_sweeps.bench model.d_model=1024 trainer.compile=true   # on a GPU
+  python -m cart_sweeps.bench model.d_model=1024 trainer.compile=false  # on a GPU, without compiling
 """
 
 
@@ -32,14 +32,9 @@ def bench(overrides: list[str]) -> dict:
     cfg = compose_config(overrides)
     validate(cfg)
     t, b = cfg.trainer, cfg.bench
-    if t.threads > 0:
-        torch.set_num_threads(t.threads)
-    device = pick_device(t.device)
-    dtype = amp_dtype(t.precision, device)
-    torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model).to(device)
-    step_fn_model = torch.compile(model) if t.compile else model
-    optimizer = build_optimizer(model, t, device)
+    runtime = configure_torch(cfg)
+    device, dtype = runtime.device, runtime.amp
+    state = build_state(cfg, device)
     shape = (t.micro_batch_size, t.seq_len + 1)
 
     def micro_batches():
@@ -49,8 +44,8 @@ def bench(overrides: list[str]) -> dict:
 
     def run(n: int) -> None:
         for _ in range(n):
-            train_step(step_fn_model, optimizer, micro_batches(), t.grad_accum, dtype, t.grad_clip)
-        if device.type == "cuda":
+            train_step(state.forward, state.optimizer, micro_batches(), t.grad_accum, dtype, t.grad_clip)
+        if device.type == "cuda":  # the steps are timed, not their launch
             torch.cuda.synchronize()
 
     run(b.warmup)
@@ -77,7 +72,7 @@ def bench(overrides: list[str]) -> dict:
         "threads": torch.get_num_threads(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "dtype": str(dtype or torch.float32).removeprefix("torch."),
-        "compile": t.compile,
+        "compile": compiles(cfg, device),
     }
 
 

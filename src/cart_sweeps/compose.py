@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -16,6 +21,53 @@ from omegaconf.errors import OmegaConfBaseException
 from cart_sweeps.config import CONF_DIR, ConfigError, register_configs
 
 T = TypeVar("T")
+
+# The user's own config sources of this command (Hydra's --config-dir, --config-name, hydra.searchpath),
+# kept in the environment so that every composition of the command sees them: the driver's, and its jobs'
+# (local and SLURM jobs inherit the driver's environment).
+SEARCHPATH_ENV = "CART_SWEEPS_SEARCHPATH"
+CONFIG_NAME_ENV = "CART_SWEEPS_CONFIG_NAME"
+
+
+def use_config_sources(config_dir: str | None, config_name: str | None, overrides: Sequence[str]) -> None:
+    """Make this command's --config-dir, --config-name and `hydra.searchpath=[...]` reach every composition."""
+    paths = json.loads(os.environ.get(SEARCHPATH_ENV, "[]"))
+    if config_dir is not None:
+        folder = Path(config_dir).resolve()
+        if not folder.is_dir():
+            raise ConfigError(f"--config-dir {config_dir}: no such folder")
+        paths.append(f"file://{folder}")
+    try:
+        parsed = OverridesParser.create().parse_overrides(quote_stage(overrides))
+    except HydraException as err:
+        raise ConfigError(describe(err)) from err
+    for o in parsed:
+        if o.get_key_element() == "hydra.searchpath":
+            value = o.value()
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{o.input_line}: hydra.searchpath takes a list, e.g. hydra.searchpath=[file:///DIR]")
+            paths.extend(_absolute(v) for v in value)
+    if paths:
+        os.environ[SEARCHPATH_ENV] = json.dumps(list(dict.fromkeys(paths)))
+    if config_name is not None:
+        os.environ[CONFIG_NAME_ENV] = config_name
+
+
+def _absolute(entry: str) -> str:
+    """A `file://` entry made absolute (a job may start elsewhere); `pkg://` entries are left as they are."""
+    if entry.startswith("file://"):
+        return f"file://{Path(entry.removeprefix('file://')).resolve()}"
+    return entry
+
+
+def searchpath() -> list[str]:
+    """The user's config sources of this command, beside conf/ (Hydra search path entries)."""
+    return json.loads(os.environ.get(SEARCHPATH_ENV, "[]"))
+
+
+def config_dirs() -> list[Path]:
+    """conf/, then the user's config folders: where config groups and their options are found."""
+    return [CONF_DIR, *(Path(p.removeprefix("file://")) for p in searchpath() if p.startswith("file://"))]
 
 
 def quote_stage(argv: Sequence[str]) -> list[str]:
@@ -30,9 +82,10 @@ def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) ->
     """
     register_configs()
     GlobalHydra.instance().clear()
+    name = os.environ.get(CONFIG_NAME_ENV, "config")  # the user's folders: hydra_plugins/.../searchpath.py
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose("config", overrides=quote_stage(overrides), return_hydra_config=hydra_config)
+            return compose(name, overrides=quote_stage(overrides), return_hydra_config=hydra_config)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(describe(err)) from err
 
@@ -58,14 +111,31 @@ def describe(err: BaseException) -> str:
     return "; ".join(parts)
 
 
+def _source_flags() -> argparse.ArgumentParser:
+    """Hydra's flags that name config sources, as Hydra spells them."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--config-dir", "-cd")
+    parser.add_argument("--config-name", "-cn")
+    return parser
+
+
 def run_cli(main: Callable[[list[str]], T], usage: str, argv: Sequence[str] | None = None) -> T | None:
-    """Run a command-line entry point: --help prints `usage`; a config error is one line and exit 2."""
+    """Run a command-line entry point: --help prints `usage`; a config error is one line and exit 2.
+
+    Hydra's --config-dir/-cd, --config-name/-cn and hydra.searchpath=[...] work as under `python -m cart_sweeps`.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     if {"-h", "--help"} & set(args):
         print(usage)
         return None
     try:
-        return main(args)
+        flags, overrides = _source_flags().parse_known_args(args)
+        if unknown := [a for a in overrides if a.startswith("-")]:
+            raise ConfigError(
+                f"{unknown[0]}: unknown flag; this command takes overrides, --config-dir and --config-name"
+            )
+        use_config_sources(flags.config_dir, flags.config_name, overrides)
+        return main(overrides)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -8,20 +8,23 @@ name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from cart_sweeps.hardware import PEAK_BF16_FLOPS
 from cart_sweeps.identity import config_id as config_id
 from cart_sweeps.identity import identity as identity
 from cart_sweeps.identity import run_id as run_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = REPO_ROOT / "conf"
-SWEEPS_DIR = REPO_ROOT / "sweeps"
+# The repo's conf/ and sweeps/, through the package's links to them (copies of them in an installed wheel).
+CONF_DIR = (Path(__file__).parent / "conf").resolve()
+SWEEPS_DIR = (Path(__file__).parent / "sweeps").resolve()
 
 MAX_LOOPS = 16  # rows of the loop-index embedding table: the largest R a model can run
 
@@ -30,9 +33,86 @@ class ConfigError(ValueError):
     """A user-fixable config problem; its message is one line naming the key and the fix."""
 
 
+# Fixed option lists. OmegaConf checks an Enum-typed field at compose time ("Invalid value 'x', expected
+# one of [...]"), so a typo fails before anything runs; a StrEnum compares equal to its value and is
+# written to YAML, JSON and the ledger as that plain string, so run ids and files are unchanged.
+class ModelName(StrEnum):
+    cart = "cart"
+    dense = "dense"
+
+
+class CoreUpdate(StrEnum):
+    reference = "reference"  # the author's code: h = (1 + sigmoid(a)) h_in + delta
+    paper = "paper"  # the paper's equation: h = sigmoid(a) h_in + delta
+
+
+class TokenizerKind(StrEnum):
+    hub = "hub"
+    bpe = "bpe"
+
+
+class Optimizer(StrEnum):
+    adamw = "adamw"
+    adamw8bit = "adamw8bit"  # bitsandbytes, CUDA only
+
+
+class Precision(StrEnum):
+    auto = "auto"  # bf16 on CUDA, fp32 on CPU
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class Device(StrEnum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class LoggerName(StrEnum):
+    none = "none"
+    wandb = "wandb"
+
+
+class LoggerMode(StrEnum):
+    offline = "offline"
+    online = "online"  # needs W&B credentials (WANDB_API_KEY or `wandb login`)
+
+
+class StageKind(StrEnum):
+    train = "train"
+    evaluate = "evaluate"  # no training: a trained run evaluated at another loop count
+
+
+class CandidateSelection(StrEnum):
+    paper = "paper"  # the stage's fixed grid
+    zoom = "zoom"  # candidates ranked from an earlier stage's ledger
+    best = "best"  # each width's best run of an earlier stage (its ledger), as the trained run to evaluate
+
+
+class Sampler(StrEnum):
+    grid = "grid"
+    tpe = "tpe"
+
+
+class Storage(StrEnum):
+    sqlite = "sqlite"
+    journal = "journal"  # Optuna's JournalStorage: for file systems where SQLite locking is unsafe
+
+
+class PlanFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+
+
+GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # the GPUs plan can cost a stage on
+
+
+ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
+
+
 @dataclass
 class ModelConfig:
-    name: str = "cart"  # cart | dense
+    name: ModelName = ModelName.cart
     d_model: int = 1024
     head_dim: int = 64
     n_prelude: int = 6
@@ -44,13 +124,14 @@ class ModelConfig:
     rope_base: float = 10000.0
     init_std: float = 0.02
     gate_init: float = 0.9  # sigmoid(a) at init
-    core_update: str = "reference"  # reference: h = (1+sigmoid(a)) h_in + delta; paper: sigmoid(a) h_in + delta
-    unfreeze_kv: bool = False
-    unshare_core: bool = False
-    self_attn_core: bool = False
-    disable_hyper: bool = False
-    disable_lti: bool = False
-    disable_lie: bool = False
+    core_update: CoreUpdate = CoreUpdate.reference
+    # Ablation switches (REFERENCE.md section 4): a run with any of them on is labelled by them.
+    unfreeze_kv: bool = field(default=False, metadata=ABLATION)
+    unshare_core: bool = field(default=False, metadata=ABLATION)
+    self_attn_core: bool = field(default=False, metadata=ABLATION)
+    disable_hyper: bool = field(default=False, metadata=ABLATION)
+    disable_lti: bool = field(default=False, metadata=ABLATION)
+    disable_lie: bool = field(default=False, metadata=ABLATION)
 
 
 @dataclass
@@ -87,7 +168,7 @@ class ValSetConfig:
 
 @dataclass
 class TokenizerConfig:
-    kind: str = "hub"  # hub: a pretrained tokenizer by name; bpe: byte-level BPE trained on the sources
+    kind: TokenizerKind = TokenizerKind.hub  # hub: a pretrained tokenizer by name; bpe: trained on the sources
     name: str = "NousResearch/Llama-2-7b-hf"
     vocab_size: int = 32000  # hub: must equal the tokenizer's; bpe: the size to train (at most 65,536: uint16 bins)
     bos_token: str = "<s>"
@@ -114,7 +195,7 @@ class TrainerConfig:
     seq_len: int = 1024
     micro_batch_size: int = 8
     grad_accum: int = 4
-    optimizer: str = "adamw"  # adamw | adamw8bit (bitsandbytes, CUDA only)
+    optimizer: Optimizer = Optimizer.adamw
     lr: float = 3e-4
     min_lr: float = 3e-5
     warmup_steps: int = 100
@@ -122,9 +203,9 @@ class TrainerConfig:
     weight_decay: float = 0.1
     decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
     grad_clip: float = 1.0
-    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32
-    compile: bool = False
-    device: str = "auto"  # auto | cpu | cuda
+    precision: Precision = Precision.auto
+    compile: bool | None = None  # null: compile on CUDA (the paper scale), not on the CPU
+    device: Device = Device.auto
     threads: int = 0  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
     eval_every: int = 500
@@ -137,28 +218,54 @@ class TrainerConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = "none"  # none | wandb
+    name: LoggerName = LoggerName.none
     project: str = "cart-sweeps"
     entity: str | None = None
-    mode: str = "offline"  # offline | online (needs a key); never prompts
+    mode: LoggerMode = LoggerMode.offline  # never prompts
+
+
+def at_least(low: float) -> dict[str, float]:
+    """Field metadata: the smallest value the field accepts (checked before a stage launches)."""
+    return {"at_least": low}
 
 
 @dataclass
 class LauncherConfig:
-    name: str = "local"  # local | slurm
-    slots: int = 1  # processes on a machine without GPUs
-    runs_per_gpu: int = 1
-    poll_s: float = 1.0
-    # SLURM only
+    """Where a stage's runs execute: `_target_` names the pool class (cart_sweeps.sweep.pool.Pool) that
+    reads the rest. A new launcher is a pool module plus a subclass of this and its conf/launcher YAML."""
+
+    _target_: str = MISSING
+    poll_s: float = field(default=1.0, metadata=at_least(1e-3))  # how often the driver checks its jobs
+    timeout_min: int = field(default=1440, metadata=at_least(1))  # a job's wall-time limit
+    max_num_timeout: int = field(default=10, metadata=at_least(0))  # requeues after a timeout or preemption
+    setup: list[str] = field(default_factory=list)  # shell lines run before each job (module loads, venvs)
+
+
+@dataclass
+class LocalLauncherConfig(LauncherConfig):
+    """submitit processes on this machine: one slot per visible GPU (x runs_per_gpu), or `slots` without GPUs."""
+
+    _target_: str = "cart_sweeps.sweep.pools.local.LocalPool"
+    slots: int = field(default=1, metadata=at_least(1))
+    runs_per_gpu: int = field(default=1, metadata=at_least(1))
+
+
+@dataclass
+class SlurmLauncherConfig(LauncherConfig):
+    """submitit SLURM job arrays; sbatch options by name, any other one in `additional_parameters`."""
+
+    _target_: str = "cart_sweeps.sweep.pools.slurm.SlurmPool"
+    poll_s: float = field(default=5.0, metadata=at_least(1e-3))
     partition: str | None = None
-    gpus_per_task: int = 1
-    cpus_per_task: int = 8
-    mem_gb: int = 64
-    timeout_min: int = 1440
-    array_parallelism: int = 64
-    max_num_timeout: int = 10
-    signal_delay_s: int = 120
-    setup: list[str] = field(default_factory=list)
+    qos: str | None = None
+    account: str | None = None
+    constraint: str | None = None
+    gpus_per_task: int = field(default=1, metadata=at_least(0))
+    cpus_per_task: int = field(default=8, metadata=at_least(1))
+    mem_gb: int = field(default=64, metadata=at_least(1))
+    array_parallelism: int = field(default=64, metadata=at_least(1))
+    signal_delay_s: int = field(default=120, metadata=at_least(0))
+    # any other sbatch option, added by +launcher.additional_parameters.KEY=VALUE
     additional_parameters: dict[str, Any] = field(default_factory=dict)
 
 
@@ -175,6 +282,7 @@ class ScaleConfig:
     batch_divisor: int = 1
     eval_every: int | None = None  # fixed eval interval (None: scaled with the run length)
     eval_windows: int | None = None
+    paper: dict[str, Any] = field(default_factory=dict)  # a stage run: the paper numbers of the keys its scale changed
 
 
 @dataclass
@@ -188,25 +296,38 @@ class StageConfig:
     """
 
     name: str = "single"
-    kind: str = "train"  # train | evaluate (variable-R: no training)
+    kind: StageKind = StageKind.train
     grid: dict[str, list[Any]] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     search: dict[str, dict[str, Any]] = field(default_factory=dict)
-    select: str = "paper"  # stage 2 candidates: paper (fixed set) | zoom (from Stage-1 results) | best (below)
+    select: CandidateSelection = CandidateSelection.paper
     zoom_from: str = "1"  # select=zoom|best: the stage whose ledger ranks the candidates (best: each width's best run)
     source: str | None = None  # evaluate stages: the run folder of the trained model
     eval_n_loops: int | None = None  # evaluate stages: the inference R
     num_fewshot: int | None = None  # evaluate stages: lm-eval's shot count (None: each task's own, 0 for the paper's)
 
 
+class Pruner(StrEnum):
+    """How a search stops its unpromising trials early, from their intermediate evaluations (Optuna's pruners).
+
+    Members are named by their values: OmegaConf accepts an enum from the command line by name.
+    """
+
+    none = "none"
+    median = "median"  # MedianPruner: worse than the median of earlier trials at the same step
+    hyperband = "hyperband"  # HyperbandPruner: successive halving over brackets of run lengths
+
+
 @dataclass
 class SweepConfig:
-    sampler: str = "grid"  # grid | tpe
+    sampler: Sampler = Sampler.grid
     n_trials: int | None = None  # tpe only
+    startup_trials: int = 10  # tpe only: trials sampled at random before TPE (and the pruner) learn; Optuna's default
+    pruner: Pruner = Pruner.none  # tpe only
     metric: str = "ppl_wiki"
     max_retries: int = 1
-    storage: str = "sqlite"  # sqlite | journal
+    storage: Storage = Storage.sqlite
 
 
 @dataclass
@@ -219,9 +340,10 @@ class BenchConfig:
 class PlanConfig:
     """`python -m cart_sweeps.plan`: how to cost a stage and print it."""
 
-    gpu: str = "h100"  # rtx3090 | rtx4090 | a100 | h100 | h200 (hardware.PEAK_BF16_FLOPS)
+    gpu: GPU = GPU.h100  # peak dense bf16 FLOP/s: hardware.PEAK_BF16_FLOPS
     mfu: float = 0.35  # assumed model FLOPs utilisation
-    format: str = "table"  # table | csv
+    format: PlanFormat = PlanFormat.table
+    slots: int | None = None  # slots for the simulated makespan (None: the stage's launcher's)
 
 
 @dataclass
@@ -247,7 +369,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    launcher: LauncherConfig = MISSING  # one of the subclasses above, chosen by the launcher group
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     stage: StageConfig = field(default_factory=StageConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
@@ -265,27 +387,22 @@ def register_configs() -> None:
     """
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
+    cs.store(group="launcher", name="local_schema", node=LocalLauncherConfig)
+    cs.store(group="launcher", name="slurm_schema", node=SlurmLauncherConfig)
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):
         stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
 
 
-def _allowed(key: str, value: Any, allowed: list[Any]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not allowed; use one of {allowed}")
-
-
 def validate_model(m: DictConfig | ModelConfig) -> None:
     """Value checks on a model config, one clear line per problem."""
-    _allowed("model.name", m.name, ["cart", "dense"])
-    _allowed("model.core_update", m.core_update, ["reference", "paper"])
     if m.head_dim < 1 or m.d_model < 1 or m.d_model % m.head_dim:
         raise ConfigError(f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}")
     if m.head_dim % 2:
         raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates half of each head)")
     if m.vocab_size < 2:
         raise ConfigError(f"model.vocab_size={m.vocab_size} must be at least 2")
-    if m.name == "dense":
+    if m.name == ModelName.dense:
         if m.n_layers < 1:
             raise ConfigError(f"model.n_layers={m.n_layers} must be >= 1 for the dense model")
         return
@@ -312,11 +429,6 @@ def validate(cfg: DictConfig) -> None:
     """Checks across the whole composed config that the schema's types cannot express."""
     validate_model(cfg.model)
     t = cfg.trainer
-    _allowed("trainer.optimizer", t.optimizer, ["adamw", "adamw8bit"])
-    _allowed("trainer.precision", t.precision, ["auto", "bf16", "fp32"])
-    _allowed("trainer.device", t.device, ["auto", "cpu", "cuda"])
-    _allowed("logger.name", cfg.logger.name, ["none", "wandb"])
-    _allowed("logger.mode", cfg.logger.mode, ["offline", "online"])
     for key in ("steps", "seq_len", "micro_batch_size", "grad_accum", "eval_every", "log_every", "ckpt_every"):
         if t[key] < 1:
             raise ConfigError(f"trainer.{key}={t[key]} must be >= 1")
@@ -327,13 +439,13 @@ def validate(cfg: DictConfig) -> None:
         )
 
 
-_ABLATION_SWITCHES = ["unfreeze_kv", "unshare_core", "self_attn_core", "disable_hyper", "disable_lti", "disable_lie"]
+ABLATION_SWITCHES = tuple(f.name for f in fields(ModelConfig) if f.metadata.get("ablation"))
 
 
 def variant(model: DictConfig | ModelConfig) -> str:
     """The ablation label of a model config: 'base', or its switches joined by '+'."""
-    on = [s for s in _ABLATION_SWITCHES if model[s]]
-    if model.core_update != "reference":
+    on = [s for s in ABLATION_SWITCHES if model[s]]
+    if model.core_update != CoreUpdate.reference:
         on.append(f"core_{model.core_update}")
     return "+".join(on) or "base"
 
@@ -342,7 +454,7 @@ def run_label(cfg: DictConfig) -> str:
     """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
     d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation)."""
     m = cfg.model
-    if m.name == "dense":
+    if m.name == ModelName.dense:
         label = f"dense-d{m.d_model}-L{m.n_layers}"
     else:
         label = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
@@ -356,4 +468,10 @@ def run_label(cfg: DictConfig) -> str:
     return label
 
 
-OmegaConf.register_new_resolver("run_label", lambda *, _root_: run_label(_root_), replace=True)
+def run_dir(cfg: DictConfig) -> Path:
+    """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike:
+    the label for people, the id so that runs sharing a label (another lr, say) never share a folder."""
+    return Path(cfg.paths.runs) / cfg.stage.name / f"{run_label(cfg)}-{run_id(cfg)[:8]}"
+
+
+OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)

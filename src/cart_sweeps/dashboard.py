@@ -1,24 +1,30 @@
-"""`python -m cart_sweeps.dashboard stage=<name> [overrides]`: the stage's W&B workspace.
+"""`python -m cart_sweeps.dashboard stage=<name> [overrides]`: the stage's W&B workspace and report.
 
-Panels: train loss, each validation PPL and rho against step, runs grouped by width and R. Online
-(logger.mode=online with a key) it saves the workspace; offline it prints what it would create.
+Panels: train loss, lr and tokens/s, each validation PPL and bits per byte, and rho against step, runs
+grouped by width and R. The report carries the same panels and the stage's tables, as the analysis
+builds them from the run folders under paths.runs. Online (logger.mode=online, logged in to W&B) it
+saves both; offline it prints what it would create.
 """
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
+from typing import Any
 
+import pandas as pd
 from omegaconf import DictConfig
 
 from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.config import ConfigError
+from cart_sweeps.train.logger import check_credentials
 
 USAGE = """usage: python -m cart_sweeps.dashboard stage=<name> [OVERRIDE ...]
 
-Builds the W&B workspace of a stage (panels: train/loss, val/ppl_<set> for each validation set, rho,
-against step; runs filtered to the stage and grouped by model.d_model and model.n_loops).
+Builds the W&B workspace of a stage (panels: train/loss, train/lr, train/tokens_per_s, val/ppl_<set> and
+val/bpb_<set> for each validation set, rho, against step; runs filtered to the stage and grouped by
+model.d_model and model.n_loops) and a W&B report with those panels and the stage's tables.
   python -m cart_sweeps.dashboard stage=1                                  # offline: print the plan
-  WANDB_API_KEY=... python -m cart_sweeps.dashboard stage=1 logger.mode=online logger.entity=ME
+  python -m cart_sweeps.dashboard stage=1 logger.mode=online logger.entity=ME   # after `wandb login`
 """
 
 
@@ -27,9 +33,62 @@ def panels_spec(cfg: DictConfig) -> dict[str, list[str]]:
     sets = [v.name for v in cfg.data.validation]
     return {
         "Training": ["train/loss"],
+        "Learning rate": ["train/lr"],
+        "Throughput": ["train/tokens_per_s"],
         "Validation perplexity": [f"val/ppl_{name}" for name in sets],
+        "Validation bits per byte": [f"val/bpb_{name}" for name in sets],
         "Spectral radius": ["rho"],
     }
+
+
+def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
+    """The analysis tables that read this stage, from its run folders (none where it has no finished runs)."""
+    from analysis.load import AnalysisError, load_runs, pick_metric
+    from analysis.screen import READS as SCREEN_READS
+    from analysis.screen import TABLES as SCREEN_TABLES
+    from analysis.select import choose
+    from analysis.tables import READS, TABLES
+
+    try:
+        study = choose(load_runs(Path(cfg.paths.runs)))
+        metric, _ = pick_metric(study.final(), cfg.sweep.metric if cfg.sweep.metric in study.evals else None)
+    except AnalysisError:
+        return {}
+    tables = {}
+    for name, build in {**TABLES, **SCREEN_TABLES}.items():
+        if cfg.stage.name in {**READS, **SCREEN_READS}[name]:
+            try:
+                tables[name] = build(study.final() if name in TABLES else study.evals, metric)
+            except AnalysisError:  # the stage's runs so far do not give this table
+                continue
+    return tables
+
+
+def build_report(cfg: DictConfig, entity: str, tables: dict[str, pd.DataFrame]) -> Any:
+    """A W&B report: the stage's panels over its runs, then each of its tables (built offline, saved online)."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    from analysis.render import markdown
+
+    runs = wr.Runset(
+        entity=entity,
+        project=cfg.logger.project,
+        name=f"stage {cfg.stage.name}",
+        filters=[ws.Config("stage.name") == cfg.stage.name],
+        groupby=["config.model.d_model", "config.model.n_loops"],
+    )
+    plots = [wr.LinePlot(title=key, x="Step", y=[key]) for keys in panels_spec(cfg).values() for key in keys]
+    blocks: list[Any] = [wr.PanelGrid(runsets=[runs], panels=plots)]
+    for name, table in tables.items():
+        blocks += [wr.H2(name), wr.MarkdownBlock(text=markdown(table))]
+    return wr.Report(
+        project=cfg.logger.project,
+        entity=entity,
+        title=f"CART stage {cfg.stage.name} ({cfg.scale.name})",
+        description=f"Runs of stage {cfg.stage.name} and the tables the analysis builds from them.",
+        blocks=blocks,
+    )
 
 
 def build_workspace(cfg: DictConfig, entity: str):
@@ -57,23 +116,27 @@ def dashboard(overrides: list[str]) -> None:
     if cfg.stage.name == "single":
         raise ConfigError("name the stage whose runs the workspace shows: stage=<name> (e.g. stage=1)")
     spec = panels_spec(cfg)
+    tables = stage_tables(cfg)
     if cfg.logger.mode != "online":
         print(f"W&B workspace for stage {cfg.stage.name} (project {cfg.logger.project}), not saved (offline):")
         for section, keys in spec.items():
             print(f"  section {section!r}: {', '.join(keys)} against step")
         print(f"  runs: config stage.name == {cfg.stage.name!r}, grouped by model.d_model, model.n_loops")
+        names = ", ".join(tables) or f"none yet in {cfg.paths.runs}"
+        print(f"W&B report: those panels and the stage's tables: {names}")
         print(
             "To create it: sync the offline runs (wandb sync <runs>/<stage>/*/wandb/offline-run-*), then rerun with "
-            "logger.mode=online logger.entity=<you> and WANDB_API_KEY set."
+            "logger.mode=online logger.entity=<you> after `wandb login` (or with WANDB_API_KEY)."
         )
         return
-    if not os.environ.get("WANDB_API_KEY"):
-        raise ConfigError("logger.mode=online needs WANDB_API_KEY; or leave logger.mode=offline to print the plan")
+    check_credentials(cfg.logger, used=True)
     import wandb
 
     entity = cfg.logger.entity or wandb.Api().default_entity
     workspace = build_workspace(cfg, entity).save()
     print(f"saved W&B workspace: {workspace.url}")
+    report = build_report(cfg, entity, tables).save()
+    print(f"saved W&B report: {report.url}")
 
 
 def main(argv: list[str] | None = None) -> None:

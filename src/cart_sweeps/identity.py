@@ -116,12 +116,31 @@ def later_defaults(schema: type) -> dict[str, Any]:
 
 
 @functools.cache
+def _later_defaults(schema: type) -> dict[str, Any]:
+    return later_defaults(schema)
+
+
+@functools.cache
 def _defaults(schema: type) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
 
 
+def _holds_default(node: DictConfig, key: str, value: Any, default: Any) -> bool:
+    """Whether a later field still holds its default as written: compared unresolved where resolving
+    could change it (an interpolation, a container), else by its resolved value (the same thing, cheaper)."""
+    if isinstance(value, dict | list):
+        value = OmegaConf.to_container(node[key], resolve=False)
+    elif OmegaConf.is_interpolation(node, key):
+        value = OmegaConf.to_container(node, resolve=False)[key]
+    return value == default
+
+
 def _defining(node: Any, resolved: Any) -> Any:
-    """`resolved` (the node's values) without the later fields that still hold their defaults, at any depth."""
+    """`resolved` (the node's values) without the later fields that still hold their defaults, at any depth.
+
+    Run ids are computed for every run of a stage, so this walk is on the expansion's hot path: it reads
+    the unresolved config only where a later field's value could differ from its resolved form.
+    """
     if isinstance(node, ListConfig):
         return [_defining(n, r) for n, r in zip(node, resolved, strict=True)]
     if not isinstance(node, DictConfig):
@@ -130,9 +149,12 @@ def _defining(node: Any, resolved: Any) -> Any:
     frozen = frozen_fields(schema) if schema is not None else None
     if frozen is None:
         return resolved
-    later = later_defaults(schema)
-    raw = OmegaConf.to_container(node, resolve=False)
-    return {k: _defining(node[k], v) for k, v in resolved.items() if k in frozen or raw[k] != later[k]}
+    later = _later_defaults(schema)
+    return {
+        k: _defining(node[k], v) if isinstance(v, dict | list) else v
+        for k, v in resolved.items()
+        if k in frozen or not _holds_default(node, k, v, later[k])
+    }
 
 
 def _typed(group: str, node: DictConfig) -> DictConfig:

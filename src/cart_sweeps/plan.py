@@ -1,7 +1,8 @@
 """`python -m cart_sweeps.plan stage=<name> [overrides]`: a stage's runs and their cost, without launching.
 
-Runs are expanded exactly as `python -m cart_sweeps -m` would launch them (same ids, same folders);
-the status column comes from the stage's ledger when it exists.
+Runs are expanded exactly as `python -m cart_sweeps -m` would launch them (same ids, same folders) and
+listed in the order the driver launches them (longest first); the status column comes from the stage's
+ledger when it exists.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
+from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
@@ -20,21 +22,30 @@ from rich.table import Table
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.cost import peak_flops, run_cost
+from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import folder_holds_result
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, status_of
+from cart_sweeps.sweep.pool import pool_class
 
 USAGE = """usage: python -m cart_sweeps.plan stage=<name> [overrides]
 
-Lists the runs of a stage without launching any: run id, model, seed, variant, parameters, training
-tokens and FLOPs, estimated GPU-hours, and the status recorded in the stage's ledger.
+Lists the runs of a stage without launching any, in the order the driver launches them (longest
+first): run id, model, seed, variant, parameters, training tokens and FLOPs, estimated GPU-hours (at the
+throughput measured on finished runs of the same width where there are any), and the ledger's status;
+then the simulated makespan on the stage's slots beside its lower bound.
 
   stage=1|2|parity|ablations|variable_r|lr   the stage (sweeps/<name>.yaml)
   plan.gpu=rtx3090|rtx4090|a100|h100|h200    GPU for the estimate (peak dense bf16 FLOP/s)
   plan.mfu=0.35                              assumed model FLOPs utilisation
   plan.format=table|csv                      output
-  scale=tiny, model.d_model=256,512, ...     any override `python -m cart_sweeps -m` takes
+  plan.slots=8                               slots for the simulated makespan (default: the launcher's)
+  scale=tiny, model.d_model=256,512, ...     any override `python -m cart_sweeps stage=<name>` takes
+  --config-dir DIR, --config-name NAME       Hydra's: your own stages (DIR/stage/<name>.yaml) and presets
+                                             (or hydra.searchpath=[file:///DIR])
+
+Grid values are the paper's numbers (a width at scale=tiny, e.g. 32, is read back as the paper's 256);
+the `paper` column shows them where the scale changed them, and a line below the table maps the recipe.
 """
 
 COLUMNS = [
@@ -47,6 +58,7 @@ COLUMNS = [
     "model.n_layers",
     "seed",
     "variant",
+    "paper",
     "params_stored",
     "params_effective",
     "tokens",
@@ -95,15 +107,29 @@ def read_ledger(stage: Stage) -> Ledger | None:
         return None
 
 
+def paper_numbers(run: Run) -> str:
+    """The run's grid values that its scale changed, as the paper states them (d_model=256 for a d32 run)."""
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={run.params[k]}" for k in run.actual)
+
+
+def recipe_line(stage: Stage, runs: Sequence[Run]) -> str | None:
+    """How the scale maps the stage's other paper numbers, from the first run (the recipe is shared)."""
+    paper = dict(runs[0].cfg.scale.paper) if runs else {}
+    shown = [f"{k} {v} -> {OmegaConf.select(runs[0].cfg, k)}" for k, v in paper.items() if k not in runs[0].actual]
+    return f"scale={stage.base.scale.name} maps the paper's numbers: " + ", ".join(shown) if shown else None
+
+
 def rows(stage: Stage) -> list[dict[str, Any]]:
-    """One row per run, in COLUMNS order."""
-    flops_per_s = peak_flops(stage.base.plan.gpu, stage.base.plan.mfu)
+    """One row per run, in COLUMNS order and launch order."""
     ledger = read_ledger(stage)
     runs = stage.known_runs(ledger.attempts() if ledger else {})
+    throughput = Throughput.of(runs, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
     status = statuses(stage, runs, ledger)
+    grid_index = {run.run_id: i for i, run in enumerate(runs)}
     out = []
-    for run in runs:
-        m, cost, dense = run.cfg.model, run_cost(run.cfg, flops_per_s), run.cfg.model.name == "dense"
+    costs = run_costs(runs, throughput)
+    for run in launch_order(runs, costs):
+        m, cost, dense = run.cfg.model, costs[run.run_id], run.cfg.model.name == "dense"
         out.append(
             {
                 "run_id": run.run_id,
@@ -115,15 +141,39 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "model.n_layers": m.n_layers if dense else None,
                 "seed": run.cfg.seed,
                 "variant": run.params.get("variant", "base"),
+                "paper": paper_numbers(run),
                 "params_stored": cost.params_stored,
                 "params_effective": cost.params_effective,
                 "tokens": cost.tokens,
                 "train_flops": cost.flops,
                 "gpu_hours": cost.gpu_hours,
                 "status": status[run.run_id],
+                "grid_index": grid_index[run.run_id],  # not a column: the makespan of the grid order
             }
         )
     return out
+
+
+def stage_slots(base: DictConfig) -> int:
+    """The slots the stage would run on: plan.slots, else its pool's capacity."""
+    if base.plan.slots is not None:
+        if base.plan.slots < 1:
+            raise ConfigError(f"plan.slots={base.plan.slots} must be >= 1")
+        return base.plan.slots
+    return pool_class(base.launcher).capacity_of(base.launcher)
+
+
+def makespan_line(slots: int, table_rows: list[dict[str, Any]]) -> str:
+    """The launch order's simulated wall time on `slots`, against the lower bound and the grid order's."""
+    hours = [r["gpu_hours"] for r in table_rows]
+    by_grid = [r["gpu_hours"] for r in sorted(table_rows, key=lambda r: r["grid_index"])]
+    bound, ordered = makespan_bound(hours, slots), makespan(hours, slots)
+    ratio = (lambda h: f"{h / bound:.3f}x") if bound > 0 else (lambda h: "-")
+    return (
+        f"makespan on {slots} slots: {ordered:,.2f} h in launch order ({ratio(ordered)} the lower bound "
+        f"{bound:,.2f} h = max(total / slots, longest run)); grid order: {makespan(by_grid, slots):,.2f} h "
+        f"({ratio(makespan(by_grid, slots))})"
+    )
 
 
 def _si(value: float) -> str:
@@ -145,7 +195,7 @@ def _cell(key: str, value: Any) -> str:
     return str(value)
 
 
-def print_table(stage: Stage, table_rows: list[dict[str, Any]]) -> None:
+def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> None:
     p = stage.base.plan
     total_flops = sum(r["train_flops"] for r in table_rows)
     total_hours = sum(r["gpu_hours"] for r in table_rows)
@@ -157,6 +207,8 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]]) -> None:
         table.add_row(*(_cell(k, row[k]) for k in COLUMNS))
     console = Console(width=400)  # the table takes the width its cells need
     console.print(table)
+    if line := recipe_line(stage, stage.known_runs({})):
+        console.print(line, highlight=False)
     if not stage.runs:
         console.print(f"search: {len(table_rows)} of sweep.n_trials={stage.base.sweep.n_trials} sampled so far")
     console.print(
@@ -164,6 +216,7 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]]) -> None:
         f"on one {p.gpu} at {p.mfu:.0%} MFU; ledger status from {stage.sweep_dir}",
         highlight=False,
     )
+    console.print(makespan_line(slots, table_rows), highlight=False)
 
 
 def main(argv: list[str]) -> None:
@@ -171,13 +224,15 @@ def main(argv: list[str]) -> None:
     fmt = stage.base.plan.format
     if fmt not in ("table", "csv"):
         raise ConfigError(f"plan.format={fmt!r} is not allowed; use one of ['table', 'csv']")
+    slots = stage_slots(stage.base)
     table_rows = rows(stage)
     if fmt == "csv":
-        writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(table_rows)
+        print(makespan_line(slots, table_rows), file=sys.stderr)
     else:
-        print_table(stage, table_rows)
+        print_table(stage, table_rows, slots)
 
 
 if __name__ == "__main__":

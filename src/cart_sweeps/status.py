@@ -17,11 +17,12 @@ class RunStatus(StrEnum):
     INTERRUPTED = "interrupted"  # stopped by its driver or user (Ctrl-C, SIGTERM); resumes when relaunched
     CANCELLED = "cancelled"  # ended from outside (scancel, an OOM kill, preemption without requeue): not retried now
     REJECTED = "rejected"  # cannot succeed as given (a setting this machine cannot run, a busy folder): not retried
+    PRUNED = "pruned"  # stopped early by a search's pruner (sweep.pruner): its learning curve is its result
 
     @property
     def is_result(self) -> bool:
-        """A relaunch keeps it: the run is done, one way or the other."""
-        return self in (RunStatus.COMPLETED, RunStatus.DIVERGED)
+        """A relaunch keeps it: the run is done, one way or the other (a pruned run on purpose)."""
+        return self in (RunStatus.COMPLETED, RunStatus.DIVERGED, RunStatus.PRUNED)
 
     @property
     def retry_now(self) -> bool:

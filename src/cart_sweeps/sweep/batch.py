@@ -11,7 +11,7 @@ from cart_sweeps.compose import quote_stage
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.driver import PoolFactory
 from cart_sweeps.sweep.expand import Run, make_run
-from cart_sweeps.sweep.launcher import Task
+from cart_sweeps.sweep.pool import Task
 
 
 def run_batch(job_overrides: Sequence[Sequence[str]], make_pool: PoolFactory) -> list[tuple[Run, dict[str, Any]]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,14 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
+from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.launcher import Pool, Task, visible_gpus
+from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
 from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
+from cart_sweeps.sweep.pool import Pool, Task, pool_class
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
+from cart_sweeps.train.output import run_log
 from cart_sweeps.train.runfolder import read_summary
 
 PoolFactory = Callable[[DictConfig, Path], Pool[Any]]
@@ -33,22 +36,26 @@ PoolFactory = Callable[[DictConfig, Path], Pool[Any]]
 
 @dataclass
 class Attempt:
-    """A run to execute now; `trial` is set once it has one (a resumed run brings its own)."""
+    """A run to execute now; `trial` is set once it has one (a resumed run brings its own, and the steps
+    it has reported as intermediate values)."""
 
     run: Run
     trial: Trial | None = None
     tries: int = 1
+    reported: set[int] = field(default_factory=set)
+    pruned: bool = False
 
 
 def _attrs(run: Run) -> dict[str, Any]:
     """What the ledger keeps of a run besides its params."""
-    return {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
+    attrs = {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
+    return attrs | {"actual": run.actual}  # params are the paper's numbers; `actual`: those this scale changed
 
 
 def folder_holds_result(run: Run) -> bool:
     """Whether the run folder still holds this run's result (the ledger alone is not the result)."""
     summary = read_summary(run.run_dir) or {}
-    return summary.get("run_id") == run.run_id and summary.get("status") in (RunStatus.COMPLETED, RunStatus.DIVERGED)
+    return summary.get("run_id") == run.run_id and summary.get("status") in [s for s in RunStatus if s.is_result]
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -71,21 +78,24 @@ class StageDriver:
         self.recovered = 0
         self.progress: Progress | None = None
         self.known = stage.known_runs(self.history)
-        for run in self.known:
+        plan = stage.base.plan  # longest first, in the order `python -m cart_sweeps.plan` lists
+        throughput = Throughput.of(self.known, assumed_flops_per_s(plan.gpu, plan.mfu))
+        for run in launch_order(self.known, run_costs(self.known, throughput)):
             self._classify(run, self.history.get(run.run_id, []))
 
     def _classify(self, run: Run, trials: list[FrozenTrial]) -> None:
         last = trials[-1] if trials else None
         if last is not None and last.state == TrialState.RUNNING:  # cut off: its driver died
             trial = self.ledger.resume(last)
+            reported = set(last.intermediate_values)
             job_id = last.user_attrs.get("job_id")
             if folder_holds_result(run):  # it ended after its driver did
                 self.ledger.finish(trial, read_summary(run.run_dir) or {}, self.sweep.metric)
                 self.skipped += 1
             elif job := (self.pool.attach(job_id) if job_id else None):
-                self.attached.append((Attempt(run, trial), job))
+                self.attached.append((Attempt(run, trial, reported=reported), job))
             else:
-                self.queue.append(Attempt(run, trial))
+                self.queue.append(Attempt(run, trial, reported=reported))
         elif last is not None and status_of(last).is_result:
             if folder_holds_result(run):
                 self.skipped += 1
@@ -140,15 +150,31 @@ class StageDriver:
         assert self.progress is not None
         self.progress.started()
 
+    def on_poll(self, attempt: Attempt) -> bool:
+        """Report the run's new evaluations to its trial; True when the pruner stops it now."""
+        assert attempt.trial is not None
+        new = report_new(attempt.trial, attempt.run.run_dir, self.sweep.metric, attempt.reported)
+        attempt.pruned = attempt.pruned or (new and attempt.trial.should_prune())
+        return attempt.pruned
+
     def on_done(self, attempt: Attempt, summary: dict[str, Any]) -> None:
         assert attempt.trial is not None and self.progress is not None
+        report_new(attempt.trial, attempt.run.run_dir, self.sweep.metric, attempt.reported)
+        if attempt.pruned and not RunStatus(summary.get("status", RunStatus.FAILED)).is_result:
+            record_pruned(attempt.run.run_dir)
+            summary = {**summary, "status": RunStatus.PRUNED, "error": None}
         status = self.ledger.finish(attempt.trial, summary, self.sweep.metric)
         retry = status.retry_now and attempt.tries <= self.sweep.max_retries
-        self.progress.finished(attempt.run.label, status, summary, final=not retry)
+        self.progress.finished(attempt.run.label, status, summary, not retry, run_log(attempt.run.run_dir))
         if retry:
             self.queue.appendleft(Attempt(attempt.run, tries=attempt.tries + 1))
         elif not status.is_result:
             self.failed_finally += 1
+
+    def on_refused(self, attempt: Attempt, error: str) -> None:
+        """The scheduler refused the run's job: its trial ends rejected, so no relaunch takes it as cut off."""
+        assert attempt.trial is not None
+        self.ledger.finish(attempt.trial, {"status": RunStatus.REJECTED, "error": error}, self.sweep.metric)
 
     def to_run(self) -> int:
         left = self.sweep.n_trials - len(self.history) if not self.stage.runs else 0
@@ -177,7 +203,16 @@ class StageDriver:
             for _ in self.attached:
                 self.progress.started()
             try:
-                self.pool.run(self.take, self.task, self.on_start, self.on_done, self.attached)
+                self.pool.run(
+                    self.take,
+                    self.task,
+                    self.on_start,
+                    self.on_done,
+                    self.attached,
+                    on_refused=self.on_refused,
+                    on_wait=self.progress.waiting,
+                    on_poll=self.on_poll,
+                )
             except KeyboardInterrupt:
                 interrupted = True
             self.progress.close(self.skipped, str(ledger_path(s.sweep_dir, self.sweep.storage)), interrupted)
@@ -187,7 +222,15 @@ class StageDriver:
 def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     """Validate the stage, take its driver lock, launch what is left; returns the exit code."""
     stage = Stage(arguments)
-    preflight(stage, visible_gpus() if stage.base.launcher.name == "local" else None)
+    pruner = make_pruner(stage.base.sweep, stage.name, search=not stage.runs)
+    if not stage.runs and stage.base.sweep.n_trials <= stage.base.sweep.startup_trials:
+        print(
+            f"stage {stage.name}: sweep.n_trials={stage.base.sweep.n_trials} <= sweep.startup_trials="
+            f"{stage.base.sweep.startup_trials}, so TPE samples every trial at random; run more trials or lower "
+            "sweep.startup_trials",
+            flush=True,
+        )
+    preflight(stage, pool_class(stage.base.launcher).local_gpus())
     stage.sweep_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(stage.sweep_dir / ".driver.lock")
     try:
@@ -195,9 +238,12 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     except Timeout as err:
         raise ConfigError(f"stage {stage.name} is already being run by another driver ({lock.lock_file})") from err
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    sweep = stage.base.sweep
     try:
-        sampler = optuna.samplers.TPESampler(seed=stage.base.seed)  # grid trials have fixed params: unused there
-        ledger = Ledger.open(stage.sweep_dir, stage.name, stage.base.sweep.storage, sampler)
+        # grid trials have fixed params: the sampler is unused there
+        sampler = optuna.samplers.TPESampler(seed=stage.base.seed, n_startup_trials=sweep.startup_trials)
+        ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner)
+        ledger.name_objective(sweep.metric)
         pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
         driver = StageDriver(stage, ledger, pool)
         ledger.record_launch([run.run_id for run in driver.known], list(arguments))

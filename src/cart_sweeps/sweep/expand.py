@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,12 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_id, run_label, validate
+from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_dir, run_id, run_label, validate
 from cart_sweeps.model import dense_parity
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.ledger import Ledger
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
-from cart_sweeps.sweep.scale import to_scale
+from cart_sweeps.sweep.scale import to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, best_runs, zoom_candidates
 from cart_sweeps.train.evaluate import with_source
 
@@ -44,6 +44,7 @@ class Run:
     run_id: str
     label: str
     run_dir: Path
+    actual: dict[str, Any] = field(default_factory=dict)  # params this scale changes: their values at this scale
 
 
 def distribution(values: Sequence[Any]) -> BaseDistribution:
@@ -79,6 +80,7 @@ class Stage:
         self.name: str = self.spec.name
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(arguments, list(self.spec.grid))
+        self.args.axes = {k: [to_paper(k, v, self.base.scale) for v in vs] for k, vs in self.args.axes.items()}
         self.train = self.spec.kind == "train"
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self.axes: dict[str, list[Any]] = {
@@ -161,13 +163,18 @@ class Stage:
             paper.update(OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
         parity = paper.pop(PARITY, None)
         values = to_scale(paper, self.base.scale, self._paper, self.train)
+        stated = {k: paper[k] if k in paper else OmegaConf.select(self._paper, k) for k in values}
+        scaled = {k: v for k, v in stated.items() if v != values[k]}  # kept in the run's config as scale.paper
         if self.spec.select == "best":  # the folder is no trial param (its value space changes between launches)
             values["stage.source"] = self._best[params[ZOOM_AXES[0]]]["run_dir"]
         if parity is not None:
             cart = {k: v for k, v in values.items() if k not in ("model", "model.n_layers")}
             values["model.n_layers"] = dense_parity(self._compose(self._overrides(cart)).model, parity)
+        if scaled:
+            values["++scale.paper"] = scaled  # ++: adds keys to the (empty) dict
         overrides = self._overrides(values)
-        return make_run(dict(params), overrides, self._compose(overrides))
+        run = make_run(dict(params), overrides, self._compose(overrides))
+        return replace(run, actual={k: values[k] for k in params if k in scaled})
 
 
 def make_run(params: dict[str, Any], overrides: list[str], cfg: DictConfig) -> Run:
@@ -175,5 +182,4 @@ def make_run(params: dict[str, Any], overrides: list[str], cfg: DictConfig) -> R
     if cfg.stage.kind == "evaluate":
         cfg = with_source(cfg)
     validate(cfg)
-    rid, label = run_id(cfg), run_label(cfg)
-    return Run(params, overrides, cfg, rid, label, Path(cfg.paths.runs) / cfg.stage.name / f"{label}-{rid[:8]}")
+    return Run(params, overrides, cfg, run_id(cfg), run_label(cfg), run_dir(cfg))

@@ -1,9 +1,10 @@
 """The ledger of a stage: an Optuna study stored in the stage's sweep folder.
 
 Every attempt at a run is one trial. Its params are the run's grid point (paper numbers), its user
-attrs the run id, label, overrides, run folder, job id, status and final metrics, and its value the
-sweep metric. Results are written the moment a run ends, so a killed driver loses nothing; a trial
-still RUNNING when a driver starts was cut off, and is resumed rather than started again.
+attrs the run id, label, overrides, run folder, job id, status and final metrics, its value the sweep
+metric (the study's one named objective), and its intermediate values that metric at each evaluation.
+Results are written the moment a run ends, so a killed driver loses nothing; a trial still RUNNING when
+a driver starts was cut off, and is resumed rather than started again.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -69,9 +71,16 @@ def _create_sqlite(path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _create(path: Path, stage: str, storage: str, sampler: optuna.samplers.BaseSampler | None) -> optuna.Study:
+def _create(
+    path: Path, stage: str, storage: str, sampler: optuna.samplers.BaseSampler | None, pruner: optuna.pruners.BasePruner
+) -> optuna.Study:
     return optuna.create_study(
-        storage=_storage(path, storage), study_name=stage, sampler=sampler, direction="minimize", load_if_exists=True
+        storage=_storage(path, storage),
+        study_name=stage,
+        sampler=sampler,
+        pruner=pruner,
+        direction="minimize",
+        load_if_exists=True,
     )
 
 
@@ -94,7 +103,12 @@ class Ledger:
 
     @classmethod
     def open(
-        cls, sweep_dir: Path, stage: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None
+        cls,
+        sweep_dir: Path,
+        stage: str,
+        storage: str,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        pruner: optuna.pruners.BasePruner | None = None,
     ) -> Ledger:
         """Create or reopen the ledger (a driver adopts the trials a dead driver queued: `adopt_queued`).
 
@@ -104,13 +118,14 @@ class Ledger:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         path = ledger_path(sweep_dir, storage)
+        pruner = pruner or optuna.pruners.NopPruner()
         try:
-            study = _create(path, stage, storage, sampler)
+            study = _create(path, stage, storage, sampler, pruner)
         except DAMAGED as err:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
             set_aside = path.rename(path.with_name(f"{path.name}.damaged-{stamp}"))
             print(f"ledger {path} does not open ({first_line(err)}); set aside as {set_aside.name}, starting afresh")
-            study = _create(path, stage, storage, sampler)
+            study = _create(path, stage, storage, sampler, pruner)
         return cls(study)
 
     @classmethod
@@ -139,6 +154,12 @@ class Ledger:
         rather than left as a failed attempt beside the run's next one. `dists(params)`: its distributions."""
         while waiting := self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             self.study.ask(dists(waiting[0].system_attrs["fixed_params"]))  # Optuna pops the oldest first
+
+    def name_objective(self, metric: str) -> None:
+        """Name the study's value after the sweep metric (optuna-dashboard and `study.metric_names` show it)."""
+        with warnings.catch_warnings():  # set_metric_names is marked experimental (optuna 5.0)
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.study.set_metric_names([metric])
 
     def record_launch(self, run_ids: list[str], args: list[str]) -> None:
         """Remember the runs this launch of the stage stands for (its whole grid, done ones included).
@@ -183,7 +204,11 @@ class Ledger:
             trial.set_user_attr(key, value)
 
     def resume(self, trial: FrozenTrial) -> Trial:
-        """The live handle of a trial a previous driver left RUNNING."""
+        """The live handle of a trial a previous driver left RUNNING.
+
+        Optuna has no public way from a FrozenTrial to a writable Trial; `_trial_id` (the storage's key,
+        not `number`) is what `Study.tell` itself uses. Checked against optuna 5.x (pinned <6 in pyproject).
+        """
         return Trial(self.study, trial._trial_id)
 
     def finish(self, trial: Trial, summary: dict[str, Any], metric: str) -> RunStatus:
@@ -201,6 +226,8 @@ class Ledger:
             trial.set_user_attr("error", str(error))
         if status == RunStatus.COMPLETED:
             self.study.tell(trial, float(value))
+        elif status == RunStatus.PRUNED:  # Optuna takes its value from the last intermediate one
+            self.study.tell(trial, state=TrialState.PRUNED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
         return status

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from cart_sweeps.compose import describe, quote_stage
@@ -43,6 +44,8 @@ def format_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
     if _BARE.fullmatch(text) and text.lower() not in _RESERVED:
         return text
@@ -66,6 +69,13 @@ def split_arguments(arguments: Sequence[str], stage_axes: Sequence[str]) -> Argu
             if o.is_sweep_override():
                 raise ConfigError(f"{o.input_line}: one stage per sweep; launch each stage on its own")
             out.stage = str(o.value())
+        if o.value_type == ValueType.INTERVAL_SWEEP:
+            raise ConfigError(
+                f"{o.input_line}: an interval is a search range; write it as stage.search.{key}: {{low, high, log}} "
+                "in a stage file (sweeps/lr.yaml) and run it with sweep.sampler=tpe sweep.n_trials=N"
+            )
+        if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            raise ConfigError(f"{o.input_line}: glob() picks config group options; list the values: {key}=a,b")
         if o.is_sweep_override():
             out.axes[key] = list(o.sweep_iterator())
             continue

@@ -10,25 +10,26 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
+from dataclasses import fields
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.hardware import gpu_memory_bytes
+from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.sweep.pool import pool_class
 from cart_sweeps.train.logger import check_credentials
-
-_POSITIVE = ("slots", "runs_per_gpu", "poll_s", "timeout_min", "array_parallelism", "cpus_per_task", "mem_gb")
-_NON_NEGATIVE = ("gpus_per_task", "max_num_timeout", "signal_delay_s")
 
 
 def check_launcher(launcher: DictConfig) -> None:
-    for key in _POSITIVE:
-        if launcher[key] <= 0:
-            raise ConfigError(f"launcher.{key}={launcher[key]} must be > 0")
-    for key in _NON_NEGATIVE:
-        if launcher[key] < 0:
-            raise ConfigError(f"launcher.{key}={launcher[key]} must be >= 0")
+    """The bounds the launcher's schema declares (`at_least` field metadata), and that its pool exists."""
+    for f in fields(OmegaConf.get_type(launcher)):
+        low = f.metadata.get("at_least")
+        if low is not None and launcher[f.name] < low:
+            raise ConfigError(f"launcher.{f.name}={launcher[f.name]} must be >= {low:g}")
+    pool_class(launcher)
 
 
 def measured_metrics(data: DictConfig) -> list[str]:
@@ -54,10 +55,10 @@ def check_writable(folder: str, key: str) -> None:
         raise ConfigError(f"{key}={folder} is not writable ({err.strerror}); point {key} at a writable folder") from err
 
 
-def check_machine(cfg: DictConfig, gpus: list[int] | None) -> None:
+def check_machine(cfg: DictConfig, gpus: list[str] | None) -> None:
     """What one run config needs of the machines it runs on; `gpus` are the local pool's (None on SLURM)."""
     t, lc = cfg.trainer, cfg.launcher
-    no_gpu = not gpus if gpus is not None else lc.gpus_per_task == 0
+    no_gpu = not gpus if gpus is not None else OmegaConf.select(lc, "gpus_per_task", default=1) == 0
     where = "this machine has none visible" if gpus is not None else "launcher.gpus_per_task=0"
     if t.optimizer == "adamw8bit" and cfg.stage.kind == "train":  # an evaluate stage steps no optimizer
         if no_gpu:
@@ -88,7 +89,16 @@ def check_harness(tasks: list[str]) -> None:
         )
 
 
-def preflight(stage: Stage, gpus: list[int] | None) -> None:
+def check_packing(runs_per_gpu: int, need: int, gpu_memory: int | None) -> None:
+    """Runs packed onto one GPU (launcher.runs_per_gpu) must fit its memory by their estimated need."""
+    if runs_per_gpu > 1 and gpu_memory is not None and runs_per_gpu * need > gpu_memory:
+        raise ConfigError(
+            f"launcher.runs_per_gpu={runs_per_gpu} packs runs that need up to {need / GIB:.1f} GiB each (estimated) "
+            f"onto GPUs of {gpu_memory / GIB:.0f} GiB; lower launcher.runs_per_gpu"
+        )
+
+
+def preflight(stage: Stage, gpus: list[str] | None) -> None:
     """Every check above, for every run of the stage (each distinct setting once)."""
     check_launcher(stage.base.launcher)
     runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
@@ -102,3 +112,7 @@ def preflight(stage: Stage, gpus: list[int] | None) -> None:
             check_metric(stage.base.sweep.metric, c.data)
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_machine(c, gpus)
+    if gpus and stage.base.launcher.runs_per_gpu > 1:  # the largest run's need against the smallest GPU
+        memory = [m for m in map(gpu_memory_bytes, gpus) if m is not None]
+        need = max(memory_need_bytes(run.cfg) for run in runs)
+        check_packing(stage.base.launcher.runs_per_gpu, need, min(memory, default=None))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -12,7 +13,14 @@ from rich.text import Text
 
 from cart_sweeps.status import RunStatus
 
-FINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DIVERGED, RunStatus.CANCELLED, RunStatus.REJECTED)
+FINAL = (
+    RunStatus.COMPLETED,
+    RunStatus.FAILED,
+    RunStatus.DIVERGED,
+    RunStatus.CANCELLED,
+    RunStatus.REJECTED,
+    RunStatus.PRUNED,
+)
 
 
 def _duration(seconds: float) -> str:
@@ -32,6 +40,7 @@ class Progress:
         self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
         self.counts: Counter[str] = Counter()
         self.running = 0
+        self.why_waiting: str | None = None
         self.t0 = time.monotonic()
         self.live = Live(console=self.console, transient=True) if self.console.is_terminal else None
 
@@ -52,27 +61,42 @@ class Progress:
         eta = _duration(elapsed / done * (self.to_run - done)) if done else "?"
         return (
             f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
-            f"{done - self.counts[RunStatus.COMPLETED]} failed, {left} left, ETA {eta}"
+            f"{done - self.counts[RunStatus.COMPLETED] - self.counts[RunStatus.PRUNED]} failed, {left} left, ETA {eta}"
+            + (f"; {self.why_waiting}" if self.why_waiting else "")
         )
 
     def _refresh(self) -> None:
         if self.live:
             self.live.update(Text(self.status()))
 
+    def waiting(self, why: str | None) -> None:
+        """Why started runs wait (a scheduler's pending reasons); printed when it changes, in a log."""
+        if why != self.why_waiting and why and not self.live:
+            self.console.print(f"stage {self.stage}: {why}", markup=False)
+        self.why_waiting = why
+        self._refresh()
+
     def started(self) -> None:
         self.running += 1
         self._refresh()
 
-    def finished(self, label: str, status: RunStatus, summary: dict[str, Any], final: bool) -> None:
-        """A run ended; `final` False means it failed and will be tried again."""
+    def finished(
+        self, label: str, status: RunStatus, summary: dict[str, Any], final: bool, log: Path | None = None
+    ) -> None:
+        """A run ended; `final` False means it failed and will be tried again; `log`: the run's output."""
         self.running -= 1
         if final:
             self.counts[status] += 1
         value = summary.get(self.metric)
         completed = status == RunStatus.COMPLETED and isinstance(value, int | float)
-        detail = f"{self.metric}={value:.4g}" if completed else summary.get("error", "")
+        if status == RunStatus.PRUNED:
+            detail = f"at step {summary.get('step')}"
+        else:
+            detail = f"{self.metric}={value:.4g}" if completed else summary.get("error") or ""
         retry = "" if final else " (retrying)"
         line = f"{label}: {status}{retry} {detail}".rstrip()
+        if status not in (RunStatus.COMPLETED, RunStatus.PRUNED) and log is not None and log.exists():
+            line += f" (output: {log})"
         self.console.print(line if self.live else f"{line}  [{self.status()}]", markup=False)
         self._refresh()
 

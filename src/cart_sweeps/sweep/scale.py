@@ -2,7 +2,8 @@
 
 Stages state the paper's design (d=1024, 30,500 steps, sequence 1,024, ...). `scale=paper` passes those
 numbers through; `scale=tiny` shrinks them so the same study runs on a CPU. The sweeper and `plan` both
-call `to_scale`, so what is planned is what runs.
+call `to_scale`, so what is planned is what runs. A width given as the scale shows it (d_model=32 at
+scale=tiny) is read back to the paper's number by `to_paper`: the scale's width table is one-to-one.
 """
 
 from __future__ import annotations
@@ -31,16 +32,34 @@ def _shrink(value: int, factor: float) -> int:
     return max(1, round(value * factor)) if value > 0 else value
 
 
+def _widths(scale: DictConfig) -> dict[int, int]:
+    return {int(k): v for k, v in scale.d_model.items()}
+
+
 def _width(d: int, scale: DictConfig) -> int:
     if not scale.d_model:
         return d
-    table = {int(k): v for k, v in scale.d_model.items()}
+    table = _widths(scale)
     if d not in table:
         raise ConfigError(
             f"model.d_model={d} has no width at scale={scale.name}; use one of {sorted(table)} "
-            "(paper widths) or add it to scale.d_model"
+            f"(paper widths) or {sorted(table.values())} (their widths at scale={scale.name}), "
+            "or add it to scale.d_model"
         )
     return table[d]
+
+
+def to_paper(key: str, value: Any, scale: DictConfig) -> Any:
+    """A grid value as the paper's number: a width this scale shows (32 at tiny) read back through its table.
+
+    A paper width is taken as one, so a number that is both reads as the paper's; anything else is left
+    for `to_scale` to map or to name.
+    """
+    if key != "model.d_model" or not scale.d_model:
+        return value
+    table = _widths(scale)
+    back = {small: paper for paper, small in table.items()}
+    return value if value in table else back.get(value, value)
 
 
 def to_scale(paper: dict[str, Any], scale: DictConfig, paper_defaults: DictConfig, train: bool) -> dict[str, Any]:

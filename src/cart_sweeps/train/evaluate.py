@@ -10,12 +10,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.data.loader import load_prepared, val_windows
+from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.model import build_model
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.device import pick_device
-from cart_sweeps.train.loop import eval_metrics, evaluate_windows
+from cart_sweeps.train.loop import evaluate_sets
 from cart_sweeps.train.runfolder import base_summary, write_summary
 
 
@@ -62,7 +62,6 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     of `harness.tasks`); write and return the summary."""
     device = pick_device(cfg.trainer.device)
     model, step = load_trained(Path(cfg.stage.source), cfg.model, device, "stage.source")
-    data = load_prepared(cfg.data)
     r = cfg.stage.eval_n_loops
     summary = {
         **base_summary(cfg),
@@ -73,10 +72,7 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "source": str(cfg.stage.source),
         "rho": model.rho(),
     }
-    for name, tokens in data.val.items():
-        windows = val_windows(tokens, cfg.trainer.eval_windows, cfg.trainer.seq_len).to(device)
-        mean_ce = evaluate_windows(model, windows, cfg.trainer.eval_batch_size, n_loops=r)
-        summary.update({f"{k}_{name}": v for k, v in eval_metrics(mean_ce, data.bytes_per_token[name]).items()})
+    summary.update(evaluate_sets(model, load_prepared(cfg.data), cfg.trainer, device, n_loops=r))
     if cfg.harness.tasks:
         from cart_sweeps.harness.bench import run_benchmarks  # lm-eval takes seconds to import: only when asked
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import netrc
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,8 +23,22 @@ class NullLogger:
         pass
 
 
+DRIVER_KEYS = ("launcher", "sweep", "plan", "bench", "paths", "logger")  # how runs are driven, not what a run is
+
+
+def run_config(cfg: DictConfig) -> dict[str, Any]:
+    """The config a W&B run records: the run's own (model, data, trainer, stage, scale, seed), not the driver's."""
+    full = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(full, dict)
+    return {k: v for k, v in full.items() if k not in DRIVER_KEYS}
+
+
 class WandbLogger:
-    """One W&B run per training run; the run id is the config hash, so a resumed run continues it."""
+    """One W&B run per training run; the run id is the config hash, so a resumed run continues it.
+
+    W&B conventions: job_type is the stage, tags carry stage and scale, and each validation set's PPL and
+    bits per byte keep their best (min) value in the summary besides their last.
+    """
 
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         import wandb
@@ -39,14 +55,22 @@ class WandbLogger:
             id=run_id(cfg),
             resume="allow",
             group=f"stage-{cfg.stage.name}",
+            job_type=cfg.stage.name,
             name=run_label(cfg),
-            tags=[f"d{m.d_model}", f"P{m.n_prelude}", f"R{m.n_loops}", m.name, variant(m), f"seed{cfg.seed}"],
-            config=OmegaConf.to_container(cfg, resolve=True),
+            tags=[
+                f"stage-{cfg.stage.name}",
+                f"scale-{cfg.scale.name}",
+                *(f"d{m.d_model}", f"P{m.n_prelude}", f"R{m.n_loops}", m.name, variant(m), f"seed{cfg.seed}"),
+            ],
+            config=run_config(cfg),
             settings=wandb.Settings(silent=True, console="off"),
         )
         self.run.define_metric("step")
         for key in ("train/*", "val/*", "rho"):
             self.run.define_metric(key, step_metric="step")
+        for name in (v.name for v in cfg.data.validation):
+            for kind in ("ppl", "bpb"):
+                self.run.define_metric(f"val/{kind}_{name}", step_metric="step", summary="min,last")
 
     def log(self, row: dict[str, Any], step: int) -> None:
         prefix = "val/" if row.get("kind") == "eval" else "train/"
@@ -58,17 +82,27 @@ class WandbLogger:
         self.run.finish(exit_code=0 if status == "completed" else 1)
 
 
-def check_credentials(lg: DictConfig) -> None:
-    """Online logging needs a W&B key; without one, wandb.init would prompt or hang, so say it first."""
-    if lg.name == "wandb" and lg.mode == "online" and not (os.environ.get("WANDB_API_KEY") or _netrc_has_wandb()):
+def check_credentials(lg: DictConfig, used: bool = False) -> None:
+    """Online logging needs W&B credentials; without them wandb.init would prompt or hang, so say it first.
+    `used`: check whatever logger.name is (the dashboard talks to W&B itself)."""
+    if (used or lg.name == "wandb") and lg.mode == "online" and not has_wandb_login():
         raise ConfigError(
-            "logger.mode=online needs a W&B key (WANDB_API_KEY or `wandb login`); or use logger.mode=offline"
+            "logger.mode=online needs a W&B login (`wandb login`, or WANDB_API_KEY); or use logger.mode=offline"
         )
 
 
-def _netrc_has_wandb() -> bool:
-    netrc = Path.home() / ".netrc"
-    return netrc.exists() and "api.wandb.ai" in netrc.read_text()
+def has_wandb_login() -> bool:
+    """Whether W&B finds credentials as it looks for them: WANDB_API_KEY, an identity token file, or the
+    netrc entry `wandb login` writes for the W&B host (WANDB_BASE_URL; the netrc file is $NETRC or ~/.netrc)."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    path = Path(os.environ.get("NETRC", Path.home() / ".netrc")).expanduser()
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host or "")
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
 
 
 def make_logger(cfg: DictConfig, run_dir: Path) -> NullLogger | WandbLogger:

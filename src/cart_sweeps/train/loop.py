@@ -1,14 +1,24 @@
-"""One optimizer step and one evaluation pass: shared by the trainer and the bench command."""
+"""One optimizer step and one evaluation pass: shared by the trainer, the variable-R evaluation and the bench.
+
+A step never waits for the GPU: it returns the loss and gradient norm as device tensors, and the trainer
+reads them (and checks them for finiteness, on the device) only at its log steps.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from cart_sweeps.data.loader import val_windows
+
+# Tokens per chunk of the loss on low-precision logits: an fp32 chunk at V=32,000 is 125 MiB.
+LOSS_CHUNK_TOKENS = 1024
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -18,6 +28,49 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean CE of low-precision logits, upcast to fp32 one chunk of tokens at a time.
+
+    The gradient of each chunk is computed in the forward pass, in fp32, and kept in the logits' dtype
+    (where autograd casts it anyway on its way back into the bf16 matmul), so no fp32 copy of the whole
+    [tokens, V] logits ever exists (1 GiB at V=32,000 and 8 x 1,024 tokens, plus its softmax for backward).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+        n = logits.shape[0]
+        total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        grad = torch.empty_like(logits) if logits.requires_grad else None
+        for start in range(0, n, chunk):
+            part = logits[start : start + chunk].float()
+            target = targets[start : start + chunk]
+            log_probs = torch.log_softmax(part, dim=-1)
+            total += F.nll_loss(log_probs, target, reduction="sum")
+            if grad is not None:
+                probs = log_probs.exp_()
+                probs[torch.arange(len(target), device=probs.device), target] -= 1
+                grad[start : start + chunk] = probs / n
+        ctx.save_for_backward(grad)
+        return total / n
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (grad,) = ctx.saved_tensors
+        return grad * grad_output.to(grad.dtype), None, None
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor, chunk: int = LOSS_CHUNK_TOKENS) -> torch.Tensor:
+    """Mean next-token CE (nats) over [B, T, V] logits, computed in fp32.
+
+    fp32 logits (the CPU) need no copy, so they take torch's own cross-entropy, bit for bit what the
+    golden numbers hold; bf16 logits (autocast on a GPU) are upcast chunk by chunk.
+    """
+    flat_logits, flat_targets = logits.flatten(0, 1), targets.flatten()
+    if flat_logits.dtype == torch.float32:
+        return F.cross_entropy(flat_logits, flat_targets)
+    return _ChunkedCrossEntropy.apply(flat_logits, flat_targets, chunk)
+
+
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -25,22 +78,23 @@ def train_step(
     n_micro: int,
     amp_dtype: torch.dtype | None,
     grad_clip: float,
-) -> tuple[float, float]:
-    """Accumulate gradients over the micro-batches, clip, step. Returns (mean loss, grad norm).
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accumulate gradients over the micro-batches, clip, step. Returns (mean loss, grad norm) on the device.
 
-    The caller checks the loss for finiteness; the optimizer has stepped either way.
+    Nothing here reads a value back to the host; the caller checks the loss for finiteness (the optimizer
+    has stepped either way).
     """
     total = torch.zeros((), device=next(model.parameters()).device)
     for inputs, targets in micro_batches:
         with autocast(inputs.device, amp_dtype):
             logits = model(inputs)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()) / n_micro
+        loss = token_loss(logits, targets) / n_micro
         loss.backward()
         total += loss.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return total.item(), grad_norm.item()
+    return total, grad_norm
 
 
 @torch.no_grad()
@@ -63,3 +117,16 @@ def evaluate_windows(model: nn.Module, windows: torch.Tensor, batch_size: int, n
 def eval_metrics(mean_ce: float, bytes_per_token: float) -> dict[str, float]:
     """CE (nats/token), perplexity and bits per byte from a mean CE."""
     return {"ce": mean_ce, "ppl": math.exp(mean_ce), "bpb": mean_ce / math.log(2) / bytes_per_token}
+
+
+def evaluate_sets(model: nn.Module, data: Any, t: Any, device: torch.device, n_loops: int | None = None) -> dict:
+    """`ce_<set>`, `ppl_<set>`, `bpb_<set>` on the first `t.eval_windows` windows of each validation set.
+
+    The one evaluation of the project: the trainer's evals and the variable-R evaluation both call it.
+    """
+    out: dict[str, float] = {}
+    for name, tokens in data.val.items():
+        windows = val_windows(tokens, t.eval_windows, t.seq_len).to(device)
+        mean_ce = evaluate_windows(model, windows, t.eval_batch_size, n_loops=n_loops)
+        out.update({f"{key}_{name}": value for key, value in eval_metrics(mean_ce, data.bytes_per_token[name]).items()})
+    return out

@@ -43,7 +43,7 @@ def _parse(line: str) -> dict[str, Any] | None:
     return row if isinstance(row, dict) and "step" in row else None
 
 
-def peak_flops(device: torch.device) -> float | None:
+def device_peak_flops(device: torch.device) -> float | None:
     """The device's dense bf16 peak, or None where MFU is not meaningful (CPU, unknown GPU)."""
     if device.type != "cuda":
         return None
@@ -51,7 +51,7 @@ def peak_flops(device: torch.device) -> float | None:
 
 
 def mfu(tokens_per_s: float, flops_per_token: float, device: torch.device) -> float | None:
-    peak = peak_flops(device)
+    peak = device_peak_flops(device)
     return None if peak is None else tokens_per_s * flops_per_token / peak
 
 

@@ -1,26 +1,12 @@
-"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit), warm-up then cosine."""
+"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit), warm-up then cosine (`schedule.lr_at`)."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
 
 from cart_sweeps.config import ConfigError, TrainerConfig
-
-
-def lr_at(step: int, t: TrainerConfig) -> float:
-    """Learning rate for optimizer step `step` (0-based): linear warm-up, cosine to min_lr at the end.
-
-    The cosine spans the run's own length (`t.steps`), as in the paper: a 3,000-step Stage-1 run
-    anneals fully, it is not a prefix of a 30,500-step schedule.
-    """
-    if step < t.warmup_steps:
-        return t.lr * (step + 1) / t.warmup_steps
-    span = max(1, t.steps - t.warmup_steps)
-    progress = min(1.0, (step - t.warmup_steps) / span)
-    return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1 + math.cos(math.pi * progress))
+from cart_sweeps.schedule import lr_at
 
 
 def param_groups(model: nn.Module, t: TrainerConfig) -> list[dict]:

@@ -8,7 +8,6 @@ problem raises (ConfigError) before anything is written.
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 from pathlib import Path
@@ -19,17 +18,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError, run_id, run_label, validate
-from cart_sweeps.data.loader import load_prepared, train_batch, val_windows
-from cart_sweeps.model import build_model, train_flops_per_token
+from cart_sweeps.data.loader import load_prepared, train_batch
+from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
-from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.evaluate import evaluate_run, with_source
 from cart_sweeps.train.logger import NullLogger, WandbLogger, make_logger
-from cart_sweeps.train.loop import eval_metrics, evaluate_windows, train_step
+from cart_sweeps.train.loop import evaluate_sets, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
-from cart_sweeps.train.optim import build_optimizer, build_scheduler
-from cart_sweeps.train.runfolder import atomic_write, base_summary, owned, read_summary, write_summary
+from cart_sweeps.train.optim import lr_at
+from cart_sweeps.train.progress import RunProgress
+from cart_sweeps.train.runfolder import METRICS, atomic_write, base_summary, owned, read_summary, write_summary
+from cart_sweeps.train.setup import build_state, configure_torch
 
 
 class Diverged(RuntimeError):
@@ -82,16 +82,17 @@ def _held_run(run_dir: Path) -> dict[str, Any] | None:
 
 
 class Trainer:
-    """The paper's recipe for one config: step-addressed data, AdamW, warm-up + cosine, clip, evals."""
+    """The paper's recipe for one config: step-addressed data, AdamW, warm-up + cosine, clip, evals.
+
+    `run` is the schedule; `step`, `log`, `evaluate` and `checkpoint` are what it does at each step. A
+    step leaves its loss on the device: finiteness is tracked there and read back at the next log,
+    evaluation or checkpoint step, so a divergence is caught before it is logged, evaluated or saved.
+    """
 
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         self.cfg, self.t, self.run_dir = cfg, cfg.trainer, run_dir
-        if self.t.threads > 0:
-            torch.set_num_threads(self.t.threads)
-        if self.t.deterministic:
-            torch.use_deterministic_algorithms(True)
-        self.device = pick_device(self.t.device)
-        self.amp = amp_dtype(self.t.precision, self.device)
+        runtime = configure_torch(cfg)
+        self.device, self.amp = runtime.device, runtime.amp
         self.data = load_prepared(cfg.data)
         if self.data.vocab_size > cfg.model.vocab_size:
             raise ConfigError(
@@ -102,14 +103,21 @@ class Trainer:
         self.flops_per_token = train_flops_per_token(cfg.model, self.t.seq_len)
         self.tokens_per_step = self.t.micro_batch_size * self.t.grad_accum * self.t.seq_len
         self.summary = base_summary(cfg)
+        self._first_bad = torch.zeros((), dtype=torch.long, device=self.device)  # step of the first non-finite loss
+        self._bad_loss = torch.zeros((), device=self.device)
+        self._last: tuple[torch.Tensor, torch.Tensor, float] | None = None  # the last step's loss, grad norm, lr
+        self._window = (time.perf_counter(), 0)  # start and tokens of the current throughput window
+        self.progress = RunProgress(self.summary["label"], self.t.steps)
 
     def _init_state(self) -> None:
         """The step-0 model, optimizer and schedule (built again after a checkpoint half-loaded into them)."""
-        torch.manual_seed(self.cfg.seed)  # seeds change only the init; the data order is fixed
-        self.model = build_model(self.cfg.model).to(self.device)
-        self.forward = torch.compile(self.model) if self.t.compile else self.model
-        self.optimizer = build_optimizer(self.model, self.t, self.device)
-        self.scheduler = build_scheduler(self.optimizer, self.t)
+        state = build_state(self.cfg, self.device)
+        self.model, self.forward, self.optimizer, self.scheduler = (
+            state.model,
+            state.forward,
+            state.optimizer,
+            state.scheduler,
+        )
 
     def _load(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -133,7 +141,60 @@ class Trainer:
             print(f"{label}: no checkpoint loads; starting from step 0")
         return 0
 
-    def _save(self, step: int) -> None:
+    def _batches(self, step: int):
+        for micro in range(self.t.grad_accum):
+            x, y = train_batch(self.data.train, step, micro, self.t.micro_batch_size, self.t.grad_accum, self.t.seq_len)
+            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def step(self, step: int) -> None:
+        """Optimizer step `step` (1-based) on its batch; nothing is read back from the device."""
+        loss, grad_norm = train_step(
+            self.forward, self.optimizer, self._batches(step - 1), self.t.grad_accum, self.amp, self.t.grad_clip
+        )
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        bad = ~torch.isfinite(loss) & (self._first_bad == 0)
+        self._first_bad = torch.where(bad, step, self._first_bad)
+        self._bad_loss = torch.where(bad, loss, self._bad_loss)
+        self._last = (loss, grad_norm, lr)
+        self._window = (self._window[0], self._window[1] + self.tokens_per_step)
+
+    def _raise_if_diverged(self) -> None:
+        """Read the device's record of non-finite losses (a host sync): raise Diverged at the first one."""
+        first = int(self._first_bad.item())
+        if first:
+            lr = lr_at(first - 1, self.t)
+            raise Diverged(f"loss became {self._bad_loss.item()} at step {first} (lr {lr:.3g}); lower trainer.lr")
+
+    def log(self, step: int) -> None:
+        """The train row of `step`: its loss, grad norm and lr, and the throughput since the last log."""
+        assert self._last is not None
+        loss, grad_norm, lr = self._last[0].item(), self._last[1].item(), self._last[2]  # waits for the device
+        start, tokens = self._window
+        tokens_per_s = tokens / (time.perf_counter() - start)
+        self._record(
+            {
+                "step": step,
+                "kind": "train",
+                "loss": loss,
+                "grad_norm": grad_norm,
+                "lr": lr,
+                "tokens": step * self.tokens_per_step,
+                "rho": self.model.rho(),
+                "tokens_per_s": tokens_per_s,
+                "mfu": mfu(tokens_per_s, self.flops_per_token, self.device),
+                "peak_mem_mb": peak_mem_mb(self.device),
+            }
+        )
+        self._window = (time.perf_counter(), 0)
+
+    def evaluate(self, step: int) -> None:
+        """The eval row of `step`: PPL, bits per byte and CE on each validation set, and rho."""
+        metrics = evaluate_sets(self.model, self.data, self.t, self.device)
+        self._record({"step": step, "kind": "eval", **metrics, "rho": self.model.rho()})
+
+    def checkpoint(self, step: int) -> None:
+        """Save the state at `step` and say so in the summary (with the wall time so far)."""
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -143,25 +204,8 @@ class Trainer:
         }
         meta = {"run_id": self.summary["run_id"], "label": self.summary["label"], "tokens": step * self.tokens_per_step}
         ckpt.save_checkpoint(self.run_dir, step, state, meta, keep=self.t.keep_checkpoints)
-
-    def _batches(self, step: int):
-        for micro in range(self.t.grad_accum):
-            x, y = train_batch(self.data.train, step, micro, self.t.micro_batch_size, self.t.grad_accum, self.t.seq_len)
-            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-
-    def _rho(self) -> float | None:
-        return self.model.rho()
-
-    def evaluate(self) -> dict[str, float]:
-        """PPL, bits per byte and CE on the first `eval_windows` windows of each validation set."""
-        out: dict[str, float] = {}
-        for name, tokens in self.data.val.items():
-            windows = val_windows(tokens, self.t.eval_windows, self.t.seq_len).to(self.device)
-            metrics = eval_metrics(
-                evaluate_windows(self.model, windows, self.t.eval_batch_size), self.data.bytes_per_token[name]
-            )
-            out.update({f"{key}_{name}": value for key, value in metrics.items()})
-        return out
+        self.summary.update(step=step, wall_time_s=self._wall())
+        write_summary(self.run_dir, self.summary)
 
     def _due(self, step: int, every: int) -> bool:
         return step > 0 and (step % every == 0 or step == self.t.steps)
@@ -173,63 +217,50 @@ class Trainer:
         else:
             self.summary["tokens_per_s"] = row["tokens_per_s"]
 
-    def _log(self, row: dict[str, Any], metrics: MetricsLog, logger: NullLogger | WandbLogger) -> None:
-        metrics.write(row)
-        logger.log(row, row["step"])
+    def _record(self, row: dict[str, Any]) -> None:
+        self.metrics.write(row)
+        self.logger.log(row, row["step"])
+        if row["kind"] == "train":
+            self.progress.update(row)
         self._note(row)
 
-    def _eval(self, step: int, metrics: MetricsLog, logger: NullLogger | WandbLogger) -> None:
-        self._log({"step": step, "kind": "eval", **self.evaluate(), "rho": self._rho()}, metrics, logger)
+    def _wall(self) -> float:
+        return self._wall_before + time.perf_counter() - self._wall0
+
+    def _start(self) -> int:
+        """Resume (the summary rebuilt from the kept records); the step to continue after."""
+        previous = read_summary(self.run_dir) or {}
+        start_step = self._resume()
+        self._wall_before = previous.get("wall_time_s", 0.0) if start_step else 0.0
+        self.metrics = MetricsLog(self.run_dir / METRICS, start_step)
+        for row in self.metrics.rows:
+            self._note(row)
+        self.summary["step"] = start_step
+        write_summary(self.run_dir, self.summary)
+        logged = {(row["kind"], row["step"]) for row in self.metrics.rows}
+        if self._due(start_step, self.t.eval_every) and ("eval", start_step) not in logged:
+            self.evaluate(start_step)  # its row was lost; the checkpoint holds those weights
+        return start_step
 
     def run(self) -> dict[str, Any]:
-        """Resume (the summary rebuilt from the kept records), train to the end; record how it ended."""
-        previous = read_summary(self.run_dir) or {}
-        logger = make_logger(self.cfg, self.run_dir)
+        """Train from where the run folder left off to the end; record how it ended."""
+        self.logger: NullLogger | WandbLogger = make_logger(self.cfg, self.run_dir)
         self.summary.update(status=RunStatus.RUNNING, env=environment(self.device))
-        wall0, wall_before, status = time.perf_counter(), 0.0, RunStatus.FAILED
+        self._wall0, self._wall_before, status = time.perf_counter(), 0.0, RunStatus.FAILED
         try:
-            start_step = self._resume()
-            wall_before = previous.get("wall_time_s", 0.0) if start_step else 0.0
-            metrics = MetricsLog(self.run_dir / "metrics.jsonl", start_step)
-            for row in metrics.rows:
-                self._note(row)
-            self.summary["step"] = start_step
-            write_summary(self.run_dir, self.summary)
-            logged = {(row["kind"], row["step"]) for row in metrics.rows}
-            if self._due(start_step, self.t.eval_every) and ("eval", start_step) not in logged:
-                self._eval(start_step, metrics, logger)  # its row was lost; the checkpoint holds those weights
-            window_t0, window_tokens = time.perf_counter(), 0
+            start_step = self._start()
+            self._window = (time.perf_counter(), 0)
             for step in range(start_step + 1, self.t.steps + 1):
-                loss, grad_norm = train_step(
-                    self.forward, self.optimizer, self._batches(step - 1), self.t.grad_accum, self.amp, self.t.grad_clip
-                )
-                lr = self.scheduler.get_last_lr()[0]
-                self.scheduler.step()
-                if not math.isfinite(loss):
-                    raise Diverged(f"loss became {loss} at step {step} (lr {lr:.3g}); lower trainer.lr")
-                window_tokens += self.tokens_per_step
-                if self._due(step, self.t.log_every):
-                    tokens_per_s = window_tokens / (time.perf_counter() - window_t0)
-                    row = {
-                        "step": step,
-                        "kind": "train",
-                        "loss": loss,
-                        "grad_norm": grad_norm,
-                        "lr": lr,
-                        "tokens": step * self.tokens_per_step,
-                        "rho": self._rho(),
-                        "tokens_per_s": tokens_per_s,
-                        "mfu": mfu(tokens_per_s, self.flops_per_token, self.device),
-                        "peak_mem_mb": peak_mem_mb(self.device),
-                    }
-                    self._log(row, metrics, logger)
-                    window_t0, window_tokens = time.perf_counter(), 0
-                if self._due(step, self.t.eval_every):
-                    self._eval(step, metrics, logger)
-                if self._due(step, self.t.ckpt_every):
-                    self._save(step)
-                    self.summary.update(step=step, wall_time_s=wall_before + time.perf_counter() - wall0)
-                    write_summary(self.run_dir, self.summary)
+                self.step(step)
+                due = [self._due(step, every) for every in (self.t.log_every, self.t.eval_every, self.t.ckpt_every)]
+                if any(due):
+                    self._raise_if_diverged()
+                if due[0]:
+                    self.log(step)
+                if due[1]:
+                    self.evaluate(step)
+                if due[2]:
+                    self.checkpoint(step)
             status = RunStatus.COMPLETED
         except Diverged as err:
             status, self.summary["error"] = RunStatus.DIVERGED, str(err)
@@ -242,7 +273,8 @@ class Trainer:
             status = RunStatus.INTERRUPTED
             raise
         finally:
-            self.summary.update(status=status, wall_time_s=wall_before + time.perf_counter() - wall0)
+            self.summary.update(status=status, wall_time_s=self._wall())
             write_summary(self.run_dir, self.summary)
-            logger.finish(status)
+            self.logger.finish(status)
+            self.progress.close()
         return self.summary

@@ -16,6 +16,7 @@ from cart_sweeps.config import ConfigError, config_id, run_id, run_label, varian
 from cart_sweeps.model import param_counts
 
 SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"  # one JSON object per logged event (train.metrics.MetricsLog)
 LOCK = ".run.lock"
 
 

@@ -34,7 +34,7 @@ class CartLauncher(Launcher):
 
     @staticmethod
     def make_pool(cfg: DictConfig, folder: Path) -> Any:
-        from cart_sweeps.sweep.launcher import make_pool
+        from cart_sweeps.sweep.pool import make_pool
 
         return make_pool(cfg, folder)
 

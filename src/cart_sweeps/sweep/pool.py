@@ -1,0 +1,204 @@
+"""Where runs execute: a pool of jobs, each calling run_job in a process of its own.
+
+A pool keeps at most `capacity` jobs in flight and starts the next run as soon as one ends (no
+batches). When a job dies without a result, the pool says why (a signal, an out-of-memory kill, scancel,
+a full disk) and whether a retry can help. The pools live in sweep/pools/ (submitit processes on this
+machine, SLURM arrays); `launcher._target_` names the one a stage uses, so a new launcher is one module
+and one config class (config.py, conf/launcher/), and changes no file here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import submitit
+from hydra.utils import get_class
+from omegaconf import DictConfig
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.status import RunStatus
+from cart_sweeps.train.runfolder import read_summary
+
+Item = TypeVar("Item")
+_LOW_DISK_BYTES = 64 * 2**20  # less free space than this beside a dead run: the disk is the likely cause
+
+
+class Job(Protocol):
+    """A started run as a pool hands it out (submitit's jobs are such objects; another launcher wraps its own)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    def done(self) -> bool: ...
+
+    def result(self) -> dict[str, Any]:
+        """The run's summary; raises when the job died without one."""
+        ...
+
+    def cancel(self, check: bool = True) -> None: ...
+
+
+@dataclass
+class Task(submitit.helpers.Checkpointable):
+    """One run inside a job. On a SLURM requeue submitit pickles it again as it is, and the next call
+    resumes the run from its folder (run_job finds the newest checkpoint)."""
+
+    overrides: list[str]
+    run_dir: str
+    env: dict[str, str]
+
+    def __call__(self) -> dict[str, Any]:
+        os.environ.update(self.env)
+        from cart_sweeps.train.output import output_to_run_log
+        from cart_sweeps.train.run import run_job  # in the job's process only: the driver needs no torch
+
+        try:
+            with output_to_run_log(self.run_dir):
+                return run_job(self.overrides, self.run_dir)
+        except ConfigError as err:  # a run that cannot succeed as given: recorded, not retried
+            return {"status": RunStatus.REJECTED, "error": str(err)}
+
+
+def _why(err: Exception) -> str:
+    """One line from a submitit error: the last line of the job's traceback, else the error's first line."""
+    text = str(err)
+    parts = text.split("----------------------\n")
+    lines = [line for line in (parts[1] if len(parts) > 2 else text).splitlines() if line.strip()]
+    return (lines[-1] if len(parts) > 2 else lines[0]) if lines else repr(err)
+
+
+def _disk_full(run_dir: Path, error: str) -> str | None:
+    """Why a run died when its disk is the cause (a full disk fails every retry the same way)."""
+    folder = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("/"))
+    free = shutil.disk_usage(folder).free
+    if "No space left on device" in error or free < _LOW_DISK_BYTES:
+        return f"disk full at {folder} ({free / 2**20:.0f} MiB free): free some space, then relaunch"
+    return None
+
+
+class Pool(ABC, Generic[Item]):
+    """At most `capacity` jobs in flight; `run` feeds it until nothing is left.
+
+    A subclass is built as `Pool(cfg, folder)` from the composed run config (its launcher settings in
+    `cfg.launcher`) and the folder for its jobs' files.
+    """
+
+    def __init__(self, capacity: int, poll_s: float) -> None:
+        self.capacity, self.poll_s = capacity, poll_s
+
+    @staticmethod
+    @abstractmethod
+    def capacity_of(launcher: DictConfig) -> int:
+        """How many runs the pool keeps in flight with these launcher settings."""
+
+    @staticmethod
+    def local_gpus() -> list[str] | None:
+        """The GPUs the runs get on this machine; None where the pool runs them elsewhere (a cluster)."""
+        return None
+
+    @abstractmethod
+    def submit(self, tasks: Sequence[Task]) -> list[Job]:
+        """Start `tasks` now (the pool has room for them); one job each. A scheduler that refuses them
+        raises ConfigError naming the setting to change."""
+
+    @abstractmethod
+    def ending(self, job: Job) -> tuple[RunStatus, str] | None:
+        """How a job that left no result ended, when the scheduler or the job's controller knows."""
+
+    def release(self, job: Job) -> None:
+        """A job ended: its slot is free again."""
+
+    def attach(self, job_id: str) -> Job | None:
+        """A job a previous driver left in the queue or running, if it still is (only a cluster's outlive a driver)."""
+        return None
+
+    def waiting(self, jobs: Sequence[Job]) -> str | None:
+        """Why started jobs are not running yet (a scheduler's pending reasons), for the progress line."""
+        return None
+
+    def extra_overrides(self) -> list[str]:
+        """Per-run overrides of this pool (how many CPU threads a run may use)."""
+        return []
+
+    def outcome(self, job: Job, run_dir: Path) -> dict[str, Any]:
+        """The run's summary; for a job that died, its status and one line saying why (no stale metrics)."""
+        try:
+            return job.result()
+        except Exception as err:  # an exception in run_job, or a process that died
+            recorded = read_summary(run_dir) or {}
+            status, why = self.ending(job) or (RunStatus.FAILED, "")
+            error = recorded.get("error") if recorded.get("status") == RunStatus.FAILED else None
+            error = error or why or _why(err)
+            if disk := _disk_full(run_dir, error):
+                status, error = RunStatus.REJECTED, disk
+            return {"status": status, "error": error, "step": recorded.get("step")}
+
+    def run(
+        self,
+        take: Callable[[int], list[Item]],
+        task: Callable[[Item], Task],
+        on_start: Callable[[Item, str], None],
+        on_done: Callable[[Item, dict[str, Any]], None],
+        attached: Sequence[tuple[Item, Job]] = (),
+        on_refused: Callable[[Item, str], None] = lambda item, error: None,
+        on_wait: Callable[[str | None], None] = lambda why: None,
+        on_poll: Callable[[Item], bool] = lambda item: False,
+    ) -> None:
+        """Start what `take(free slots)` gives, report each job as it ends; on any interruption cancel the rest.
+
+        A submission the scheduler refuses ends the launch: `on_refused` hears of each run it took for
+        it (so none is left looking started), then the ConfigError goes to the user. `on_wait` hears at
+        each poll why started jobs wait (None when none does); `on_poll`, of each running job, whether to
+        stop it now (a pruned trial): it then ends as any job does.
+        """
+        active: dict[Job, tuple[Item, Task]] = {job: (item, task(item)) for item, job in attached}
+        try:
+            while True:
+                items = take(self.capacity - len(active))
+                tasks = [task(i) for i in items]
+                try:
+                    jobs = self.submit(tasks) if tasks else []
+                except ConfigError as err:
+                    for item in items:
+                        on_refused(item, str(err))
+                    raise
+                for item, t, job in zip(items, tasks, jobs, strict=True):
+                    active[job] = (item, t)
+                    on_start(item, str(job.job_id))
+                if not active:
+                    return
+                time.sleep(self.poll_s)
+                on_wait(self.waiting(list(active)))
+                self.cancel([job for job, (item, _) in active.items() if not job.done() and on_poll(item)])
+                for job in [j for j in active if j.done()]:
+                    item, t = active.pop(job)
+                    self.release(job)
+                    on_done(item, self.outcome(job, Path(t.run_dir)))
+        finally:
+            self.cancel(list(active))
+
+    def cancel(self, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            job.cancel(check=False)
+
+
+def make_pool(cfg: DictConfig, folder: Path) -> Pool[Any]:
+    """The pool `launcher._target_` names (conf/launcher/<name>.yaml), built from the run config."""
+    return pool_class(cfg.launcher)(cfg, folder)
+
+
+def pool_class(launcher: DictConfig) -> type[Pool[Any]]:
+    try:
+        cls = get_class(launcher._target_)
+    except Exception as err:  # Hydra raises ImportError or ValueError with a multi-line message
+        raise ConfigError(f"launcher._target_={launcher._target_} is no importable class: check its spelling") from err
+    if not (isinstance(cls, type) and issubclass(cls, Pool)):
+        raise ConfigError(f"launcher._target_={launcher._target_} is not a pool (a subclass of {Pool.__qualname__})")
+    return cls

@@ -1,0 +1,59 @@
+"""What training needs before its first step, built one way for the trainer and the bench.
+
+The torch settings (threads, determinism), the device and precision, and the step-0 model (seeded),
+its compiled form, the optimizer and the schedule: a bench figure is then a figure of the real run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from cart_sweeps.model import build_model
+from cart_sweeps.train.device import amp_dtype, pick_device
+from cart_sweeps.train.optim import build_optimizer, build_scheduler
+
+
+@dataclass
+class Runtime:
+    """Where a run computes: the device and the autocast dtype (None: fp32)."""
+
+    device: torch.device
+    amp: torch.dtype | None
+
+
+def configure_torch(cfg: DictConfig) -> Runtime:
+    """Apply trainer.threads and trainer.deterministic to this process; pick the device and precision."""
+    t = cfg.trainer
+    if t.threads > 0:
+        torch.set_num_threads(t.threads)
+    if t.deterministic:
+        torch.use_deterministic_algorithms(True)
+    device = pick_device(t.device)
+    return Runtime(device, amp_dtype(t.precision, device))
+
+
+def compiles(cfg: DictConfig, device: torch.device) -> bool:
+    """trainer.compile, where null means: on CUDA (the paper's scale), not on the CPU (tiny runs, tests)."""
+    return device.type == "cuda" if cfg.trainer.compile is None else cfg.trainer.compile
+
+
+@dataclass
+class TrainState:
+    """The step-0 model (`forward` is its compiled form where compiling), optimizer and schedule."""
+
+    model: nn.Module
+    forward: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+
+
+def build_state(cfg: DictConfig, device: torch.device) -> TrainState:
+    torch.manual_seed(cfg.seed)  # seeds change only the init; the data order is fixed
+    model = build_model(cfg.model).to(device)
+    forward = torch.compile(model, fullgraph=True) if compiles(cfg, device) else model
+    optimizer = build_optimizer(model, cfg.trainer, device)
+    return TrainState(model, forward, optimizer, build_scheduler(optimizer, cfg.trainer))

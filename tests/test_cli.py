@@ -1,0 +1,155 @@
+"""The user's own command, as a Hydra/Optuna user types it: a stage named without -m, Hydra's flags,
+their own config folder, the numbers a run really has, and what a run shows and keeps of its output."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from optuna.trial import TrialState
+from stages import env, trials, with_fault
+
+from cart_sweeps.compose import CONFIG_NAME_ENV, SEARCHPATH_ENV, compose_config, use_config_sources
+from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.train.output import output_to_run_log
+from cart_sweeps.train.progress import RunProgress
+
+MY_STAGE = {"name": "mine", "grid": {"model.n_loops": [2, 3]}, "recipe": {"seed": 7, "model.d_model": 256}}
+
+
+@pytest.fixture(scope="module")
+def user_configs(tmp_path_factory) -> Path:
+    """A user's config folder outside the repo: a stage of their own and a model preset."""
+    folder = tmp_path_factory.mktemp("my-configs")
+    (folder / "stage").mkdir()
+    (folder / "model").mkdir()
+    (folder / "stage" / "mine.yaml").write_text(yaml.safe_dump(MY_STAGE))
+    (folder / "model" / "mycart.yaml").write_text("defaults:\n  - cart\ninit_std: 0.03\n")
+    (folder / "myconfig.yaml").write_text("defaults:\n  - config\n  - _self_\nseed: 5\n")
+    return folder
+
+
+def cli(module: str, *args: str, runs: Path, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", module, *args]
+    return subprocess.run(command, env=env(runs, **extra), capture_output=True, text=True, timeout=timeout, cwd=runs)
+
+
+@pytest.mark.slow
+def test_a_named_stage_runs_its_grid_without_m(tmp_path, user_configs, data_cache):
+    """No -m: the narrowed Stage-1 grid runs, through the user's model preset (found by every job), with
+    each run's output in its folder; the failing run's is named in the stage's line."""
+    grid = ["stage=1", "scale=tiny", "model=mycart", "model.d_model=32", "model.n_loops=2,4", "model.n_prelude=2"]
+    args = ["--config-dir", str(user_configs), *grid, "trainer.steps=3", "sweep.max_retries=0"]
+    fault = with_fault(tmp_path, "step:raise:2:-R4-", tmp_path / "mark")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cart_sweeps", *args, "launcher.slots=2", "launcher.poll_s=0.2"],
+        env=fault,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    done = {t.params["model.n_loops"]: t for t in trials(tmp_path)}
+    assert sorted(done) == [2, 4] and done[2].state == TrialState.COMPLETE and done[4].state == TrialState.FAIL
+    assert done[2].params["model.d_model"] == 256 and done[2].user_attrs["actual"] == {"model.d_model": 32}
+    run_dir = Path(done[2].user_attrs["run_dir"])
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["model"]["init_std"] == 0.03 and saved["model"]["d_model"] == 32
+    assert saved["scale"]["paper"]["model.d_model"] == 256 and saved["scale"]["paper"]["trainer.seq_len"] == 512
+    assert "d32-P2-R2-s42: step 1/3 loss" in (run_dir / "run.log").read_text()
+    failed_log = Path(done[4].user_attrs["run_dir"]) / "run.log"
+    assert "Traceback" in failed_log.read_text() and "injected fault" in failed_log.read_text()
+    assert "d32-P2-R4-s42: failed" in proc.stderr and f"(output: {failed_log})" in proc.stderr
+
+
+def test_plan_and_cfg_take_the_users_config_folder(tmp_path, user_configs):
+    out = cli("cart_sweeps.plan", "--config-dir", str(user_configs), "stage=mine", "scale=tiny", runs=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "d32-P2-R2-s7" in out.stdout and "d32-P2-R3-s7" in out.stdout
+    assert "scale=tiny maps the paper's numbers: " in out.stdout and "model.d_model 256 -> 32" in out.stdout
+    shown = cli(
+        "cart_sweeps", "stage=mine", "scale=tiny", "--config-dir", str(user_configs), "--cfg", "job", runs=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "# its 2 runs" in shown.stdout and "d32-P2-R3-s7-" in shown.stdout and "cart_sweeps.plan" in shown.stdout
+
+
+def test_hydra_searchpath_reaches_every_composition(monkeypatch, user_configs):
+    monkeypatch.setenv(SEARCHPATH_ENV, "[]")  # restored after the test
+    searchpath = f"hydra.searchpath=[file://{user_configs}]"
+    use_config_sources(None, None, [searchpath])
+    runs = Stage([searchpath, "stage=mine", "model=mycart"]).runs
+    assert [(r.label, r.cfg.model.init_std) for r in runs] == [("d256-P6-R2-s7", 0.03), ("d256-P6-R3-s7", 0.03)]
+
+
+def test_a_primary_config_of_ones_own(monkeypatch, user_configs):
+    """--config-dir DIR --config-name myconfig, as every composition of the command (plan's, a job's) sees it."""
+    monkeypatch.setenv(SEARCHPATH_ENV, "[]")
+    monkeypatch.setenv(CONFIG_NAME_ENV, "config")
+    use_config_sources(str(user_configs), "myconfig", [])
+    assert compose_config(["scale=tiny"]).seed == 5
+
+
+def test_a_config_folder_that_is_not_there_is_one_line(tmp_path):
+    proc = cli("cart_sweeps", "--config-dir", "/no/such/folder", "stage=1", runs=tmp_path)
+    assert proc.returncode == 2 and proc.stderr == "error: --config-dir /no/such/folder: no such folder\n"
+
+
+@pytest.mark.parametrize(
+    ("sweep", "says"),
+    [
+        ("trainer.lr=interval(1e-4,1e-3)", "an interval is a search range"),
+        ("model.n_loops=glob(*)", "glob() picks config group options"),
+        ("model.d_model=32,100", "or [32, 48, 64, 96] (their widths at scale=tiny)"),
+    ],
+)
+def test_sweep_syntax_a_stage_cannot_take_is_one_line(sweep, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        Stage(["stage=1", "scale=tiny", sweep])
+
+
+def test_hydra_shell_completion_installs(tmp_path):
+    proc = cli("cart_sweeps", "-sc", "install=bash", runs=tmp_path)
+    assert proc.returncode == 0 and "hydra_bash_completion" in proc.stdout, proc.stderr
+
+
+def test_widths_at_the_scale_read_back_to_the_papers():
+    """`model.d_model=32,48 scale=tiny` is the paper's 256 and 512, and range() sweeps like a list."""
+    stage = Stage(["stage=1", "scale=tiny", "model.d_model=32,48", "model.n_loops=range(2,5,2)", "model.n_prelude=2"])
+    assert [(r.params["model.d_model"], r.params["model.n_loops"], r.actual) for r in stage.runs] == [
+        (256, 2, {"model.d_model": 32}),
+        (256, 4, {"model.d_model": 32}),
+        (512, 2, {"model.d_model": 48}),
+        (512, 4, {"model.d_model": 48}),
+    ]
+    assert [r.cfg.model.d_model for r in stage.runs] == [32, 32, 48, 48]
+    assert stage.runs[0].run_id == Stage(["stage=1", "scale=tiny", "model.d_model=256"]).runs[0].run_id
+
+
+def test_progress_in_a_log_is_plain_lines_with_an_eta():
+    out = io.StringIO()
+    progress = RunProgress("d32-P2-R2-s42", steps=4, stream=out)
+    for step in (1, 2, 3, 4):
+        progress.update({"step": step, "loss": 9.0 - step, "tokens_per_s": 1000.0})
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "d32-P2-R2-s42: step 1/4 loss 8.0000 1,000 tokens/s ETA ?"
+    assert lines[-1].startswith("d32-P2-R2-s42: step 4/4 loss 5.0000 1,000 tokens/s ETA 0m00s")
+    assert len(lines) == 2  # at most one line per 10 s between the first and the last
+
+
+def test_a_jobs_output_and_traceback_land_in_its_run_log(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"), output_to_run_log(tmp_path / "run") as log:
+        print("from python", flush=True)
+        os.write(2, b"from fd 2\n")
+        raise RuntimeError("boom")
+    text = log.read_text()
+    assert "from python\nfrom fd 2\n" in text and "Traceback" in text and "RuntimeError: boom" in text
+    print("after")  # fd 1 is the test's again
