@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
+from cart_sweeps.model import CART, Dense
 from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.evaluate import load_trained
 from cart_sweeps.train.loop import autocast
@@ -37,7 +38,10 @@ def saved_config(run_dir: Path) -> DictConfig:
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"run_dir={run_dir} holds no config.yaml; point it at a trained run's folder")
-    return OmegaConf.load(path)
+    cfg = OmegaConf.load(path)
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"run_dir={run_dir}: config.yaml is not a run's config; point it at a trained run's folder")
+    return cfg
 
 
 def _device(asked: str | None, run_default: str) -> torch.device:
@@ -60,12 +64,12 @@ def _batch_size(value: int | str | None) -> int:
     return size
 
 
-def _loops(n_loops: int | str | None, model_cfg: DictConfig, model: torch.nn.Module) -> int | None:
+def _loops(n_loops: int | str | None, model: CART | Dense) -> int | None:
     """The inference R (None: the trained R), checked against what this model can run."""
     if n_loops is None:
         return None
-    if model_cfg.name != "cart":
-        raise ConfigError(f"n_loops={n_loops}: a {model_cfg.name} model has no loops; drop n_loops from --model_args")
+    if not isinstance(model, CART):
+        raise ConfigError(f"n_loops={n_loops}: a dense model has no loops; drop n_loops from --model_args")
     try:
         model._check_loops(int(n_loops))  # the model's own rule (table rows, unshared cores)
     except ValueError as err:
@@ -91,7 +95,7 @@ class CartLM(TemplateLM):
         self._device = _device(device, self.cfg.trainer.device)
         self.amp = amp_dtype(self.cfg.trainer.precision, self._device)
         self.model, self.step = load_trained(self.run_dir, self.cfg.model, self._device, "run_dir")
-        self.n_loops = _loops(n_loops, self.cfg.model, self.model)
+        self.n_loops = _loops(n_loops, self.model)
         data = load_prepared(self.cfg.data)
         self.tok = Tokenizer.from_file(str(data.tokenizer_path))
         self.bos_id = data.manifest["tokenizer"]["bos_id"]

@@ -7,11 +7,10 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch import nn
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
-from cart_sweeps.model import build_model
+from cart_sweeps.model import CART, Dense, build_model
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.device import pick_device
@@ -37,7 +36,7 @@ def with_source(cfg: DictConfig) -> DictConfig:
     return OmegaConf.merge(cfg, trained)
 
 
-def load_trained(run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str) -> tuple[nn.Module, int]:
+def load_trained(run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str) -> tuple[CART | Dense, int]:
     """The model of `run_dir`'s newest checkpoint on `device`, and its step; `key` names the setting in errors.
 
     Shared by variable-R inference and the benchmark harness, so both read a trained run the same way.
