@@ -12,6 +12,7 @@ def open_when_released(sweep_dir: str, barrier) -> None:
     barrier.wait()
     Ledger.open(Path(sweep_dir), "1", "sqlite")
 
+@pytest.mark.slow
 
 def test_processes_opening_a_new_ledger_at_once_all_succeed(tmp_path):
     """Optuna creates SQLite tables check-then-create; unguarded, about one opener in five failed."""
