@@ -108,8 +108,8 @@ def new_fields(monkeypatch):
     """The schema as it would be after someone adds a field with a default to model, trainer and a data source."""
     monkeypatch.setattr(config, "Config", ConfigWithNewFields)
 
-@pytest.mark.slow
 
+@pytest.mark.slow
 def test_a_field_added_with_its_default_keeps_every_run_id(new_fields, source):
     assert "new_switch" in compose_config(["scale=tiny"]).model  # the added fields are really there
     assert "revision" in compose_config(["scale=tiny"]).data.sources[0]

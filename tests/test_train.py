@@ -122,8 +122,8 @@ def test_another_config_in_a_used_folder_is_refused(finished_run, capsys):
     with pytest.raises(ConfigError, match="hydra.run.dir"):
         execute(compose_config([*TINY, "trainer.lr=1e-3"]), finished_run)
 
-@pytest.mark.slow
 
+@pytest.mark.slow
 def test_huge_lr_ends_diverged_with_one_line(tmp_path, data_cache):
     run_dir = tmp_path / "diverged"
     proc = cli([*TINY, "trainer.lr=1e6", "trainer.warmup_steps=1", f"hydra.run.dir={run_dir}"])
@@ -140,8 +140,8 @@ def test_bad_override_is_one_line_before_anything_runs(tmp_path):
     assert out.strip().splitlines() == ["error: model.d_model=50 must be a positive multiple of model.head_dim=16"]
     assert not (tmp_path / "bad" / "summary.json").exists()
 
-@pytest.mark.slow
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
     import wandb
 
