@@ -40,6 +40,7 @@ def findings(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
         "parity": _parity,
         "ablations": _ablations,
         "variable_r": _variable_r,
+        "variable_r_bench": _variable_r_bench,
         "rho": _rho,
         "screen": _screen,
     }
@@ -158,6 +159,23 @@ def _variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     return out
 
 
+def _variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Per width: the best inference R for each lm-eval task metric, and whether it is the trained R."""
+    if "variable_r_bench" not in tables:
+        return {}
+    out: Findings = {}
+    for d, g in tables["variable_r_bench"].groupby("d"):
+        trained = plain(g["trained_R"].dropna().iloc[0]) if g["trained_R"].notna().any() else None
+        best, trained_is_best = {}, {}
+        for s in (c for c in g.columns if c.startswith("bench_")):
+            top = g[s].min() if "perplexity" in s else g[s].max()  # perplexity falls as a model improves
+            at_top = g.loc[g[s] == top, "R"]
+            best[s] = plain(at_top.min())  # the smallest R reaching the best score
+            trained_is_best[s] = trained in set(at_top.tolist())  # a tie with another R counts
+        out[str(plain(d))] = {"trained_R": trained, "best_R": best, "trained_is_best": trained_is_best}
+    return out
+
+
 def _screen(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """How early each stage's ranking settles, how Stage 1's ranking carries to Stage 2, and what the input
     cannot show (a results CSV of final numbers has no ranking along the way)."""
@@ -254,6 +272,9 @@ def words(f: Findings, notes: list[str]) -> str:
     for d, v in f.get("variable_r", {}).items():
         best = v["best_R"].get(metric)
         parts.append(f"Varying inference R at d={d} (trained R={v['trained_R']}): {metric} is best at R={best}.")
+    for d, v in f.get("variable_r_bench", {}).items():
+        best = ", ".join(f"{s.removeprefix('bench_')} at R={r}" for s, r in v["best_R"].items())
+        parts.append(f"On the benchmarks at d={d} (trained R={v['trained_R']}), each is best: {best}.")
     if "rho" in f:
         lo, hi = f["rho"]["final_range"]
         wlo, whi = f["rho"]["wd_only_range"]

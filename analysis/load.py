@@ -35,7 +35,7 @@ MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 
 
-CELL = ("model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "eval_n_loops")  # a table cell, per stage
+CELL = ("model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "eval_n_loops", "num_fewshot")  # per stage
 
 
 class AnalysisError(ValueError):
@@ -92,6 +92,11 @@ def require(rows: pd.DataFrame, columns: list[str], table: str) -> None:
 def ppl_sets(rows: pd.DataFrame) -> list[str]:
     """The ppl_<set> columns holding data, sorted (the validation sets these rows were scored on)."""
     return sorted(c for c in rows.columns if c.startswith("ppl_") and rows[c].notna().any())
+
+
+def bench_sets(rows: pd.DataFrame) -> list[str]:
+    """The bench_<task>_<metric> columns holding data, sorted (lm-eval tasks these rows were scored on)."""
+    return sorted(c for c in rows.columns if c.startswith("bench_") and rows[c].notna().any())
 
 
 def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | None]:
@@ -210,12 +215,15 @@ def _run_meta(summary: dict[str, Any], folder: Path, root: Path) -> dict[str, An
     if "eval_n_loops" in summary:
         meta["eval_n_loops"] = summary["eval_n_loops"]
         meta["trained_n_loops"] = summary.get("trained_n_loops", model.get("n_loops"))
+    if summary.get("num_fewshot") is not None:  # a benchmark evaluation's shot count
+        meta["num_fewshot"] = summary["num_fewshot"]
     return meta
 
 
 def _scores(record: dict[str, Any]) -> dict[str, Any]:
     """The scalar results of a summary or eval event (ppl/bpb/ce per set, rho, counts, speed)."""
     skip = {"status", "stage", "run_id", "label", "variant", "seed", "step", "kind", "eval_n_loops", "trained_n_loops"}
+    skip.add("num_fewshot")  # in the run's meta
     return {
         k: v
         for k, v in record.items()

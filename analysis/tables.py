@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.load import AnalysisError, ppl_sets, require
+from analysis.load import AnalysisError, bench_sets, ppl_sets, require
 from analysis.stats import ordering, recipe_of, variance_shares, wd_only_rho, welch_less
 
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "n_layers": "L"}
@@ -265,17 +265,42 @@ def ablations(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def variable_r(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Every validation set against inference R; the R the model was trained at is marked."""
-    rows = rows_of(final, ("variable_r",), "variable_r")
+    return _by_inference_r(final, metric, "variable_r", ppl_sets)
+
+
+def variable_r_bench(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Every lm-eval task's scores against inference R (the paper's variable-R benchmark table)."""
+    return _by_inference_r(final, metric, "variable_r_bench", bench_sets)
+
+
+def _by_inference_r(
+    final: pd.DataFrame, metric: str, name: str, columns: Callable[[pd.DataFrame], list[str]]
+) -> pd.DataFrame:
+    rows = rows_of(final, ("variable_r",), name)
     has_eval = "eval_n_loops" in rows and rows["eval_n_loops"].notna().any()
     trained = "trained_n_loops" if "trained_n_loops" in rows else ("n_loops" if has_eval else None)
     rows = rows.assign(
         R=rows["eval_n_loops"] if has_eval else rows["n_loops"], trained_R=rows[trained] if trained else pd.NA
     )
-    require(rows, ["d_model", "n_prelude", "R", metric], "variable_r")
+    require(rows, ["d_model", "n_prelude", "R", metric], name)
+    if not columns(rows):
+        raise AnalysisError(f"table {name!r} needs lm-eval results (bench_* columns); these runs have none")
     keys = ["d_model", "n_prelude", "trained_R", "R"]
-    table = rows.groupby(keys, dropna=False)[ppl_sets(rows)].mean().reset_index().rename(columns=SHORT)
+    table = rows.groupby(keys, dropna=False)[columns(rows)].mean().reset_index().rename(columns=SHORT)
     table.insert(4, "trained", table["R"] == table["trained_R"])
     return table
+
+
+def benchmarks(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The paper's benchmark table: each width's best Stage-2 run at its trained R, one row per shot count."""
+    rows = rows_of(final, ("benchmarks",), "benchmarks")
+    require(rows, ["d_model", "n_prelude", "n_loops"], "benchmarks")
+    if not bench_sets(rows):
+        raise AnalysisError("table 'benchmarks' needs lm-eval results (bench_* columns); these runs have none")
+    shots = rows["num_fewshot"].fillna(0) if "num_fewshot" in rows else pd.Series(0, index=rows.index)
+    rows = rows.assign(shots=shots.astype(int))
+    keys = ["shots", "d_model", "n_prelude", "n_loops"]
+    return rows.groupby(keys)[bench_sets(rows)].mean().reset_index().rename(columns=SHORT)
 
 
 def rho(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -321,6 +346,8 @@ READS: dict[str, tuple[str, ...]] = {
     "parity": ("parity", "2"),
     "ablations": ("ablations", "2", "parity"),
     "variable_r": ("variable_r",),
+    "variable_r_bench": ("variable_r",),
+    "benchmarks": ("benchmarks",),
     "rho": ("1", "2", "parity"),
 }
 
@@ -337,5 +364,7 @@ TABLES: dict[str, Builder] = {
     "parity": parity,
     "ablations": ablations,
     "variable_r": variable_r,
+    "variable_r_bench": variable_r_bench,
+    "benchmarks": benchmarks,
     "rho": rho,
 }

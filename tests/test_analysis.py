@@ -104,11 +104,12 @@ def write_run(
     seed: int = 1,
     variant: str = "base",
     eval_r: int | None = None,
+    shots: int | None = None,
 ) -> None:
     """One run folder as the trainer writes it: summary.json and metrics.jsonl (last line torn)."""
     dense = layers > 0
     name = f"dense-d{d}-L{layers}" if dense else f"d{d}-P{p}-R{r}" + ("" if variant == "base" else f"-{variant}")
-    label = f"{name}-s{seed}" + (f"-eval{eval_r}" if eval_r else "")
+    label = f"{name}-s{seed}" + (f"-eval{eval_r}" if eval_r else "") + (f"-{shots}shot" if shots is not None else "")
     folder = root / stage / label
     folder.mkdir(parents=True)
     ppl = _ppl(d, 0 if dense else p, eval_r or r, seed, layers) * (1.05 if variant != "base" else 1)
@@ -135,8 +136,12 @@ def write_run(
         **{s: ppl * k for s, k in SETS.items()},
         **{s.replace("ppl", "bpb"): 1.0 for s in SETS},
     }
-    if eval_r:
-        summary.update(eval_n_loops=eval_r, trained_n_loops=r)
+    if eval_r:  # lm-eval scores best one loop above the trained R (accuracy), perplexity at the trained R
+        summary.update(eval_n_loops=eval_r, trained_n_loops=r, num_fewshot=shots)
+        summary.update(
+            bench_cart_nextpassage_acc=0.5 - 0.01 * abs(eval_r - r - 2),
+            bench_cart_lastword_perplexity=90.0 + abs(eval_r - r),
+        )
     (folder / "summary.json").write_text(json.dumps(summary))
     if eval_r:
         return
@@ -166,6 +171,8 @@ def run_tree(tmp_path_factory) -> Path:
         write_run(root, "ablations", d=48, variant=variant, seed=42)
     for eval_r in (2, 4, 6, 8):
         write_run(root, "variable_r", d=48, eval_r=eval_r)
+    for shots in (0, 5):
+        write_run(root, "benchmarks", d=48, eval_r=4, shots=shots)
     (root / "2" / "broken").mkdir()
     (root / "2" / "broken" / "summary.json").write_text("{not json")
     return root
@@ -193,6 +200,11 @@ def test_run_tree_gives_every_table_and_figure(run_tree, tmp_path, capsys):
     assert f["parity"]["stored"]["gap_pct"]["ppl_bible"] > 0 > f["parity"]["effective"]["gap_pct"]["ppl_bible"]
     assert f["ablations"]["disable_lti"]["delta_pct"]["ppl_austen"] == pytest.approx(5.0)
     assert f["variable_r"]["48"]["trained_R"] == 4 and f["variable_r"]["48"]["best_R"]["ppl_austen"] == 4
+    table = pd.read_csv(out / "benchmarks.csv")
+    assert table["shots"].tolist() == [0, 5] and table["bench_cart_nextpassage_acc"].tolist() == [0.48, 0.48]
+    bench = f["variable_r_bench"]["48"]
+    assert bench["best_R"] == {"bench_cart_lastword_perplexity": 4, "bench_cart_nextpassage_acc": 6}
+    assert bench["trained_is_best"] == {"bench_cart_lastword_perplexity": True, "bench_cart_nextpassage_acc": False}
     low, high = f["rho"]["final_range"]
     assert 0.8 < low < high < 0.9
     ablations = pd.read_csv(out / "ablations.csv")
@@ -202,7 +214,7 @@ def test_run_tree_gives_every_table_and_figure(run_tree, tmp_path, capsys):
 def test_load_runs_keeps_the_log_and_skips_torn_lines(run_tree):
     study = load_runs(run_tree)
     final = study.final()
-    assert len(final) == 8 + 8 + 6 + 3 + 4
+    assert len(final) == 8 + 8 + 6 + 3 + 4 + 2
     assert final["step"].eq(40).all()
     assert len(study.evals) == len(final) + 8 + 8 + 6 + 3  # one mid-run eval per trained run
     assert set(study.train["stage"]) == {"1", "2", "parity", "ablations"}

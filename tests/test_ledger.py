@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
+import pytest
+
 from cart_sweeps.sweep.ledger import Ledger
 
 
@@ -13,6 +15,7 @@ def open_when_released(sweep_dir: str, barrier) -> None:
     Ledger.open(Path(sweep_dir), "1", "sqlite")
 
 
+@pytest.mark.slow  # a race, tried 8 times with 8 processes: the full tier
 def test_processes_opening_a_new_ledger_at_once_all_succeed(tmp_path):
     """Optuna creates SQLite tables check-then-create; unguarded, about one opener in five failed."""
     spawn = multiprocessing.get_context("spawn")

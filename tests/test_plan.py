@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from cart_sweeps import plan
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import run_id
+from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import Ledger
 
@@ -119,7 +120,8 @@ def test_zoom_selects_from_the_stage1_ledger(runs_dir):
     for run in s1.runs:
         d, r, p = (run.params[k] for k in ("model.d_model", "model.n_loops", "model.n_prelude"))
         trial = ledger.start(run.params, s1.dists(run.params), {"run_id": run.run_id})
-        ledger.finish(trial, {"status": "completed", "ppl_wiki": STAGE1_P6[d][r] + (6 - p) * 10}, "ppl_wiki")
+        summary = RunSummary.from_dict({"status": "completed", "ppl_wiki": STAGE1_P6[d][r] + (6 - p) * 10})
+        ledger.finish(trial, summary, "ppl_wiki")
     zoom = Stage(["stage=2", "stage.select=zoom"])
     points = {(r.cfg.model.d_model, r.cfg.model.n_loops, r.cfg.model.n_prelude) for r in zoom.runs}
     assert {(r, p) for d, r, p in points if d == 1024} == {(8, 6), (6, 6), (10, 6), (8, 4), (8, 8)}

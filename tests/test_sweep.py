@@ -71,6 +71,7 @@ def test_variable_r_evaluates_a_trained_run(finished):
     runs, _ = finished
     source = next(t.user_attrs["run_dir"] for t in trials(runs) if t.params["model.n_loops"] == 4)
     evaluate = ["stage=variable_r", f"stage.source={source}", "stage.eval_n_loops=2,4,6", "sweep.metric=ppl_austen"]
+    evaluate += ["harness.tasks=[cart_nextpassage]", "harness.limit=20"]  # offline; the paper's four read the hub
     gpus = "GPU-5a1f3c2e-8d4b-4f6a-9e0c-1b2d3e4f5a6b,MIG-8c7d6e5f-4a3b-2c1d-0e9f-8a7b6c5d4e3f"
     proc = sweep(runs, *evaluate, CUDA_VISIBLE_DEVICES=gpus)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -78,6 +79,7 @@ def test_variable_r_evaluates_a_trained_run(finished):
     assert len(evals) == 3 and {t.state for t in evals} == {TrialState.COMPLETE}
     assert {t.params["stage.eval_n_loops"] for t in evals} == {2, 4, 6}
     assert len({t.user_attrs["run_id"] for t in evals}) == 3
+    assert all(0 <= t.user_attrs["results"]["bench_cart_nextpassage_acc"] <= 1 for t in evals)  # lm-eval, in the ledger
 
 
 def test_plan_reads_status_from_the_ledger(finished):

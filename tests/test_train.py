@@ -123,6 +123,7 @@ def test_another_config_in_a_used_folder_is_refused(finished_run, capsys):
         execute(compose_config([*TINY, "trainer.lr=1e-3"]), finished_run)
 
 
+@pytest.mark.slow
 def test_huge_lr_ends_diverged_with_one_line(tmp_path, data_cache):
     run_dir = tmp_path / "diverged"
     proc = cli([*TINY, "trainer.lr=1e6", "trainer.warmup_steps=1", f"hydra.run.dir={run_dir}"])
@@ -140,6 +141,7 @@ def test_bad_override_is_one_line_before_anything_runs(tmp_path):
     assert not (tmp_path / "bad" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
     import wandb
 

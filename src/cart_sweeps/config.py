@@ -86,6 +86,7 @@ class StageKind(StrEnum):
 class CandidateSelection(StrEnum):
     paper = "paper"  # the stage's fixed grid
     zoom = "zoom"  # candidates ranked from an earlier stage's ledger
+    best = "best"  # each width's best run of an earlier stage (its ledger), as the trained run to evaluate
 
 
 class Sampler(StrEnum):
@@ -145,6 +146,7 @@ class SourceConfig:
     data_dir: str | None = None  # base of relative data_files; pkg://cart_sweeps/data/embedded: the shipped corpus
     text_field: str = "text"
     chunks_per_cycle: int = 1  # 1,024-token chunks this source contributes per interleave cycle
+    revision: str | None = None  # hub sources: a commit sha, tag or branch to read (None: the default branch)
 
 
 @dataclass
@@ -161,6 +163,7 @@ class ValSetConfig:
     last_docs: int | None = None  # keep only the last N documents (read without streaming)
     shuffle_seed: int | None = None  # documents in random.Random(seed).shuffle order (read without streaming)
     n_tokens: int = 500_000
+    revision: str | None = None  # hub sources: a commit sha, tag or branch to read (None: the default branch)
 
 
 @dataclass
@@ -171,6 +174,7 @@ class TokenizerConfig:
     bos_token: str = "<s>"
     eos_token: str = "</s>"
     train_docs: int | None = None  # bpe: train on at most this many documents of each source (None: all)
+    revision: str | None = None  # hub: the tokenizer repo's commit sha, tag or branch (None: the default branch)
 
 
 @dataclass
@@ -298,9 +302,10 @@ class StageConfig:
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     search: dict[str, dict[str, Any]] = field(default_factory=dict)
     select: CandidateSelection = CandidateSelection.paper
-    zoom_from: str = "1"  # select=zoom: the stage whose ledger ranks the candidates
+    zoom_from: str = "1"  # select=zoom|best: the stage whose ledger ranks the candidates (best: each width's best run)
     source: str | None = None  # evaluate stages: the run folder of the trained model
     eval_n_loops: int | None = None  # evaluate stages: the inference R
+    num_fewshot: int | None = None  # evaluate stages: lm-eval's shot count (None: each task's own, 0 for the paper's)
 
 
 class Pruner(StrEnum):
@@ -347,6 +352,18 @@ class PathsConfig:
 
 
 @dataclass
+class HarnessConfig:
+    """lm-eval benchmarks run by evaluate stages beside perplexity (src/cart_sweeps/harness); [] for none.
+
+    Not part of a run's identity: like the throughput fields, they say what else is measured of the run.
+    """
+
+    tasks: list[str] = field(default_factory=lambda: ["hellaswag", "arc_challenge", "lambada_openai", "piqa"])
+    limit: int | None = None  # questions per task (None: all)
+    batch_size: int = 8  # the paper's
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -360,6 +377,7 @@ class Config:
     bench: BenchConfig = field(default_factory=BenchConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
     seed: int = 42
+    harness: HarnessConfig = field(default_factory=HarnessConfig)
 
 
 def register_configs() -> None:
@@ -433,7 +451,8 @@ def variant(model: DictConfig | ModelConfig) -> str:
 
 
 def run_label(cfg: DictConfig) -> str:
-    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42."""
+    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
+    d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation)."""
     m = cfg.model
     if m.name == ModelName.dense:
         label = f"dense-d{m.d_model}-L{m.n_layers}"
@@ -444,6 +463,8 @@ def run_label(cfg: DictConfig) -> str:
     label += f"-s{cfg.seed}"
     if cfg.stage.eval_n_loops is not None:
         label += f"-at-R{cfg.stage.eval_n_loops}"
+    if cfg.stage.get("num_fewshot") is not None:
+        label += f"-{cfg.stage.num_fewshot}shot"
     return label
 
 

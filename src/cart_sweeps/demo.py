@@ -1,7 +1,8 @@
 """`python -m cart_sweeps.demo [--quick]`: the whole study at the tiny scale, through the real commands.
 
 Each step is the command a researcher would type (printed before it runs): prepare the embedded corpus,
-Stage 1, Stage 2, parity, ablations, variable-R inference, then the analysis. Every stage keeps a ledger,
+Stage 1, Stage 2, parity, ablations, variable-R inference (perplexity and the lm-eval tasks), the
+benchmarks of each width's best Stage-2 run, then the analysis. Every stage keeps a ledger,
 so a second demo skips what is done and finishes in seconds. `--quick` narrows each grid by overrides
 (the same commands, fewer runs): CI runs it to keep the seams between the pieces tested.
 """
@@ -24,6 +25,7 @@ QUICK = {
     "parity": ["seed=42", "trainer.steps=30"],
     "ablations": ["trainer.steps=30"],
     "variable_r": ["stage.eval_n_loops=2,6,10"],
+    "benchmarks": [],  # already small: Stage 2's best run of each width, 0- and 5-shot
 }
 
 
@@ -51,6 +53,7 @@ def steps(runs: Path, out: Path, quick: bool) -> list[tuple[str, list[str]]]:
         ("Parity: CART against dense at stored and effective parameter parity", stage("parity")),
         ("Ablations: the seven switches and the baseline", stage("ablations")),
         ("Variable-R inference of Stage 2's widest R=6 model", [*stage("variable_r"), SOURCE]),
+        ("Benchmarks (lm-eval): each width's best Stage-2 run, 0- and 5-shot", stage("benchmarks")),
         ("Analysis: tables, figures, findings", ["-m", "analysis", "--runs", str(runs), "--out", str(out)]),
     ]
 
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         if subprocess.run([sys.executable, *command]).returncode != 0:
             sys.exit(f"demo: this step failed: {shown}")
         print(f"--- {time.perf_counter() - t0:.0f} s", flush=True)
-    for table in ("stage1_best", "stage2_seeds", "reversal"):
+    for table in ("stage1_best", "stage2_seeds", "reversal", "variable_r_bench", "benchmarks"):
         path = Path(args.out) / f"{table}.md"
         if path.exists():
             print(f"\n{path}:\n{path.read_text()}")

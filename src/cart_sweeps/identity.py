@@ -7,7 +7,8 @@ when its value differs from its dataclass default. Adding a field with a default
 setting it makes a new run. Changing a later field's default would silently give old ids a new
 meaning, which tests/test_identity.py guards against.
 
-Torch-free and free of the schema module, which re-exports `identity`, `run_id` and `config_id`.
+Torch-free; the schema module (which re-exports `identity`, `run_id` and `config_id`) is imported only to
+type a config read back from a run's config.yaml.
 """
 
 from __future__ import annotations
@@ -156,15 +157,27 @@ def _defining(node: Any, resolved: Any) -> Any:
     }
 
 
+def _typed(group: str, node: DictConfig) -> DictConfig:
+    """A group read back from a run's config.yaml (untyped) on its schema again, so its later fields are known."""
+    if OmegaConf.get_type(node) is not dict:
+        return node
+    from cart_sweeps.config import DataConfig, ModelConfig, TrainerConfig  # the schema imports this module
+
+    schema = {"model": ModelConfig, "data": DataConfig, "trainer": TrainerConfig}[group]
+    return OmegaConf.merge(OmegaConf.structured(schema), node)
+
+
 def identity(cfg: DictConfig, seed: bool = True) -> dict[str, Any]:
     """The meaning-bearing part of a run's config: model, data recipe, training recipe, seed (unless not asked)."""
     out: dict[str, Any] = {"seed": cfg.seed} if seed else {}
     for group in GROUPS:
-        node = cfg[group]
+        node = _typed(group, cfg[group])
         values = _defining(node, OmegaConf.to_container(node, resolve=True))
         out[group] = {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS.get(group, set())}
     if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
         out["eval_n_loops"] = cfg.stage.eval_n_loops
+    if cfg.stage.get("num_fewshot") is not None:  # a benchmark evaluation with lm-eval's few-shot examples
+        out["num_fewshot"] = cfg.stage.num_fewshot
     return out
 
 

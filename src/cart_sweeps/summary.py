@@ -22,8 +22,12 @@ def metric_names(val_sets: list[str]) -> list[str]:
     return [f"{kind}_{name}" for kind in METRIC_KINDS for name in val_sets]
 
 
+BENCHMARK = "bench"  # lm-eval scores: bench_<task>_<metric> (cart_sweeps.harness)
+
+
 def is_metric(key: str) -> bool:
-    return key.split("_", 1)[0] in METRIC_KINDS and "_" in key
+    """A measured number the ledger keeps: <kind>_<set>, or a benchmark's bench_<task>_<metric>."""
+    return "_" in key and key.split("_", 1)[0] in (*METRIC_KINDS, BENCHMARK)
 
 
 @dataclass

@@ -34,7 +34,7 @@ from cart_sweeps.config import DataConfig
 from cart_sweeps.data.errors import DataError
 from cart_sweeps.data.manifest import MANIFEST, TOKENIZER
 from cart_sweeps.data.recipe import as_config, recipe_content, recipe_dir, recipe_hash
-from cart_sweeps.data.sources import iter_texts
+from cart_sweeps.data.sources import hub_revision, iter_texts
 from cart_sweeps.data.tokenizer import check_fits_uint16, check_vocab, load_hub, special_ids, train_bpe
 from cart_sweeps.data.tokens import BinWriter, TokenStream, encode_documents, interleave
 
@@ -87,11 +87,12 @@ def _training_text(cfg: DictConfig) -> Iterator[str]:
             yield from texts
 
 
-def make_tokenizer(cfg: DictConfig) -> Tokenizer:
+def make_tokenizer(cfg: DictConfig) -> tuple[Tokenizer, str | None]:
+    """The tokenizer, and the hub commit it came from (None for a BPE trained here)."""
     if cfg.tokenizer.kind == "hub":
         return load_hub(cfg.tokenizer, cfg.name)
     log.info("data=%s: training a %d-token byte-level BPE on the training sources", cfg.name, cfg.tokenizer.vocab_size)
-    return train_bpe(cfg.tokenizer, _training_text(cfg))
+    return train_bpe(cfg.tokenizer, _training_text(cfg)), None
 
 
 def _bar(desc: str, total: int | None) -> tqdm:
@@ -150,10 +151,17 @@ def write_val(cfg: DictConfig, spec: DictConfig, tok: Tokenizer, bos: int, eos: 
     }
 
 
+def hub_revisions(cfg: DictConfig) -> dict[str, str | None]:
+    """The exact hub commit each source and validation set was read at (None: local files), so two
+    stages can be shown to have read the same data; a recipe pins one with the source's `revision`."""
+    specs = [("source", s) for s in cfg.sources] + [("validation", v) for v in cfg.validation]
+    return {f"{kind}/{spec.name}": hub_revision(spec, cfg.name) for kind, spec in specs}
+
+
 def build(cfg: DictConfig, digest: str, folder: Path) -> dict[str, Any]:
     """Everything of the recipe into `folder`; the manifest is written last."""
     t0 = time.perf_counter()
-    tok = make_tokenizer(cfg)
+    tok, tok_revision = make_tokenizer(cfg)
     vocab_size = check_vocab(tok, cfg.tokenizer, cfg.name)
     bos, eos = special_ids(tok, cfg.tokenizer, cfg.name)
     tok.save(str(folder / TOKENIZER))
@@ -171,7 +179,9 @@ def build(cfg: DictConfig, digest: str, folder: Path) -> dict[str, Any]:
             "vocab_size": vocab_size,
             "bos_id": bos,
             "eos_id": eos,
+            "revision": tok_revision,
         },
+        "revisions": hub_revisions(cfg),
         "chunk_tokens": cfg.chunk_tokens,
         "train": train,
         "validation": val,

@@ -72,10 +72,18 @@ def input_fingerprints(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
+def _without_unpinned(spec: dict[str, Any]) -> dict[str, Any]:
+    """A source without `revision: None`: recipes from before revisions existed keep their hash (and folder)."""
+    return {k: v for k, v in spec.items() if not (k == "revision" and v is None)}
+
+
 def recipe_content(cfg: DictConfig) -> dict[str, Any]:
-    """Everything that determines the bins, as plain data."""
+    """Everything that determines the bins, as plain data (an unpinned revision left out)."""
     node = OmegaConf.to_container(cfg, resolve=True)
     content = {k: v for k, v in node.items() if k not in _NOT_IN_HASH}
+    content["tokenizer"] = _without_unpinned(content["tokenizer"])
+    for key in ("sources", "validation"):
+        content[key] = [_without_unpinned(spec) for spec in content[key]]
     return {"version": PREP_VERSION, "recipe": content, "inputs": input_fingerprints(cfg)}
 
 

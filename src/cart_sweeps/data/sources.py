@@ -49,6 +49,7 @@ def _load(spec: DictConfig, streaming: bool, recipe: str) -> datasets.Dataset | 
             split=spec.split,
             data_files=list(spec.data_files) if spec.data_files else None,
             data_dir=resolve_dir(spec.data_dir),
+            revision=spec.get("revision"),
             streaming=streaming,
         )
     except OSError as e:  # ConnectionError offline, FileNotFoundError for a missing file or dataset
@@ -56,6 +57,17 @@ def _load(spec: DictConfig, streaming: bool, recipe: str) -> datasets.Dataset | 
     except ValueError as e:  # e.g. a split or config the dataset does not have
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DataError(f"data={recipe}: cannot open source '{spec.name}' ({spec.path}): {reason}") from None
+
+
+def hub_revision(spec: DictConfig, recipe: str) -> str | None:
+    """The commit sha of the hub dataset a source reads (its pinned `revision` resolved), for the manifest;
+    None for local files. `datasets` resolves it once per dataset (the cache answers offline)."""
+    if spec.path in LOCAL_BUILDERS:
+        return None
+    try:
+        return datasets.load_dataset_builder(spec.path, name=spec.config_name, revision=spec.get("revision")).hash
+    except OSError as e:
+        raise _open_error(spec, recipe, e) from None
 
 
 def document_order(n_docs: int, last_docs: int | None, shuffle_seed: int | None) -> list[int]:

@@ -7,6 +7,7 @@ self-contained and the ids in the bins can always be decoded.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -26,12 +27,16 @@ def check_fits_uint16(vocab_size: int, recipe: str) -> None:
         )
 
 
-def load_hub(tcfg: DictConfig, recipe: str) -> Tokenizer:
-    """The pretrained `tokenizer.json` of a hub model (the HF cache and HF_HUB_OFFLINE are honoured)."""
+def load_hub(tcfg: DictConfig, recipe: str) -> tuple[Tokenizer, str]:
+    """The pretrained `tokenizer.json` of a hub model at its pinned `revision` (the HF cache and
+    HF_HUB_OFFLINE are honoured), and the commit sha it came from (its snapshot folder's name)."""
     from huggingface_hub import hf_hub_download
 
     try:
-        return Tokenizer.from_file(hf_hub_download(tcfg.name, "tokenizer.json", local_files_only=hub_offline()))
+        path = Path(
+            hf_hub_download(tcfg.name, "tokenizer.json", revision=tcfg.get("revision"), local_files_only=hub_offline())
+        )
+        return Tokenizer.from_file(str(path)), path.parent.name
     except OSError as e:
         raise DataError(
             f"data={recipe}: cannot fetch tokenizer {tcfg.name} ({type(e).__name__}); the hub is unreachable "

@@ -27,7 +27,7 @@ from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.ledger import Ledger
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.scale import to_paper, to_scale
-from cart_sweeps.sweep.zoom import ZOOM_AXES, zoom_candidates
+from cart_sweeps.sweep.zoom import ZOOM_AXES, best_runs, zoom_candidates
 from cart_sweeps.train.runfolder import with_source
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
@@ -118,8 +118,16 @@ class Stage:
         }
 
     def _points(self) -> list[dict[str, Any]]:
-        if self.spec.select not in ("paper", "zoom"):
-            raise ConfigError(f"stage.select={self.spec.select!r} is not allowed; use one of ['paper', 'zoom']")
+        if self.spec.select not in ("paper", "zoom", "best"):
+            raise ConfigError(f"stage.select={self.spec.select!r} is not allowed; use one of ['paper', 'zoom', 'best']")
+        if self.spec.select == "best":  # each width's best run of stage zoom_from, times the grid
+            source = Ledger.read(
+                Path(self.base.paths.runs) / self.spec.zoom_from, self.spec.zoom_from, self.base.sweep.storage
+            )
+            self._best = best_runs(source, self.base.sweep.metric, self.spec.zoom_from)
+            grid = [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
+            d_key, r_key = ZOOM_AXES[:2]
+            return [{d_key: d, "stage.eval_n_loops": b[r_key], **g} for d, b in self._best.items() for g in grid]
         if self.spec.select == "zoom":
             if not all(k in self.axes for k in ZOOM_AXES[:2]):
                 raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
@@ -157,6 +165,8 @@ class Stage:
         values = to_scale(paper, self.base.scale, self._paper, self.train)
         stated = {k: paper[k] if k in paper else OmegaConf.select(self._paper, k) for k in values}
         scaled = {k: v for k, v in stated.items() if v != values[k]}  # kept in the run's config as scale.paper
+        if self.spec.select == "best":  # the folder is no trial param (its value space changes between launches)
+            values["stage.source"] = self._best[params[ZOOM_AXES[0]]]["run_dir"]
         if parity is not None:
             cart = {k: v for k, v in values.items() if k not in ("model", "model.n_layers")}
             values["model.n_layers"] = dense_parity(self._compose(self._overrides(cart)).model, parity)

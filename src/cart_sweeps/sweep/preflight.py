@@ -56,7 +56,7 @@ def check_machine(cfg: DictConfig, gpus: list[str] | None) -> None:
     t, lc = cfg.trainer, cfg.launcher
     no_gpu = not gpus if gpus is not None else OmegaConf.select(lc, "gpus_per_task", default=1) == 0
     where = "this machine has none visible" if gpus is not None else "launcher.gpus_per_task=0"
-    if t.optimizer == "adamw8bit":
+    if t.optimizer == "adamw8bit" and cfg.stage.kind == "train":  # an evaluate stage steps no optimizer
         if no_gpu:
             raise ConfigError(f"trainer.optimizer=adamw8bit needs a CUDA GPU and {where}; use trainer.optimizer=adamw")
         if importlib.util.find_spec("bitsandbytes") is None:
@@ -64,6 +64,25 @@ def check_machine(cfg: DictConfig, gpus: list[str] | None) -> None:
     if t.device == "cuda" and no_gpu:
         raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {where}; use trainer.device=auto")
     check_credentials(cfg.logger)
+    if cfg.stage.kind == "evaluate" and cfg.harness.tasks:
+        check_harness(list(cfg.harness.tasks))
+
+
+def check_harness(tasks: list[str]) -> None:
+    """lm-eval is there, and the hub too unless every task is one of the shipped offline tasks."""
+    from cart_sweeps.data.sources import hub_offline
+    from cart_sweeps.harness import SHIPPED_TASKS
+
+    if importlib.util.find_spec("lm_eval") is None:
+        raise ConfigError(
+            "harness.tasks needs lm-eval: pip install 'cart_sweeps[eval]', or harness.tasks=[] for perplexity only"
+        )
+    if hub_offline() and (hub := [t for t in tasks if t not in SHIPPED_TASKS]):
+        offline = ",".join(sorted(SHIPPED_TASKS - {"cart_tiny"}))
+        raise ConfigError(
+            f"harness.tasks: {','.join(hub)} read the hub, which is off (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE); "
+            f"use the offline tasks harness.tasks=[{offline}] or harness.tasks=[]"
+        )
 
 
 def check_packing(runs_per_gpu: int, need: int, gpu_memory: int | None) -> None:
@@ -83,6 +102,7 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
     for run in runs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
         c = run.cfg
         key = (c.data.name, c.data.cache_dir, c.trainer.optimizer, c.trainer.device, c.logger.name, c.logger.mode)
+        key += (tuple(c.harness.tasks),)
         if key not in seen:
             seen.add(key)
             check_metric(stage.base.sweep.metric, c.data)

@@ -31,6 +31,21 @@ def neighbours(grid: list[int], best: int, lowest: int) -> list[int]:
     return [v for v in (below, best, above) if v >= lowest]
 
 
+def best_runs(ledger: Ledger | None, metric: str, source: str) -> dict[int, dict[str, Any]]:
+    """Per width (paper number), the completed run of stage `source` with the lowest `metric`: its R and
+    folder (what the benchmarks stage evaluates, as the paper's zero-shot table does at each scale's best R)."""
+    if ledger is None:
+        raise ConfigError(f"stage.select=best needs the results of stage {source}: run stage={source} first")
+    best: dict[int, tuple[float, dict[str, Any]]] = {}
+    for trial in ledger.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        value, params = trial.user_attrs.get("results", {}).get(metric), trial.params
+        if value is not None and D in params and R in params and (params[D] not in best or value < best[params[D]][0]):
+            best[params[D]] = (value, {R: params[R], "run_dir": trial.user_attrs["run_dir"]})
+    if not best:
+        raise ConfigError(f"stage.select=best: stage {source} has no completed run with {metric}")
+    return {d: best[d][1] for d in sorted(best)}
+
+
 def zoom_candidates(ledger: Ledger | None, metric: str, widths: list[int], source: str) -> list[dict[str, Any]]:
     """The (d, R, P) points to confirm, for each width in `widths`."""
     if ledger is None:

@@ -103,7 +103,7 @@ def with_source(cfg: DictConfig) -> DictConfig:
     """`cfg` with the model, data, recipe and seed of the trained run named by `stage.source`.
 
     What is evaluated is the source's model, so those groups come from its saved config; the stage
-    contributes only the inference R (`stage.eval_n_loops`).
+    contributes only the inference R (`stage.eval_n_loops`) and what else to measure (`harness`, `stage.num_fewshot`).
     """
     source = cfg.stage.source
     if not source:

@@ -1,0 +1,70 @@
+"""The study's benchmark call: lm-eval on a trained run at one R, its JSON into a run folder, its numbers
+flattened into summary keys (`bench_<task>_<metric>`) that the ledger and the analysis read like any metric."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lm_eval import simple_evaluate
+from lm_eval.loggers import EvaluationTracker
+from lm_eval.tasks import TaskManager
+
+from cart_sweeps.harness import TASKS_DIR
+from cart_sweeps.harness.model import CartLM
+
+RESULTS_DIR = "lm_eval"  # in the evaluating run's folder: lm-eval's own results_<time>.json
+PREFIX = "bench_"
+
+
+def summary_metrics(results: dict[str, Any]) -> dict[str, float]:
+    """lm-eval's per-task numbers as flat summary keys: `acc,none` of hellaswag -> bench_hellaswag_acc.
+
+    Standard errors are left in the JSON; a filter other than `none` keeps its name as a suffix.
+    """
+    out = {}
+    for task, metrics in results["results"].items():
+        for key, value in metrics.items():
+            metric, _, filt = key.partition(",")
+            if not filt or metric.endswith("_stderr") or not isinstance(value, int | float):
+                continue
+            out[f"{PREFIX}{task}_{metric}" + ("" if filt == "none" else f"_{filt}")] = float(value)
+    return out
+
+
+def task_manager(tasks: list[str]) -> TaskManager:
+    """Our shipped tasks, plus lm-eval's own only when a task needs them (indexing its ~14,000 YAML files
+    takes a minute on a small machine)."""
+    ours = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+    if all(task in ours.all_tasks for task in tasks):
+        return ours
+    return TaskManager(include_path=str(TASKS_DIR))
+
+
+def run_benchmarks(
+    source: Path,
+    n_loops: int | None,
+    tasks: list[str],
+    out_dir: Path,
+    num_fewshot: int | None = None,
+    limit: int | None = None,
+    batch_size: int = 8,
+    # 0: no standard errors. lm-eval bootstraps perplexity's in a multiprocessing.Pool whose exit SIGTERMs its
+    # forked workers, and a submitit job's workers inherit its SIGTERM bypass: the run would hang there.
+    bootstrap_iters: int = 0,
+) -> dict[str, float]:
+    """Evaluate `source`'s newest checkpoint at R = `n_loops` on `tasks`; write the results JSON under
+    `out_dir`/lm_eval and return the summary metrics."""
+    lm = CartLM(run_dir=str(source), n_loops=n_loops, batch_size=batch_size)
+    tracker = EvaluationTracker(output_path=str(out_dir / RESULTS_DIR / "results.json"))  # results_<time>.json
+    results = simple_evaluate(
+        model=lm,
+        tasks=list(tasks),
+        num_fewshot=num_fewshot,
+        limit=limit,
+        task_manager=task_manager(tasks),
+        evaluation_tracker=tracker,
+        bootstrap_iters=bootstrap_iters,
+    )
+    tracker.save_results_aggregated(results=results, samples=None)
+    return summary_metrics(results)
