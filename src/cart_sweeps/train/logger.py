@@ -1,20 +1,36 @@
-"""Dashboards: W&B (offline unless asked for online) or a null logger with the same methods."""
+"""Dashboards: W&B (offline unless asked for online) or a null logger with the same methods, by `logger.name`.
+
+A new logger (MLflow, TensorBoard, ...) is a class with `log` and `finish` built from (cfg, run_dir), a
+`LoggerName` member, a line in LOGGERS, and conf/logger/<name>.yaml.
+"""
 
 from __future__ import annotations
 
 import netrc
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, run_id, run_label, variant
+from cart_sweeps.config import ConfigError, LoggerName, run_id, run_label, variant
+
+
+class Logger(Protocol):
+    """What the trainer calls: a row of metrics at a step, and how the run ended."""
+
+    def log(self, row: dict[str, Any], step: int) -> None: ...
+
+    def finish(self, status: str) -> None: ...
 
 
 class NullLogger:
     """Stands in for W&B when `logger=none`: the trainer calls the same methods either way."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        pass
 
     def log(self, row: dict[str, Any], step: int) -> None:
         pass
@@ -105,5 +121,11 @@ def has_wandb_login() -> bool:
     return bool(entry and entry[2])
 
 
-def make_logger(cfg: DictConfig, run_dir: Path) -> NullLogger | WandbLogger:
-    return WandbLogger(cfg, run_dir) if cfg.logger.name == "wandb" else NullLogger()
+LOGGERS: dict[LoggerName, Callable[[DictConfig, Path], Logger]] = {
+    LoggerName.none: NullLogger,
+    LoggerName.wandb: WandbLogger,
+}
+
+
+def make_logger(cfg: DictConfig, run_dir: Path) -> Logger:
+    return LOGGERS[LoggerName(cfg.logger.name)](cfg, run_dir)

@@ -24,7 +24,7 @@ from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.evaluate import evaluate_run
-from cart_sweeps.train.logger import NullLogger, WandbLogger, make_logger
+from cart_sweeps.train.logger import Logger, make_logger
 from cart_sweeps.train.loop import evaluate_sets, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
 from cart_sweeps.train.optim import lr_at
@@ -254,7 +254,7 @@ class Trainer:
 
     def run(self) -> RunSummary:
         """Train from where the run folder left off to the end; record how it ended."""
-        self.logger: NullLogger | WandbLogger = make_logger(self.cfg, self.run_dir)
+        self.logger: Logger = make_logger(self.cfg, self.run_dir)
         self.summary.update({"status": RunStatus.RUNNING, "env": environment(self.device)})
         self._wall0, self._wall_before, status = time.perf_counter(), 0.0, RunStatus.FAILED
         try:
