@@ -14,6 +14,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis.load import CELL, AnalysisError, require
+from analysis.stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 
 KEY = [c for c in CELL if c != "d_model"]  # what a ranking within one width ranks
 MIN_RANKED = 3  # fewer configurations make Kendall's tau and Spearman's rho +-1 by construction
@@ -84,8 +85,8 @@ def screen_transfer(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Stage 1's final ranking against Stage 2's at the step Stage 1 ended (or the last before) and at the end."""
     require(evals, ["stage", "d_model", "step", metric], "screen_transfer")
     rows = evals.dropna(subset=[metric, "step"])
-    one, keys = _configs(rows[rows["stage"] == "1"], metric)
-    two, _ = _configs(rows[rows["stage"] == "2"], metric)
+    one, keys = _configs(rows[rows["stage"] == SCREEN], metric)
+    two, _ = _configs(rows[rows["stage"] == CONFIRM], metric)
     if one.empty or two.empty:
         raise AnalysisError("table 'screen_transfer' needs runs of stage 1 and stage 2; the input lacks one")
     screen = _final_step(one, keys)
@@ -140,5 +141,5 @@ def _settled_from(steps: np.ndarray, agrees: np.ndarray) -> int | None:
     return int(steps[failing[-1] + 1] if len(failing) else steps[0])
 
 
-READS = {"screen_agreement": ("1", "2", "parity", "ablations", "variable_r"), "screen_transfer": ("1", "2")}
+READS = {"screen_agreement": (SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R), "screen_transfer": (SCREEN, CONFIRM)}
 TABLES = {"screen_agreement": screen_agreement, "screen_transfer": screen_transfer}  # built from every step

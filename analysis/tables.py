@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import AnalysisError, bench_sets, ppl_sets, require
+from analysis.stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from analysis.stats import ordering, recipe_of, variance_shares, wd_only_rho, welch_less
 
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "n_layers": "L"}
@@ -43,7 +44,7 @@ def matching(rows: pd.DataFrame, config: pd.Series) -> pd.DataFrame:
 
 def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.DataFrame:
     """Stage-1 metric per (d, P, R), averaged over seeds where a cell has several."""
-    rows = rows_of(final, ("1",), table)
+    rows = rows_of(final, (SCREEN,), table)
     require(rows, [*CONFIG, metric], table)
     return rows.groupby(CONFIG)[metric].mean().reset_index().rename(columns=SHORT)
 
@@ -119,7 +120,7 @@ def stage1_variance(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def stage2_seeds(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Stage 2: mean and std over seeds of every validation set, per (d, P, R)."""
-    rows = rows_of(final, ("2",), "stage2_seeds")
+    rows = rows_of(final, (CONFIRM,), "stage2_seeds")
     require(rows, [*CONFIG, metric], "stage2_seeds")
     groups = rows.groupby(CONFIG)
     table = groups[ppl_sets(rows)].agg(["mean", "std"])
@@ -138,7 +139,7 @@ def stage2_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 def reversal(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per width: the Stage-1 pick of R (at the stage-2 P), the Stage-2 best R, and whether the
     Stage-2 winner beats the Stage-1 pick over seeds (one-sided Welch t-test)."""
-    seeds = rows_of(final, ("2",), "reversal")
+    seeds = rows_of(final, (CONFIRM,), "reversal")
     best2 = stage2_best(final, metric)
     cells1 = stage1_cells(final, metric, "reversal")
     rows = []
@@ -187,7 +188,7 @@ def parity(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     The shallower dense model is stored-parameter parity, the deeper effective-parameter parity. CART
     comes from the parity stage, or else from stage 2 at the same width and its best R.
     """
-    dense = rows_of(final, ("parity",), "parity", model="dense", base_only=False)
+    dense = rows_of(final, (PARITY,), "parity", model="dense", base_only=False)
     require(dense, ["d_model", "n_layers", metric], "parity")
     rows = []
     for d, at_d in dense.groupby("d_model"):
@@ -218,7 +219,7 @@ def parity(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def _parity_cart(final: pd.DataFrame, metric: str, d: int) -> tuple[pd.DataFrame, str]:
     """The CART runs dense is measured against at width d, and where they came from."""
-    cart = select(final, ("parity",))
+    cart = select(final, (PARITY,))
     cart = cart[cart["d_model"] == d] if not cart.empty else cart
     if not cart.empty:
         p, r = cart["n_prelude"].mode()[0], cart["n_loops"].mode()[0]
@@ -228,18 +229,18 @@ def _parity_cart(final: pd.DataFrame, metric: str, d: int) -> tuple[pd.DataFrame
     if best.empty:
         raise AnalysisError(f"table 'parity' needs CART runs at d={d} in stage parity or 2; the input has none")
     p, r = best["P"].iloc[0], best["R"].iloc[0]
-    cart = matching(select(final, ("2",)), pd.Series({"d_model": d, "n_prelude": p, "n_loops": r}))
+    cart = matching(select(final, (CONFIRM,)), pd.Series({"d_model": d, "n_prelude": p, "n_loops": r}))
     return cart, f"stage 2 P={p} R={r}"
 
 
 def ablations(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Each ablation against the baseline: delta % (positive = worse) and whether it lies beyond 2 sigma
     of the baseline's seed noise (from stage 2 or parity CART runs of the same config)."""
-    rows = rows_of(final, ("ablations",), "ablations", base_only=False)
+    rows = rows_of(final, (ABLATIONS,), "ablations", base_only=False)
     require(rows, [*CONFIG, metric], "ablations")
     base = rows[rows["variant"] == "base"]
     config = (base if not base.empty else rows)[CONFIG].mode().iloc[0]
-    noise = matching(select(final, ("2", "parity")), config)
+    noise = matching(select(final, (CONFIRM, PARITY)), config)
     reference = base if not base.empty else noise
     if reference.empty:
         raise AnalysisError("table 'ablations' needs a 'base' run in stage ablations, 2 or parity")
@@ -276,7 +277,7 @@ def variable_r_bench(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 def _by_inference_r(
     final: pd.DataFrame, metric: str, name: str, columns: Callable[[pd.DataFrame], list[str]]
 ) -> pd.DataFrame:
-    rows = rows_of(final, ("variable_r",), name)
+    rows = rows_of(final, (VARIABLE_R,), name)
     has_eval = "eval_n_loops" in rows and rows["eval_n_loops"].notna().any()
     trained = "trained_n_loops" if "trained_n_loops" in rows else ("n_loops" if has_eval else None)
     rows = rows.assign(
@@ -293,7 +294,7 @@ def _by_inference_r(
 
 def benchmarks(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The paper's benchmark table: each width's best Stage-2 run at its trained R, one row per shot count."""
-    rows = rows_of(final, ("benchmarks",), "benchmarks")
+    rows = rows_of(final, (BENCHMARKS,), "benchmarks")
     require(rows, ["d_model", "n_prelude", "n_loops"], "benchmarks")
     if not bench_sets(rows):
         raise AnalysisError("table 'benchmarks' needs lm-eval results (bench_* columns); these runs have none")
@@ -305,7 +306,7 @@ def benchmarks(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def rho(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Final rho per (stage, d, P, R) beside the value weight decay alone predicts for the run's recipe."""
-    rows = rows_of(final, ("1", "2", "parity"), "rho")
+    rows = rows_of(final, (SCREEN, CONFIRM, PARITY), "rho")
     require(rows, [*CONFIG, "rho", "step"], "rho")
     rows = rows[rows["rho"].notna() & rows["step"].notna()]
     rows = rows.assign(rho_wd_only=[_wd_only_at(row) for _, row in rows.iterrows()])
@@ -334,21 +335,21 @@ def _chain(levels: list) -> str:
 
 # The stages each table reads (what its "Runs:" line reports).
 READS: dict[str, tuple[str, ...]] = {
-    "stage1_grid": ("1",),
-    "stage1_best": ("1",),
-    "stage1_r_benefit": ("1",),
-    "stage1_p_ordering": ("1",),
-    "stage1_variance": ("1",),
-    "stage2_seeds": ("2",),
-    "stage2_best": ("2",),
-    "reversal": ("1", "2"),
-    "reversal_cells": ("1", "2"),
-    "parity": ("parity", "2"),
-    "ablations": ("ablations", "2", "parity"),
-    "variable_r": ("variable_r",),
-    "variable_r_bench": ("variable_r",),
-    "benchmarks": ("benchmarks",),
-    "rho": ("1", "2", "parity"),
+    "stage1_grid": (SCREEN,),
+    "stage1_best": (SCREEN,),
+    "stage1_r_benefit": (SCREEN,),
+    "stage1_p_ordering": (SCREEN,),
+    "stage1_variance": (SCREEN,),
+    "stage2_seeds": (CONFIRM,),
+    "stage2_best": (CONFIRM,),
+    "reversal": (SCREEN, CONFIRM),
+    "reversal_cells": (SCREEN, CONFIRM),
+    "parity": (PARITY, CONFIRM),
+    "ablations": (ABLATIONS, CONFIRM, PARITY),
+    "variable_r": (VARIABLE_R,),
+    "variable_r_bench": (VARIABLE_R,),
+    "benchmarks": (BENCHMARKS,),
+    "rho": (SCREEN, CONFIRM, PARITY),
 }
 
 TABLES: dict[str, Builder] = {

@@ -8,6 +8,7 @@ name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identit
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
@@ -81,6 +82,18 @@ class LoggerMode(StrEnum):
 class StageKind(StrEnum):
     train = "train"
     evaluate = "evaluate"  # no training: a trained run evaluated at another loop count
+
+
+class StageRole(StrEnum):
+    """The part a stage plays in the paper's study: what the analysis reads its runs as, and the demo runs."""
+
+    screen = "screen"  # Stage 1
+    confirm = "confirm"  # Stage 2
+    parity = "parity"
+    ablations = "ablations"
+    variable_r = "variable_r"
+    benchmarks = "benchmarks"
+    search = "search"
 
 
 class CandidateSelection(StrEnum):
@@ -297,6 +310,7 @@ class StageConfig:
 
     name: str = "single"
     kind: StageKind = StageKind.train
+    role: StageRole | None = None  # its part in the paper's study (None: in no paper table)
     grid: dict[str, list[Any]] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -392,6 +406,17 @@ def register_configs() -> None:
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):
         stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
+
+
+@functools.cache
+def stage_names() -> dict[StageRole, str]:
+    """The shipped stage playing each role (sweeps/*.yaml `role:`): the analysis and the demo name no stage."""
+    stages = [OmegaConf.load(path) for path in sorted(SWEEPS_DIR.glob("*.yaml"))]
+    return {StageRole(s.role): str(s.name) for s in stages if s.get("role")}
+
+
+def stages_of(*roles: StageRole) -> tuple[str, ...]:
+    return tuple(stage_names()[role] for role in roles)
 
 
 def validate_model(m: DictConfig | ModelConfig) -> None:

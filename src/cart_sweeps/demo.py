@@ -16,44 +16,54 @@ import sys
 import time
 from pathlib import Path
 
+from cart_sweeps.config import StageRole, stage_names
+
 STAGE = ["-m", "cart_sweeps", "-m", "scale=tiny", "launcher.slots=2"]
 # --quick: corners of each grid (paper numbers; scale=tiny maps them), enough for every table.
 # The Stage-2 recipe's stages also run fewer steps (a plain override wins over the stage's recipe).
 QUICK = {
-    "1": ["model.d_model=256,1024", "model.n_loops=2,8", "model.n_prelude=2,6"],
-    "2": ["model.d_model=256,1024", "model.n_loops=6,8", "seed=42,137", "trainer.steps=30"],
-    "parity": ["seed=42", "trainer.steps=30"],
-    "ablations": ["trainer.steps=30"],
-    "variable_r": ["stage.eval_n_loops=2,6,10"],
-    "benchmarks": [],  # already small: Stage 2's best run of each width, 0- and 5-shot
+    StageRole.screen: ["model.d_model=256,1024", "model.n_loops=2,8", "model.n_prelude=2,6"],
+    StageRole.confirm: ["model.d_model=256,1024", "model.n_loops=6,8", "seed=42,137", "trainer.steps=30"],
+    StageRole.parity: ["seed=42", "trainer.steps=30"],
+    StageRole.ablations: ["trainer.steps=30"],
+    StageRole.variable_r: ["stage.eval_n_loops=2,6,10"],
+    StageRole.benchmarks: [],  # already small: Stage 2's best run of each width, 0- and 5-shot
 }
+# The model the paper evaluates at other R: Stage 2's widest, R=6, seed 42 (paper numbers).
+VARIABLE_R_SOURCE = {"model.d_model": 1024, "model.n_loops": 6, "seed": 42}
+SOURCE = "stage.source=runs/2/d96-P6-R6-s42-<id>"  # shown; the demo fills in the folder variable_r_source finds
 
 
-SOURCE = "stage.source=runs/2/d96-P6-R6-s42-<id>"  # the folder's name ends in the run id
+def variable_r_source(runs: Path, quick: bool) -> Path:
+    """The folder of that Stage-2 run, found by its grid point (the stage's own expansion names folders)."""
+    from cart_sweeps.sweep.expand import Stage
+
+    confirm = Stage([f"stage={stage_names()[StageRole.confirm]}", *stage_args(StageRole.confirm, quick)])
+    run = next((r for r in confirm.runs if VARIABLE_R_SOURCE.items() <= r.params.items()), None)
+    if run is None or not (run.run_dir / "summary.json").exists():
+        sys.exit(f"demo: Stage 2 has no run at {VARIABLE_R_SOURCE} to evaluate; run the Stage 2 step first")
+    return run.run_dir
 
 
-def variable_r_source(runs: Path) -> Path:
-    """Stage 2's d=1024 (tiny: 96) R=6 seed-42 run: the model the paper evaluates at other R."""
-    found = sorted(runs.glob("2/d96-P6-R6-s42-*/summary.json"))
-    if not found:
-        sys.exit("demo: Stage 2 has no d96-P6-R6-s42 run to evaluate; run the Stage 2 step first")
-    return found[0].parent
+def stage_args(role: StageRole, quick: bool) -> list[str]:
+    """The overrides after `stage=<name>`: the tiny scale, and --quick's narrowing."""
+    return [*STAGE[3:], *(QUICK[role] if quick else [])]
 
 
 def steps(runs: Path, out: Path, quick: bool) -> list[tuple[str, list[str]]]:
     """(title, command) in order; variable-R's SOURCE is filled in when Stage 2 has run."""
 
-    def stage(name: str) -> list[str]:
-        return [*STAGE, f"stage={name}", *(QUICK[name] if quick else [])]
+    def stage(role: StageRole) -> list[str]:
+        return [*STAGE, f"stage={stage_names()[role]}", *(QUICK[role] if quick else [])]
 
     return [
         ("Prepare the embedded corpus (tokenizer, bins)", ["-m", "cart_sweeps.data.prepare", "data=embedded"]),
-        ("Stage 1: width x R x P screen, 1 seed", stage("1")),
-        ("Stage 2: P=6, width x R x 3 seeds, the longer recipe", stage("2")),
-        ("Parity: CART against dense at stored and effective parameter parity", stage("parity")),
-        ("Ablations: the seven switches and the baseline", stage("ablations")),
-        ("Variable-R inference of Stage 2's widest R=6 model", [*stage("variable_r"), SOURCE]),
-        ("Benchmarks (lm-eval): each width's best Stage-2 run, 0- and 5-shot", stage("benchmarks")),
+        ("Stage 1: width x R x P screen, 1 seed", stage(StageRole.screen)),
+        ("Stage 2: P=6, width x R x 3 seeds, the longer recipe", stage(StageRole.confirm)),
+        ("Parity: CART against dense at stored and effective parameter parity", stage(StageRole.parity)),
+        ("Ablations: the seven switches and the baseline", stage(StageRole.ablations)),
+        ("Variable-R inference of Stage 2's widest R=6 model", [*stage(StageRole.variable_r), SOURCE]),
+        ("Benchmarks (lm-eval): each width's best Stage-2 run, 0- and 5-shot", stage(StageRole.benchmarks)),
         ("Analysis: tables, figures, findings", ["-m", "analysis", "--runs", str(runs), "--out", str(out)]),
     ]
 
@@ -66,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
     start = time.perf_counter()
     for title, command in steps(runs, Path(args.out), args.quick):
-        command = [f"stage.source={variable_r_source(runs)}" if a == SOURCE else a for a in command]
+        command = [f"stage.source={variable_r_source(runs, args.quick)}" if a == SOURCE else a for a in command]
         shown = "python " + " ".join(command)
         print(f"\n=== {title}\n$ {shown}", flush=True)
         t0 = time.perf_counter()
