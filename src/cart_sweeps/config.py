@@ -202,16 +202,19 @@ class DataConfig:
     streaming: bool = True
 
 
+IN_STEPS = {"in_steps": True}  # field metadata: a count of steps, shrunk with the run's length by a scale
+
+
 @dataclass
 class TrainerConfig:
-    steps: int = 30_500
+    steps: int = field(default=30_500, metadata=IN_STEPS)
     seq_len: int = 1024
     micro_batch_size: int = 8
     grad_accum: int = 4
     optimizer: Optimizer = Optimizer.adamw
     lr: float = 3e-4
     min_lr: float = 3e-5
-    warmup_steps: int = 100
+    warmup_steps: int = field(default=100, metadata=IN_STEPS)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     weight_decay: float = 0.1
     decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
@@ -221,11 +224,11 @@ class TrainerConfig:
     device: Device = Device.auto
     threads: int = 0  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
-    eval_every: int = 500
+    eval_every: int = field(default=500, metadata=IN_STEPS)
     eval_windows: int = 50
     eval_batch_size: int = 8
-    log_every: int = 50
-    ckpt_every: int = 5000
+    log_every: int = field(default=50, metadata=IN_STEPS)
+    ckpt_every: int = field(default=5000, metadata=IN_STEPS)
     keep_checkpoints: int = 2  # newest checkpoints kept per run; 0 keeps all
 
 

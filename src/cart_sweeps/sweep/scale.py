@@ -8,15 +8,16 @@ scale=tiny) is read back to the paper's number by `to_paper`: the scale's width 
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import ConfigError, TrainerConfig
 
 # Keys shrunk with the run's length; at a train stage each is always emitted (from the paper recipe when
 # the stage does not state it), so a run's schedule, evals and checkpoints shrink with its length.
-_STEP_KEYS = ("trainer.steps", "trainer.warmup_steps", "trainer.eval_every", "trainer.log_every", "trainer.ckpt_every")
+_STEP_KEYS = tuple(f"trainer.{f.name}" for f in fields(TrainerConfig) if f.metadata.get("in_steps"))
 _SEQ_KEYS = ("trainer.seq_len", "model.max_seq_len")
 _BATCH_KEYS = ("trainer.micro_batch_size",)
 
