@@ -103,7 +103,8 @@ class PlanFormat(StrEnum):
     csv = "csv"
 
 
-GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # the GPUs plan can cost a stage on
+# The GPUs plan can cost a stage on (members from a runtime table, which mypy cannot list).
+GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # type: ignore[misc]
 
 
 ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
@@ -335,7 +336,7 @@ class BenchConfig:
 class PlanConfig:
     """`python -m cart_sweeps.plan`: how to cost a stage and print it."""
 
-    gpu: GPU = GPU.h100  # peak dense bf16 FLOP/s: hardware.PEAK_BF16_FLOPS
+    gpu: GPU = GPU("h100")  # peak dense bf16 FLOP/s: hardware.PEAK_BF16_FLOPS
     mfu: float = 0.35  # assumed model FLOPs utilisation
     format: PlanFormat = PlanFormat.table
     slots: int | None = None  # slots for the simulated makespan (None: the stage's launcher's)
@@ -426,7 +427,7 @@ ABLATION_SWITCHES = tuple(f.name for f in fields(ModelConfig) if f.metadata.get(
 
 def variant(model: DictConfig | ModelConfig) -> str:
     """The ablation label of a model config: 'base', or its switches joined by '+'."""
-    on = [s for s in ABLATION_SWITCHES if model[s]]
+    on = [s for s in ABLATION_SWITCHES if getattr(model, s)]
     if model.core_update != CoreUpdate.reference:
         on.append(f"core_{model.core_update}")
     return "+".join(on) or "base"

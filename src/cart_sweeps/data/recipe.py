@@ -12,7 +12,7 @@ import json
 import os
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -74,7 +74,7 @@ def input_fingerprints(cfg: DictConfig) -> dict[str, str]:
 
 def recipe_content(cfg: DictConfig) -> dict[str, Any]:
     """Everything that determines the bins, as plain data."""
-    node = OmegaConf.to_container(cfg, resolve=True)
+    node = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     content = {k: v for k, v in node.items() if k not in _NOT_IN_HASH}
     return {"version": PREP_VERSION, "recipe": content, "inputs": input_fingerprints(cfg)}
 

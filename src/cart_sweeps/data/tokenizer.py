@@ -7,6 +7,7 @@ self-contained and the ids in the bins can always be decoded.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -67,7 +68,7 @@ def special_ids(tok: Tokenizer, tcfg: DictConfig, recipe: str) -> tuple[int, int
             f"data={recipe}: tokenizer {tcfg.name} has no {tcfg.bos_token!r}/{tcfg.eos_token!r} token; "
             "set data.tokenizer.bos_token and data.tokenizer.eos_token to its own"
         )
-    return ids
+    return cast(tuple[int, int], ids)  # neither is None, checked above
 
 
 def check_vocab(tok: Tokenizer, tcfg: DictConfig, recipe: str) -> int:
