@@ -7,6 +7,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -40,7 +41,7 @@ def _panels(widths: list, ylabel: str, title: str) -> tuple[Figure, list[Axes]]:
 
 def _save(fig: Figure, stem: Path) -> list[Path]:
     """One legend for the whole figure (each label once, below the panels), then PNG and PDF."""
-    labelled: dict[str, object] = {}
+    labelled: dict[str, Artist] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             labelled.setdefault(label, handle)

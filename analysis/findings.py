@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -195,7 +195,7 @@ def _screen(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
         shortest = shortest_screen(table)
         for widths in shortest.values():  # a screen settles for a stage when it has settled at every width
             steps = {k: [w[k] for w in widths.values()] for k in ("top1_step", "full_order_step")}
-            widths["all_widths"] = {k: None if None in v else max(v) for k, v in steps.items()}
+            widths["all_widths"] = {k: None if None in v else max(cast(list[float], v)) for k, v in steps.items()}
         out["shortest"] = shortest
     if "screen_transfer" in tables:
         out["stage1_to_stage2"] = {

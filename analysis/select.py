@@ -176,7 +176,8 @@ def _one_config_per_cell(records: list[RunRecord], newest: dict[str, int]) -> tu
     cells: dict[tuple[Any, ...], list[RunRecord]] = defaultdict(list)
     for record in records:
         cells[record.cell].append(record)
-    kept, mixed = [], []
+    kept: list[RunRecord] = []
+    mixed: list[RunRecord] = []
     for group in cells.values():
         by_id = all(r.config_id for r in group)
         latest = max(group, key=lambda r: (newest.get(r.run_id or "", -1), r.written))

@@ -4,8 +4,10 @@ value of rho that weight decay alone predicts."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,7 +36,7 @@ def recipe_of(row: pd.Series) -> Recipe:
     steps = the row's step where the input carries no trainer config (a results CSV)."""
     given = {f.name: row[f.name] for f in fields(Recipe) if f.name in row and pd.notna(row[f.name])}
     given.setdefault("steps", row["step"])
-    types = {"steps": int, "warmup_steps": int, "decay_all": _flag}
+    types: dict[str, Callable[[Any], Any]] = {"steps": int, "warmup_steps": int, "decay_all": _flag}
     return Recipe(**{k: types.get(k, float)(v) for k, v in given.items()})
 
 

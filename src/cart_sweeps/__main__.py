@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import cast
 
 import hydra
 from hydra._internal.utils import get_args_parser
@@ -75,7 +76,7 @@ def precheck(overrides: list[str]) -> None:
         for o in parsed
         if o.is_sweep_override() and o.value_type not in (ValueType.INTERVAL_SWEEP, ValueType.GLOB_CHOICE_SWEEP)
     ]
-    compose_config(single)
+    compose_config(cast(list[str], single))  # the parser records every override's text
 
 
 def show_stage(overrides: list[str], command: list[str]) -> None:

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -117,7 +117,8 @@ class PlanFormat(StrEnum):
     csv = "csv"
 
 
-GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # the GPUs plan can cost a stage on
+# The GPUs plan can cost a stage on (members from a runtime table, which mypy cannot list).
+GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # type: ignore[misc]
 
 
 ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
@@ -357,7 +358,7 @@ class BenchConfig:
 class PlanConfig:
     """`python -m cart_sweeps.plan`: how to cost a stage and print it."""
 
-    gpu: GPU = GPU.h100  # peak dense bf16 FLOP/s: hardware.PEAK_BF16_FLOPS
+    gpu: GPU = GPU("h100")  # peak dense bf16 FLOP/s: hardware.PEAK_BF16_FLOPS
     mfu: float = 0.35  # assumed model FLOPs utilisation
     format: PlanFormat = PlanFormat.table
     slots: int | None = None  # slots for the simulated makespan (None: the stage's launcher's)
@@ -414,7 +415,7 @@ def register_configs() -> None:
 @functools.cache
 def stage_names() -> dict[StageRole, str]:
     """The shipped stage playing each role (sweeps/*.yaml `role:`): the analysis and the demo name no stage."""
-    stages = [OmegaConf.load(path) for path in sorted(SWEEPS_DIR.glob("*.yaml"))]
+    stages = [cast(DictConfig, OmegaConf.load(path)) for path in sorted(SWEEPS_DIR.glob("*.yaml"))]
     return {StageRole(s.role): str(s.name) for s in stages if s.get("role")}
 
 
@@ -472,7 +473,7 @@ ABLATION_SWITCHES = tuple(f.name for f in fields(ModelConfig) if f.metadata.get(
 
 def variant(model: DictConfig | ModelConfig) -> str:
     """The ablation label of a model config: 'base', or its switches joined by '+'."""
-    on = [s for s in ABLATION_SWITCHES if model[s]]
+    on = [s for s in ABLATION_SWITCHES if getattr(model, s)]
     if model.core_update != CoreUpdate.reference:
         on.append(f"core_{model.core_update}")
     return "+".join(on) or "base"

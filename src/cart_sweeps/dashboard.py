@@ -78,6 +78,7 @@ def build_report(cfg: DictConfig, entity: str, tables: dict[str, pd.DataFrame]) 
         filters=[ws.Config("stage.name") == cfg.stage.name],
         groupby=["config.model.d_model", "config.model.n_loops"],
     )
+    plots: list[wr.interface.PanelTypes]  # PanelGrid takes any panel kind
     plots = [wr.LinePlot(title=key, x="Step", y=[key]) for keys in panels_spec(cfg).values() for key in keys]
     blocks: list[Any] = [wr.PanelGrid(runsets=[runs], panels=plots)]
     for name, table in tables.items():
@@ -133,6 +134,7 @@ def dashboard(overrides: list[str]) -> None:
     import wandb
 
     entity = cfg.logger.entity or wandb.Api().default_entity
+    assert entity is not None  # check_credentials passed: the API knows the login's entity
     workspace = build_workspace(cfg, entity).save()
     print(f"saved W&B workspace: {workspace.url}")
     report = build_report(cfg, entity, tables).save()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -122,7 +122,7 @@ def _later_defaults(schema: type) -> dict[str, Any]:
 
 @functools.cache
 def _defaults(schema: type) -> dict[str, Any]:
-    return OmegaConf.to_container(OmegaConf.structured(schema), resolve=False)
+    return cast(dict[str, Any], OmegaConf.to_container(OmegaConf.structured(schema), resolve=False))
 
 
 def _holds_default(node: DictConfig, key: str, value: Any, default: Any) -> bool:
@@ -131,7 +131,7 @@ def _holds_default(node: DictConfig, key: str, value: Any, default: Any) -> bool
     if isinstance(value, dict | list):
         value = OmegaConf.to_container(node[key], resolve=False)
     elif OmegaConf.is_interpolation(node, key):
-        value = OmegaConf.to_container(node, resolve=False)[key]
+        value = cast(dict[str, Any], OmegaConf.to_container(node, resolve=False))[key]
     return value == default
 
 
@@ -145,9 +145,9 @@ def _defining(node: Any, resolved: Any) -> Any:
         return [_defining(n, r) for n, r in zip(node, resolved, strict=True)]
     if not isinstance(node, DictConfig):
         return resolved
-    schema = OmegaConf.get_type(node)
+    schema: type | None = OmegaConf.get_type(node)
     frozen = frozen_fields(schema) if schema is not None else None
-    if frozen is None:
+    if schema is None or frozen is None:
         return resolved
     later = _later_defaults(schema)
     return {
@@ -164,7 +164,7 @@ def _typed(group: str, node: DictConfig) -> DictConfig:
     from cart_sweeps.config import DataConfig, ModelConfig, TrainerConfig  # the schema imports this module
 
     schema = {"model": ModelConfig, "data": DataConfig, "trainer": TrainerConfig}[group]
-    return OmegaConf.merge(OmegaConf.structured(schema), node)
+    return cast(DictConfig, OmegaConf.merge(OmegaConf.structured(schema), node))
 
 
 def identity(cfg: DictConfig, seed: bool = True) -> dict[str, Any]:

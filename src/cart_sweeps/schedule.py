@@ -13,10 +13,14 @@ from typing import Protocol
 class Schedule(Protocol):
     """What the schedule reads of a recipe (a TrainerConfig, or the analysis's Recipe)."""
 
-    steps: int
-    lr: float
-    min_lr: float
-    warmup_steps: int
+    @property
+    def steps(self) -> int: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def min_lr(self) -> float: ...
+    @property
+    def warmup_steps(self) -> int: ...
 
 
 def lr_at(step: int, t: Schedule) -> float:

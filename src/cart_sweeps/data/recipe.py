@@ -12,7 +12,7 @@ import json
 import os
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -79,7 +79,7 @@ def _without_unpinned(spec: dict[str, Any]) -> dict[str, Any]:
 
 def recipe_content(cfg: DictConfig) -> dict[str, Any]:
     """Everything that determines the bins, as plain data (an unpinned revision left out)."""
-    node = OmegaConf.to_container(cfg, resolve=True)
+    node = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     content = {k: v for k, v in node.items() if k not in _NOT_IN_HASH}
     content["tokenizer"] = _without_unpinned(content["tokenizer"])
     for key in ("sources", "validation"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -72,7 +73,7 @@ def special_ids(tok: Tokenizer, tcfg: DictConfig, recipe: str) -> tuple[int, int
             f"data={recipe}: tokenizer {tcfg.name} has no {tcfg.bos_token!r}/{tcfg.eos_token!r} token; "
             "set data.tokenizer.bos_token and data.tokenizer.eos_token to its own"
         )
-    return ids
+    return cast(tuple[int, int], ids)  # neither is None, checked above
 
 
 def check_vocab(tok: Tokenizer, tcfg: DictConfig, recipe: str) -> int:

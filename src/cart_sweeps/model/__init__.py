@@ -13,7 +13,10 @@ from cart_sweeps.config import ModelName, validate_model
 from cart_sweeps.model.params import dense_parity, param_counts, train_flops_per_token
 
 if TYPE_CHECKING:
-    from torch import nn
+    from cart_sweeps.model.cart import CART
+    from cart_sweeps.model.dense import Dense
+
+    LanguageModel = CART | Dense  # what build_model returns: the classes MODELS names
 
 __all__ = ["MODELS", "build_model", "dense_parity", "param_counts", "train_flops_per_token"]
 
@@ -21,7 +24,7 @@ __all__ = ["MODELS", "build_model", "dense_parity", "param_counts", "train_flops
 MODELS = {ModelName.cart: "cart_sweeps.model.cart.CART", ModelName.dense: "cart_sweeps.model.dense.Dense"}
 
 
-def build_model(model_cfg: Any) -> nn.Module:
+def build_model(model_cfg: Any) -> LanguageModel:
     """Validate the config (one clear ConfigError per problem), then build the model on the CPU."""
     validate_model(model_cfg)
     module, name = MODELS[ModelName(model_cfg.name)].rsplit(".", 1)

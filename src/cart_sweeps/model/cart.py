@@ -30,6 +30,8 @@ def loop_index_table(rows: int = MAX_LOOPS, dim: int = LIE_DIM) -> Tensor:
 class CART(nn.Module):
     """Context-Anchored Recurrent Transformer. `forward(tokens, n_loops)` -> logits [B, T, V]."""
 
+    lie_table: Tensor  # a buffer, registered with the Lie projection
+
     def __init__(self, cfg: Any) -> None:
         super().__init__()
         d, hd, eps = cfg.d_model, cfg.head_dim, cfg.norm_eps
@@ -81,7 +83,7 @@ class CART(nn.Module):
             h_in = self._blend(buffer)
             if self.lie_proj is not None:
                 h_in = h_in + self.lie_proj(self.lie_table[r])
-            ctx = (rope,) if self.self_attn_core else kv or self.anchor(h_in)
+            ctx = (rope,) if self.anchor is None else kv or self.anchor(h_in)  # no anchor: self-attention core
             out = self.cores[r if len(self.cores) > 1 else 0](h_in, *ctx, residual=self.reference_update)
             h = h_in + out if self.gate is None else torch.sigmoid(self.gate) * h_in + out
             buffer = [h, *buffer[:-1]]

@@ -32,6 +32,9 @@ class RMSNorm(nn.Module):
 class RotaryTable(nn.Module):
     """cos/sin tables for rotate-half RoPE, one per model, sliced to the sequence length."""
 
+    cos: Tensor  # buffers
+    sin: Tensor
+
     def __init__(self, head_dim: int, max_seq_len: int, base: float) -> None:
         super().__init__()
         inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)

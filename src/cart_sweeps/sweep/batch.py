@@ -5,22 +5,23 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from cart_sweeps.compose import quote_stage
+from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.driver import PoolFactory
 from cart_sweeps.sweep.expand import Run, make_run
 from cart_sweeps.sweep.pool import Task
 
 
-def run_batch(job_overrides: Sequence[Sequence[str]], make_pool: PoolFactory) -> list[tuple[Run, dict[str, Any]]]:
+def run_batch(job_overrides: Sequence[Sequence[str]], make_pool: PoolFactory) -> list[tuple[Run, RunSummary]]:
     """Validate every job first, run them all (a slot at a time), return each run with its summary, in order."""
     compose = Composer()
     runs = [make_run({}, quote_stage(o), compose(quote_stage(o))) for o in job_overrides]
     if not runs:
         return []
     pool = make_pool(runs[0].cfg, Path(runs[0].cfg.paths.runs) / runs[0].cfg.stage.name / ".submitit")
+    results: dict[int, RunSummary]
     pending, results = deque(range(len(runs))), {}
 
     def take(n: int) -> list[int]:

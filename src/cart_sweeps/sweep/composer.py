@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
+from typing import cast
 
 # Private Hydra API: the value-override step of Hydra's own compose, so a run composed here is exactly what
 # `compose_config` gives. Checked against hydra-core 1.3.8, pinned in pyproject (its last final release).
@@ -52,7 +53,7 @@ class Composer:
             parsed = [self._parse(o) for o in overrides]
         except HydraException as err:
             raise ConfigError(describe(err)) from err
-        groups = tuple(o.input_line for o in parsed if self._is_group(o))
+        groups = cast(tuple[str, ...], tuple(o.input_line for o in parsed if self._is_group(o)))
         if groups not in self._bases:
             self._bases[groups] = pickle.dumps(compose_config(groups))
         cfg = pickle.loads(self._bases[groups])

@@ -130,7 +130,7 @@ class StageDriver:
         return Attempt(run, trial)
 
     def take(self, n: int) -> list[Attempt]:
-        out = []
+        out: list[Attempt] = []
         while len(out) < n:
             attempt = self.queue.popleft() if self.queue else self._sampled_attempt()
             if attempt is None:

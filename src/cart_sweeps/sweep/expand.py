@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import (
@@ -56,7 +56,7 @@ def distribution(values: Sequence[Any]) -> BaseDistribution:
     return CategoricalDistribution(list(values))
 
 
-def _search_distribution(key: str, spec: dict[str, Any]) -> BaseDistribution:
+def _search_distribution(key: str, spec: dict[str, Any]) -> IntDistribution | FloatDistribution:
     try:
         low, high, log = spec["low"], spec["high"], bool(spec.get("log", False))
     except KeyError as err:
@@ -84,7 +84,7 @@ class Stage:
         self.train = self.spec.kind == "train"
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self.axes: dict[str, list[Any]] = {
-            **OmegaConf.to_container(self.spec.grid, resolve=True),
+            **cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True)),
             **self.args.axes,
         }
         if self.spec.variants:
@@ -142,7 +142,8 @@ class Stage:
         return [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
 
     def _grid_runs(self) -> list[Run]:
-        runs, seen = [], {}
+        runs: list[Run] = []
+        seen: dict[str, dict[str, Any]] = {}
         for point in self._points():
             run = self.run(point)
             if run.run_id in seen:
@@ -157,10 +158,12 @@ class Stage:
 
     def run(self, params: dict[str, Any]) -> Run:
         """The run at a grid point or sampled point (paper numbers), composed and validated."""
-        paper = {**OmegaConf.to_container(self.spec.recipe, resolve=True)}
+        paper = {**cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))}
         paper.update({k: v for k, v in params.items() if k != VARIANT})
         if VARIANT in params:
-            paper.update(OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
+            paper.update(
+                cast(dict[str, Any], OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
+            )
         parity = paper.pop(PARITY, None)
         values = to_scale(paper, self.base.scale, self._paper, self.train)
         stated = {k: paper[k] if k in paper else OmegaConf.select(self._paper, k) for k in values}

@@ -64,6 +64,7 @@ def split_arguments(arguments: Sequence[str], stage_axes: Sequence[str]) -> Argu
         raise ConfigError(describe(err)) from err
     out = Arguments()
     for o in parsed:
+        assert o.input_line is not None  # the parser records every override's text
         key = o.key_or_group
         if key == "stage":
             if o.is_sweep_override():

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import submitit
 from hydra.utils import get_class
@@ -192,7 +192,8 @@ class Pool(ABC, Generic[Item]):
 
 def make_pool(cfg: DictConfig, folder: Path) -> Pool[Any]:
     """The pool `launcher._target_` names (conf/launcher/<name>.yaml), built from the run config."""
-    return pool_class(cfg.launcher)(cfg, folder)
+    build = cast(Callable[[DictConfig, Path], Pool[Any]], pool_class(cfg.launcher))  # a subclass's constructor
+    return build(cfg, folder)
 
 
 def pool_class(launcher: DictConfig) -> type[Pool[Any]]:

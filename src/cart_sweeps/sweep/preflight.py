@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -26,7 +26,9 @@ from cart_sweeps.train.logger import check_credentials
 
 def check_launcher(launcher: DictConfig) -> None:
     """The bounds the launcher's schema declares (`at_least` field metadata), and that its pool exists."""
-    for f in fields(OmegaConf.get_type(launcher)):
+    schema = OmegaConf.get_type(launcher)
+    assert schema is not None and is_dataclass(schema)  # every launcher group has a schema dataclass
+    for f in fields(schema):
         low = f.metadata.get("at_least")
         if low is not None and launcher[f.name] < low:
             raise ConfigError(f"launcher.{f.name}={launcher[f.name]} must be >= {low:g}")
@@ -102,7 +104,7 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
     for run in runs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
         c = run.cfg
         key = (c.data.name, c.data.cache_dir, c.trainer.optimizer, c.trainer.device, c.logger.name, c.logger.mode)
-        key += (tuple(c.harness.tasks),)
+        key += tuple(c.harness.tasks)
         if key not in seen:
             seen.add(key)
             check_metric(stage.base.sweep.metric, c.data)

