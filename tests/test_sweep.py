@@ -66,6 +66,7 @@ def test_relaunch_of_a_finished_stage_skips_everything(finished):
     assert {t.number: t.datetime_complete for t in trials(runs)} == before
 
 
+@pytest.mark.slow  # the lm-eval harness at three R: the full tier
 def test_variable_r_evaluates_a_trained_run(finished):
     """Also with GPUs named by UUID and MIG id (they are passed through to the jobs; ints only crashed)."""
     runs, _ = finished
