@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -57,6 +58,9 @@ class Task(submitit.helpers.Checkpointable):
 
     def __call__(self) -> RunSummary:
         os.environ.update(self.env)
+        # Ctrl-C semantics whatever the launching shell left: a driver started with `&` or nohup hands its
+        # jobs SIGINT ignored, and the controller's SIGINT would then never let a run record `interrupted`.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from cart_sweeps.train.output import output_to_run_log
         from cart_sweeps.train.run import run_job  # in the job's process only: the driver needs no torch
 
@@ -65,6 +69,10 @@ class Task(submitit.helpers.Checkpointable):
                 return run_job(self.overrides, self.run_dir)
         except ConfigError as err:  # a run that cannot succeed as given: recorded, not retried
             return RunSummary(RunStatus.REJECTED, error=str(err))
+        except KeyboardInterrupt:  # the run recorded itself interrupted; now die by the signal, so the pool
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # can tell (an interpreter's own exit path may say 1)
+            os.kill(os.getpid(), signal.SIGINT)
+            raise
 
 
 def _why(err: Exception) -> str:
