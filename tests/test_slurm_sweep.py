@@ -80,7 +80,7 @@ def test_timeout_signal_requeues_and_resumes(slurm_cluster, tmp_path, data_cache
     assert proc.returncode == 0, out[-3000:]
     (trial,) = trials(tmp_path)
     assert trial.state == TrialState.COMPLETE and trial.user_attrs["results"]["step"] == 400
-    log = Path(job.paths.stdout).read_text()
+    log = (Path(trial.user_attrs["run_dir"]) / "run.log").read_text()  # the run's own output, across requeues
     assert "resuming from step" in log, log[-3000:]
 
 
