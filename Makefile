@@ -25,7 +25,7 @@ test: setup ## the fast tier (~3 min on 2 cores): units, and narrowed stages thr
 	$(PY) -m pytest -q -m "not slow"
 
 test-full: test ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow --durations=20
 
 gpu-check: setup ## on a CUDA machine: CUDA tests, bench d=256..1024 with/without compile, two runs on one GPU
 	$(PY) -m cart_sweeps.gpu_check
