@@ -113,6 +113,7 @@ def test_table_reports_totals(runs_dir, capsys):
     assert launch < 1.02 < 1.2 < grid  # issue 13: longest first 1.010x, grid order 1.28x on 8 GPUs
 
 
+@pytest.mark.slow  # a 64-trial ledger written, then Stage 2 expanded from it
 def test_zoom_selects_from_the_stage1_ledger(runs_dir):
     """Stage-1 results (the paper's, P=6 best) in a real Optuna ledger -> the author's zoom candidates."""
     s1 = Stage(["stage=1"])

@@ -197,6 +197,7 @@ def test_bench_prints_the_figures(capsys):
     assert result["batch_size"] == 8 and result["seq_len"] == 64
 
 
+@pytest.mark.slow  # W&B workspace and report objects built offline
 def test_dashboard_offline_prints_the_workspace_it_would_create(compose, capsys):
     dashboard(["stage=1", "scale=tiny"])
     out = capsys.readouterr().out
