@@ -97,12 +97,10 @@ class Stage:
                     + ("has none" if not self.search else "has one, so add sweep.n_trials")
                 )
             self.runs: list[Run] = []
-        elif self.base.sweep.sampler == "grid":
+        else:  # grid (sweep.sampler is a Sampler: compose refuses anything else)
             if self.search and not self.spec.grid:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
-        else:
-            raise ConfigError(f"sweep.sampler={self.base.sweep.sampler!r} is not allowed; use one of ['grid', 'tpe']")
 
     def known_runs(self, history: dict[str, list[FrozenTrial]]) -> list[Run]:
         """The grid's runs; for a search, the runs its trials so far sampled (from the ledger's history)."""
@@ -118,8 +116,6 @@ class Stage:
         }
 
     def _points(self) -> list[dict[str, Any]]:
-        if self.spec.select not in ("paper", "zoom", "best"):
-            raise ConfigError(f"stage.select={self.spec.select!r} is not allowed; use one of ['paper', 'zoom', 'best']")
         if self.spec.select == "best":  # each width's best run of stage zoom_from, times the grid
             source = Ledger.read(
                 Path(self.base.paths.runs) / self.spec.zoom_from, self.spec.zoom_from, self.base.sweep.storage
