@@ -46,6 +46,7 @@ class RunSummary:
     params_effective: int | None = None
     tokens_per_s: float | None = None
     wall_time_s: float | None = None
+    first_step_at: float | None = None  # Unix time this process began its first training step (launch overhead)
     details: dict[str, Any] = field(default_factory=dict)
 
     # The fields the ledger keeps with the metrics (the run folder keeps the rest).

@@ -261,6 +261,7 @@ class Trainer:
         try:
             start_step = self._start()
             self._window = (time.perf_counter(), 0)
+            self.summary.first_step_at = time.time()
             for step in range(start_step + 1, self.t.steps + 1):
                 self.step(step)
                 due = [self._due(step, every) for every in (self.t.log_every, self.t.eval_every, self.t.ckpt_every)]
