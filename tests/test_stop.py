@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow  # kills drivers at 4 moments x 3 signals: the ful
 GRID = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2", "trainer.steps=40"]
 MOMENTS = {
     "before its job starts": "submit:pause",  # the driver, between a controller's start and its pickle's hand-over
-    "while a task imports": "task:pause",
+    "while a worker imports": "task:pause",
     "mid-run": "step:pause:3",
     "while a run saves": "save:pause",  # a checkpoint in its temp file, not yet renamed into place
 }

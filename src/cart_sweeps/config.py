@@ -254,7 +254,6 @@ class LauncherConfig:
     _target_: str = MISSING
     poll_s: float = field(default=1.0, metadata=at_least(1e-3))  # how often the driver checks its jobs
     timeout_min: int = field(default=1440, metadata=at_least(1))  # a job's wall-time limit
-    max_num_timeout: int = field(default=10, metadata=at_least(0))  # requeues after a timeout or preemption
     setup: list[str] = field(default_factory=list)  # shell lines run before each job (module loads, venvs)
 
 
@@ -273,6 +272,7 @@ class SlurmLauncherConfig(LauncherConfig):
 
     _target_: str = "cart_sweeps.sweep.pools.slurm.SlurmPool"
     poll_s: float = field(default=5.0, metadata=at_least(1e-3))
+    max_num_timeout: int = field(default=10, metadata=at_least(0))  # requeues after a timeout or preemption
     partition: str | None = None
     qos: str | None = None
     account: str | None = None

@@ -1,14 +1,14 @@
 """Fault injection for the tests: real processes stopped or broken at an exact point.
 
 A test puts this folder on PYTHONPATH and names one fault in CART_FAULT; every Python process of a stage
-(the driver, each job's controller, each task) imports `sitecustomize` at start-up, and the process the
+(the driver, each job's controller, each warm worker) imports `sitecustomize` at start-up, and the process the
 fault is about stops or fails there, so the test can kill it at the worst moment rather than by timing.
 
     CART_FAULT=<point>:<action>[:<n>[:<where>]]
 
 points   queue   the driver: a run's trial is queued in the ledger, not yet started
          submit  the driver: a job's controller has started, its pickle is not yet handed over
-         task    a task process starting, before it imports submitit or the project
+         task    a job's task process (a warm worker) starting, before it imports submitit or the project
          step    a run, before its n-th training step in this process (n defaults to 1)
          save    a run, with its n-th checkpoint written to the temp file, not yet renamed into place
 actions  pause   write this process's pid to $CART_FAULT_MARK, then sleep until killed

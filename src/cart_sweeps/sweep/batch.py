@@ -28,7 +28,7 @@ def run_batch(job_overrides: Sequence[Sequence[str]], make_pool: PoolFactory) ->
         return [pending.popleft() for _ in range(min(n, len(pending)))]
 
     def task(i: int) -> Task:
-        return Task(runs[i].overrides + pool.extra_overrides(), str(runs[i].run_dir), {})
+        return Task(runs[i].overrides + pool.extra_overrides(), str(runs[i].run_dir))
 
     pool.run(take, task, lambda i, job_id: None, results.__setitem__)
     return [(run, results[i]) for i, run in enumerate(runs)]

@@ -143,7 +143,7 @@ class StageDriver:
 
     def task(self, attempt: Attempt) -> Task:
         extra = [o for o in self.pool.extra_overrides() if o.split("=")[0] not in self.stage.args.passed]
-        return Task(attempt.run.overrides + extra, str(attempt.run.run_dir), {})
+        return Task(attempt.run.overrides + extra, str(attempt.run.run_dir))
 
     def on_start(self, attempt: Attempt, job_id: str) -> None:
         assert attempt.trial is not None

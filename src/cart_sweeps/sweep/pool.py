@@ -54,10 +54,8 @@ class Task(submitit.helpers.Checkpointable):
 
     overrides: list[str]
     run_dir: str
-    env: dict[str, str]
 
     def __call__(self) -> RunSummary:
-        os.environ.update(self.env)
         # Ctrl-C semantics whatever the launching shell left: a driver started with `&` or nohup hands its
         # jobs SIGINT ignored, and the controller's SIGINT would then never let a run record `interrupted`.
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -183,7 +181,7 @@ class Pool(ABC, Generic[Item]):
                     on_start(item, str(job.job_id))
                 if not active:
                     return
-                time.sleep(self.poll_s)
+                self.wait(list(active))
                 on_wait(self.waiting(list(active)))
                 self.cancel([job for job, (item, _) in active.items() if not job.done() and on_poll(item)])
                 for job in [j for j in active if j.done()]:
@@ -191,11 +189,21 @@ class Pool(ABC, Generic[Item]):
                     self.release(job)
                     on_done(item, self.outcome(job, Path(t.run_dir)))
         finally:
-            self.cancel(list(active))
+            try:
+                self.cancel(list(active))
+            finally:
+                self.close()
+
+    def wait(self, jobs: Sequence[Job]) -> None:
+        """Between two polls: `poll_s` (a pool that can tell cheaply that a job ended returns then, sooner)."""
+        time.sleep(self.poll_s)
 
     def cancel(self, jobs: Sequence[Job]) -> None:
         for job in jobs:
             job.cancel(check=False)
+
+    def close(self) -> None:
+        """Nothing is left to run, or the launch was interrupted: release what the pool holds besides its jobs."""
 
 
 def make_pool(cfg: DictConfig, folder: Path) -> Pool[Any]:

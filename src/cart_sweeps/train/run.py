@@ -16,12 +16,12 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError, run_id, run_label, validate
 from cart_sweeps.data.loader import load_prepared, train_batch
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
+from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.evaluate import evaluate_run
 from cart_sweeps.train.logger import Logger, make_logger
@@ -45,9 +45,14 @@ class Diverged(RuntimeError):
     """The training loss stopped being finite."""
 
 
+# The runs a warm worker forks share its composer (sweep/pools/worker.py): each set of config-group
+# choices is composed once, as the driver composes a stage's runs.
+compose_run = Composer()
+
+
 def run_job(overrides: list[str], run_dir: str) -> RunSummary:
     """Compose `overrides` from the real conf/ tree and execute that run in `run_dir` (the sweeps' entry)."""
-    return execute(compose_config(overrides), Path(run_dir))
+    return execute(compose_run(overrides), Path(run_dir))
 
 
 def execute(cfg: DictConfig, run_dir: Path) -> RunSummary:

@@ -1,7 +1,8 @@
-"""submitit processes on this machine: one slot per visible GPU (x runs_per_gpu), or `slots` without GPUs.
+"""Runs on this machine: one slot per visible GPU (x runs_per_gpu), or `slots` without GPUs.
 
-A local job is a process group of its own that ends with its driver, however the driver ends
-(sweep/local_controller.py).
+Each slot keeps a warm worker, a submitit job that forks a process per run (sweep/pools/worker.py). A
+worker is a process group of its own that ends with its driver, however the driver ends
+(sweep/local_controller.py), and takes its runs with it.
 """
 
 from __future__ import annotations
@@ -9,14 +10,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import submitit
 from omegaconf import DictConfig
@@ -24,8 +28,11 @@ from submitit.local.local import LocalJob
 
 from cart_sweeps.hardware import nvidia_gpus
 from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.local_controller import DRIVER_ENV, GRACE_S, exit_codes_path
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
+from cart_sweeps.sweep.pools.worker import POLL_S, Worker, cancel_path, exit_path, result_path, task_path
+from cart_sweeps.train.runfolder import atomic_write
 
 
 class LocalExecutor(submitit.LocalExecutor):
@@ -78,19 +85,74 @@ def visible_gpus() -> list[str]:
     return nvidia_gpus()
 
 
+@dataclass(eq=False)
+class WarmWorker:
+    """A slot's worker job and its mailbox (sweep/pools/worker.py)."""
+
+    job: LocalJob
+    mailbox: Path
+    given: int = 0  # runs handed to it so far: the next one's number in the mailbox
+
+
+@dataclass
+class Slot:
+    """A GPU (or a CPU share) and the worker that runs on it, started when first needed."""
+
+    gpu: str | None
+    worker: WarmWorker | None = None
+
+
+@dataclass(eq=False)
+class ForkedRun:
+    """A run handed to a worker: the Job the driver sees (done, result, cancel through the mailbox)."""
+
+    worker: WarmWorker
+    n: int
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.worker.job.job_id}.{self.n}"
+
+    def done(self) -> bool:
+        return exit_path(self.worker.mailbox, self.n).exists() or self.worker.job.done()
+
+    def result(self) -> RunSummary:
+        try:
+            kind, value = pickle.loads(result_path(self.worker.mailbox, self.n).read_bytes())
+        except FileNotFoundError:
+            raise RuntimeError(f"run {self.job_id} ended without a result") from None
+        if kind != "success":
+            raise RuntimeError(value)
+        return cast(RunSummary, value)
+
+    def cancel(self, check: bool = True) -> None:
+        cancel_path(self.worker.mailbox, self.n).touch()
+
+    def exit_record(self) -> dict[str, Any] | None:
+        try:
+            return cast(dict[str, Any], json.loads(exit_path(self.worker.mailbox, self.n).read_text()))
+        except FileNotFoundError:
+            return None
+
+
 class LocalPool(Pool[Item]):
-    """Processes on this machine: one slot per visible GPU (x runs_per_gpu), or `slots` on a CPU machine."""
+    """Warm workers on this machine (sweep/pools/worker.py): one per visible GPU (x runs_per_gpu), or
+    `slots` on a CPU machine; each run a process forked by its slot's worker."""
 
     def __init__(self, cfg: DictConfig, folder: Path) -> None:
         lc = cfg.launcher
         gpus = visible_gpus()
-        self.free: list[str | None] = [g for g in gpus for _ in range(lc.runs_per_gpu)] if gpus else [None] * lc.slots
-        super().__init__(len(self.free), lc.poll_s)
-        self.threads = max(1, len(os.sched_getaffinity(0)) // self.capacity)
-        self.executor = LocalExecutor(folder, max_num_timeout=lc.max_num_timeout)
-        self.executor.update_parameters(timeout_min=lc.timeout_min, setup=list(lc.setup))
+        shares: list[str | None] = [g for g in gpus for _ in range(lc.runs_per_gpu)] if gpus else [None] * lc.slots
+        self.slots = [Slot(share) for share in shares]
+        super().__init__(len(self.slots), lc.poll_s)
+        self.free = list(self.slots)
+        threads = str(max(1, len(os.sched_getaffinity(0)) // self.capacity))
+        self.threads, self.worker_env = threads, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        self.run_timeout_s = 60.0 * lc.timeout_min
+        self.executor = LocalExecutor(folder)
+        self.executor.update_parameters(timeout_min=_WORKER_LIFETIME_MIN, setup=list(lc.setup))
         self.folder = folder
-        self.slot_of: dict[str, str | None] = {}
+        self.slot_of: dict[ForkedRun, Slot] = {}
 
     @staticmethod
     def capacity_of(launcher: DictConfig) -> int:
@@ -107,38 +169,103 @@ class LocalPool(Pool[Item]):
     def submit(self, tasks: Sequence[Task]) -> list[Job]:
         jobs: list[Job] = []
         for task in tasks:
-            gpu = self.free.pop(0)
-            self.executor.cuda_devices = gpu or ""
-            task.env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
-            job = self.executor.submit(task)
-            self.slot_of[job.job_id] = gpu
-            jobs.append(job)
+            slot = self.free.pop(0)
+            if slot.worker is None or slot.worker.job.done():
+                slot.worker = self._start_worker(slot.gpu)
+            run = ForkedRun(slot.worker, slot.worker.given)
+            slot.worker.given += 1
+            _hand_over(task, task_path(slot.worker.mailbox, run.n))
+            self.slot_of[run] = slot
+            jobs.append(run)
         return jobs
 
+    def _start_worker(self, gpu: str | None) -> WarmWorker:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        mailbox = Path(tempfile.mkdtemp(prefix="worker-", dir=self.folder))
+        self.executor.cuda_devices = gpu or ""
+        job = self.executor.submit(Worker(str(mailbox), self.worker_env, self.run_timeout_s))
+        return WarmWorker(cast(LocalJob, job), mailbox)
+
     def release(self, job: Job) -> None:
-        self.free.append(self.slot_of.pop(job.job_id))
+        self.free.append(self.slot_of.pop(cast(ForkedRun, job)))
 
     def ending(self, job: Job) -> tuple[RunStatus, str] | None:
-        """From the exit code its controller recorded; none recorded means the controller itself was killed."""
-        path = exit_codes_path(self.folder, job.job_id)
-        if not path.exists():
-            return RunStatus.CANCELLED, f"its controller (pid {job.job_id}) was killed from outside the driver"
-        codes = json.loads(path.read_text())
-        code = codes[0] if codes else None
-        if code is None or code >= 0:
-            return None  # it exited: its own error (result pickle, error.log) says why
-        sig = signal.Signals(-code)
-        return _SIGNAL_ENDINGS.get(sig, (RunStatus.FAILED, f"crashed with {sig.name}"))
+        """From the exit code its worker recorded; none recorded means the worker itself ended."""
+        run = cast(ForkedRun, job)
+        record = run.exit_record()
+        if record is None:
+            return _worker_ending(run.worker.job, self.folder)
+        if record["timed_out"]:
+            limit = f"launcher.timeout_min={self.run_timeout_s / 60:g}"
+            return RunStatus.CANCELLED, f"ran longer than {limit}: raise it (a relaunch resumes the run)"
+        return _code_ending(record["code"])
+
+    def wait(self, jobs: Sequence[Job]) -> None:
+        """Until the next poll, or the moment a run ends: its slot takes the next run at once."""
+        deadline = time.monotonic() + self.poll_s
+        while time.monotonic() < deadline and not any(job.done() for job in jobs):
+            time.sleep(POLL_S)
 
     def cancel(self, jobs: Sequence[Job]) -> None:
-        """Ask each job's controller to stop (its tasks get SIGINT and record their runs as interrupted),
-        wait for them, then kill whatever is left of each job's process group."""
+        """Ask each run's worker to stop it (SIGINT: the run records itself interrupted; SIGKILL after a
+        grace period) and wait; a worker that does not answer is stopped with its runs."""
         for job in jobs:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(job.job_id), signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S + 5
-        while any(not j.done() for j in jobs) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for job in jobs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(job.job_id), signal.SIGKILL)
+            job.cancel(check=False)
+        _wait_done(jobs)
+        _stop_workers([cast(ForkedRun, job).worker.job for job in jobs if not job.done()])
+
+    def close(self) -> None:
+        """End the workers: no run is left in them (`cancel` has stopped those still going)."""
+        for slot in self.slots:
+            if slot.worker is not None:
+                _kill_group(slot.worker.job)
+
+
+_WORKER_LIFETIME_MIN = 60 * 24 * 365  # the controller's limit on its worker; each run has launcher.timeout_min
+
+
+def _hand_over(task: Task, path: Path) -> None:
+    """The worker takes a task whole or not at all: it is renamed into place."""
+    atomic_write(path, lambda tmp: tmp.write_bytes(pickle.dumps(task)))
+
+
+def _code_ending(code: int | None) -> tuple[RunStatus, str] | None:
+    """How a process with this exit code ended, when a signal ended it (an exit says why by itself)."""
+    if code is None or code >= 0:
+        return None
+    sig = signal.Signals(-code)
+    return _SIGNAL_ENDINGS.get(sig, (RunStatus.FAILED, f"crashed with {sig.name}"))
+
+
+def _worker_ending(worker: LocalJob, folder: Path) -> tuple[RunStatus, str]:
+    """Why a run's worker ended under it, from the exit code its controller recorded."""
+    path = exit_codes_path(folder, worker.job_id)
+    if not path.exists():
+        return RunStatus.CANCELLED, f"its worker's controller (pid {worker.job_id}) was killed from outside the driver"
+    codes = json.loads(path.read_text())
+    code = codes[0] if codes else None
+    if ending := _code_ending(code):
+        return ending[0], f"its worker was {ending[1]}"
+    return RunStatus.FAILED, f"its worker ended (exit code {code}); its log: {worker.paths.stderr}"
+
+
+def _wait_done(jobs: Sequence[Job]) -> None:
+    deadline = time.monotonic() + GRACE_S + 5
+    while any(not j.done() for j in jobs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _stop_workers(workers: Sequence[LocalJob]) -> None:
+    """SIGTERM to each worker's controller (its runs get SIGINT and record themselves interrupted), a
+    wait, then SIGKILL to whatever is left of each job's process group."""
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(worker.job_id), signal.SIGTERM)
+    _wait_done(workers)
+    for worker in workers:
+        _kill_group(worker)
+
+
+def _kill_group(worker: LocalJob) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(int(worker.job_id), signal.SIGKILL)

@@ -1,0 +1,162 @@
+"""A warm worker: one long-lived job per slot that imports torch and the project once, then forks a fresh
+process for each run.
+
+A cold run spent ~2.6 s before its first step (a controller and a task process starting, then torch,
+Hydra and the project imported); a forked run starts from a process that has done all of that, and is
+still a process of its own: a crash, a leak or a CUDA error ends with it. The worker touches neither
+CUDA nor a torch op (a forked child can then use both), so a forked run starts from the state a cold
+one would and computes the same numbers.
+
+The driver and a worker talk through files in the worker's mailbox folder, readable after the fact:
+
+    <n>.task     the worker's n-th run (a pickled Task), renamed into place by the driver
+    <n>.cancel   the driver asks for run n to stop: SIGINT (the run records itself interrupted), then
+                 SIGKILL after GRACE_S
+    <n>.result   ("success", RunSummary) or ("error", one line), written by the run's process
+    <n>.exit     {"pid": the run's process, "code": its exit code (negative: the signal), "timed_out": ...},
+                 written by the worker
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from itertools import count
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.local_controller import GRACE_S
+from cart_sweeps.sweep.pool import Task
+from cart_sweeps.train.runfolder import atomic_write
+
+POLL_S = 0.01  # how often a worker looks for its next run, and for a cancel or a timeout of the current one
+
+
+def task_path(mailbox: Path, n: int) -> Path:
+    return mailbox / f"{n}.task"
+
+
+def cancel_path(mailbox: Path, n: int) -> Path:
+    return mailbox / f"{n}.cancel"
+
+
+def result_path(mailbox: Path, n: int) -> Path:
+    return mailbox / f"{n}.result"
+
+
+def exit_path(mailbox: Path, n: int) -> Path:
+    return mailbox / f"{n}.exit"
+
+
+def _preload() -> None:
+    """What every run imports, imported once. Nothing here may initialise CUDA or run a torch op (threads
+    and a CUDA context do not survive a fork); with PYTORCH_NVML_BASED_CUDA_CHECK=1, torch answers
+    `torch.cuda.is_available()` through NVML instead of initialising CUDA."""
+    import torch._dynamo  # noqa: F401  # torch.optim imports it on first use: 1.4 s of every cold run
+
+    import cart_sweeps.train.output  # noqa: F401
+    import cart_sweeps.train.run  # noqa: F401
+
+
+def _compose_for_children(task: Task) -> None:
+    """Compose the run's config here, so its process (and the next with the same config groups) finds the
+    slow step done; a config error is the run's to report."""
+    from cart_sweeps.train.run import compose_run
+
+    with contextlib.suppress(ConfigError):
+        compose_run(task.overrides)
+
+
+def _end_with(worker: int) -> None:
+    """A run outlives no worker: when the worker is gone, the run stops as on Ctrl-C, then for good."""
+    while os.getppid() == worker:
+        time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(GRACE_S)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _run(task: Task, result: Path, worker: int) -> None:
+    """The forked process of one run: the Task, as a cold job would call it; its outcome beside it."""
+    threading.Thread(target=_end_with, args=(worker,), daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGUSR2):  # submitit's handlers in the worker are about the worker
+        signal.signal(sig, signal.SIG_DFL)
+    outcome: tuple[str, Any]
+    try:
+        outcome = ("success", task())
+    except Exception as err:  # the run's own traceback is in its run.log
+        outcome = ("error", f"{type(err).__name__}: {err}")
+    atomic_write(result, lambda tmp: tmp.write_bytes(pickle.dumps(outcome)))
+    sys.exit(0 if outcome[0] == "success" else 1)
+
+
+@dataclass
+class Worker:
+    """The job a slot keeps running: it takes runs from `mailbox` in order, one at a time, each in a fork."""
+
+    mailbox: str
+    env: dict[str, str]
+    timeout_s: float  # a run's wall-time limit (launcher.timeout_min)
+
+    def __call__(self) -> None:
+        os.environ.update(self.env, PYTORCH_NVML_BASED_CUDA_CHECK="1")  # before torch is imported (see _preload)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the controller's stop: see `serve`
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _preload()
+        self.serve(Path(self.mailbox), multiprocessing.get_context("fork"))
+
+    def serve(self, mailbox: Path, fork: Any) -> None:
+        """Run after run until stopped; a stop (SIGINT from the controller) stops the current run first."""
+        child: BaseProcess | None = None
+        n = 0
+        try:
+            for n in count():
+                while not task_path(mailbox, n).exists():
+                    time.sleep(POLL_S)
+                task = pickle.loads(task_path(mailbox, n).read_bytes())
+                _compose_for_children(task)
+                child = fork.Process(target=_run, args=(task, result_path(mailbox, n), os.getpid()))
+                child.start()
+                timed_out = self.watch(child, mailbox, n)
+                _record_exit(mailbox, n, child, timed_out)
+                child = None
+        except KeyboardInterrupt:
+            if child is not None and child.pid is not None:
+                _stop(child)
+                _record_exit(mailbox, n, child, timed_out=False)
+
+    def watch(self, child: BaseProcess, mailbox: Path, n: int) -> bool:
+        """Wait for the run to end, stopping it when cancelled or out of time; whether it ran out of time."""
+        deadline = time.monotonic() + self.timeout_s
+        while child.exitcode is None:
+            child.join(POLL_S)
+            cancelled = cancel_path(mailbox, n).exists()
+            if child.exitcode is None and (cancelled or time.monotonic() > deadline):
+                _stop(child)
+                return not cancelled
+        return False
+
+
+def _stop(child: BaseProcess) -> None:
+    """SIGINT (the run records itself interrupted), then SIGKILL after the grace period."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]  # started: it has a pid
+    child.join(GRACE_S)
+    if child.exitcode is None:
+        child.kill()
+    child.join()
+
+
+def _record_exit(mailbox: Path, n: int, child: BaseProcess, timed_out: bool) -> None:
+    record = {"pid": child.pid, "code": child.exitcode, "timed_out": timed_out}
+    atomic_write(exit_path(mailbox, n), lambda tmp: tmp.write_text(json.dumps(record)))

@@ -1,0 +1,103 @@
+"""Warm workers (sweep/pools/worker.py): each run a process of its own, forked by its slot's long-lived
+worker, computing the numbers of a cold start; a run cancelled, out of time, or orphaned by a killed
+worker ends as a cold job's would. Stopping a stage's driver at any moment is in test_stop.py."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from stages import env, leftovers, trials, wait_for, wait_until_gone
+from test_train import TIMING, rows
+
+from cart_sweeps.sweep.pool import Task
+from cart_sweeps.sweep.pools.worker import cancel_path, exit_path, task_path
+from cart_sweeps.train.runfolder import atomic_write
+
+RUN = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2", "trainer.threads=1"]
+STEPS = ["trainer.steps=20", "trainer.deterministic=true"]
+
+
+def test_one_worker_forks_a_process_per_run_with_the_numbers_of_a_cold_start(tmp_path, data_cache):
+    """Two runs through one slot: two processes of one worker; the second, forked from a worker that has
+    trained a model before, logs what the same run started alone in a fresh process logs."""
+    command = [sys.executable, "-m", "cart_sweeps", "-m", *RUN, "model.n_loops=2,4", *STEPS, "launcher.slots=1"]
+    stage = subprocess.run(command, env=env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert stage.returncode == 0, stage.stderr[-3000:]
+    (mailbox,) = (tmp_path / "1" / ".submitit").glob("worker-*")
+    records = [json.loads(exit_path(mailbox, n).read_text()) for n in (0, 1)]
+    assert [r["code"] for r in records] == [0, 0] and records[0]["pid"] != records[1]["pid"]
+
+    second = next(t for t in trials(tmp_path) if t.params["model.n_loops"] == 2)  # longest first: R=4 ran first
+    cold_dir = tmp_path / "cold"  # the run as a cold job ran it: run_job in a fresh process
+    code = "import json, sys; from cart_sweeps.train.run import run_job; run_job(json.loads(sys.argv[1]), sys.argv[2])"
+    cold = [sys.executable, "-c", code, json.dumps(second.user_attrs["overrides"]), str(cold_dir)]
+    assert subprocess.run(cold, env=env(tmp_path), capture_output=True, timeout=300).returncode == 0
+    warm_dir = Path(second.user_attrs["run_dir"])
+    assert rows(warm_dir) == rows(cold_dir)
+    warm, cold_summary = (json.loads((d / "summary.json").read_text()) for d in (warm_dir, cold_dir))
+    numbers = [k for k in cold_summary if k.startswith(("ppl_", "bpb_", "ce_")) or k in ("rho", "run_id", "step")]
+    assert {k: warm[k] for k in numbers} == {k: cold_summary[k] for k in numbers}
+    assert not TIMING & set(numbers)
+
+
+START_WORKER = (
+    "import sys; from cart_sweeps.sweep.pools.worker import Worker; Worker(sys.argv[1], {}, float(sys.argv[2]))()"
+)
+
+
+class Worker:
+    """A worker started by hand (no driver, no controller), its mailbox under `root`."""
+
+    def __init__(self, root: Path, timeout_s: float) -> None:
+        self.mailbox = root / "mailbox"
+        self.mailbox.mkdir(parents=True)
+        command = [sys.executable, "-c", START_WORKER, str(self.mailbox), str(timeout_s)]
+        self.process = subprocess.Popen(command, env=env(root))
+        self.n = 0
+
+    def give(self, run_dir: Path, *overrides: str) -> int:
+        """Hand over the next run, as the pool does; its number in the mailbox."""
+        task = Task([*RUN, "model.n_loops=2", *overrides], str(run_dir))
+        atomic_write(task_path(self.mailbox, self.n), lambda tmp: tmp.write_bytes(pickle.dumps(task)))
+        self.n += 1
+        return self.n - 1
+
+    def ended(self, n: int, within: float) -> dict:
+        wait_for(exit_path(self.mailbox, n).exists, within, f"run {n} to end")
+        return json.loads(exit_path(self.mailbox, n).read_text())
+
+
+def status(run_dir: Path) -> str:
+    return json.loads((run_dir / "summary.json").read_text())["status"]
+
+
+def started(run_dir: Path) -> bool:
+    return (run_dir / "summary.json").exists() and status(run_dir) == "running"
+
+
+@pytest.mark.slow
+def test_a_run_cancelled_out_of_time_or_orphaned_stops_as_on_ctrl_c_and_the_worker_goes_on(tmp_path, data_cache):
+    worker = Worker(tmp_path, timeout_s=8)
+    long = ["trainer.steps=100000", "trainer.log_every=1"]
+
+    timed_out = worker.give(tmp_path / "slow", *long)  # out of time: SIGINT, the run says interrupted
+    record = worker.ended(timed_out, 60)
+    assert record == {"pid": record["pid"], "code": -2, "timed_out": True}
+    assert status(tmp_path / "slow") == "interrupted"
+
+    cancelled = worker.give(tmp_path / "pruned", *long)  # the same worker takes the next run
+    wait_for(lambda: started(tmp_path / "pruned"), 60, "the second run to start")
+    cancel_path(worker.mailbox, cancelled).touch()
+    assert worker.ended(cancelled, 10)["code"] == -2 and status(tmp_path / "pruned") == "interrupted"
+
+    orphaned = worker.give(tmp_path / "orphan", *long)
+    wait_for(lambda: started(tmp_path / "orphan"), 60, "the third run to start")
+    assert len(leftovers(tmp_path)) == 2  # the worker and its run
+    worker.process.kill()  # kill -9: the run notices its worker is gone
+    wait_until_gone(tmp_path, 10)
+    assert status(tmp_path / "orphan") == "interrupted" and not exit_path(worker.mailbox, orphaned).exists()
