@@ -21,7 +21,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_dir, run_id, run_label, validate
+from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_folder, run_id, run_label, validate
 from cart_sweeps.model import dense_parity
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.ledger import Ledger
@@ -181,4 +181,5 @@ def make_run(params: dict[str, Any], overrides: list[str], cfg: DictConfig) -> R
     if cfg.stage.kind == "evaluate":
         cfg = with_source(cfg)
     validate(cfg)
-    return Run(params, overrides, cfg, run_id(cfg), run_label(cfg), run_dir(cfg))
+    id_, label = run_id(cfg), run_label(cfg)
+    return Run(params, overrides, cfg, id_, label, run_folder(cfg, label, id_))
