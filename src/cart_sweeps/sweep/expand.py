@@ -7,8 +7,9 @@ same whether it is planned or launched.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -172,14 +173,16 @@ class Stage:
         if scaled:
             values["++scale.paper"] = scaled  # ++: adds keys to the (empty) dict
         overrides = self._overrides(values)
-        run = make_run(dict(params), overrides, self._compose(overrides))
+        run = make_run(dict(params), overrides, self._compose(overrides), partial(self._compose.run_id, overrides))
         return replace(run, actual={k: values[k] for k in params if k in scaled})
 
 
-def make_run(params: dict[str, Any], overrides: list[str], cfg: DictConfig) -> Run:
-    """Validate a composed run config and name it: `<paths.runs>/<stage>/<label>-<run id[:8]>`."""
+def make_run(
+    params: dict[str, Any], overrides: list[str], cfg: DictConfig, name: Callable[[DictConfig], str] = run_id
+) -> Run:
+    """Validate a composed run config and name it: `<paths.runs>/<stage>/<label>-<run id[:8]>`, `name` its run id."""
     if cfg.stage.kind == "evaluate":
-        cfg = with_source(cfg)
+        cfg, name = with_source(cfg), run_id  # its groups are the source's, not those `overrides` wrote
     validate(cfg)
-    id_, label = run_id(cfg), run_label(cfg)
+    id_, label = name(cfg), run_label(cfg)
     return Run(params, overrides, cfg, id_, label, run_folder(cfg, label, id_))
