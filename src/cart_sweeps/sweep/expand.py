@@ -84,6 +84,8 @@ class Stage:
         self.args.axes = {k: [to_paper(k, v, self.base.scale) for v in vs] for k, vs in self.args.axes.items()}
         self.train = self.spec.kind == "train"
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
+        self._paper_values: dict[str, Any] = {}
+        self._recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
         self.axes: dict[str, list[Any]] = {
             **cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True)),
             **self.args.axes,
@@ -153,17 +155,23 @@ class Stage:
         mine = [f"{k}={format_value(v)}" for k, v in values.items() if k not in self.args.passed]
         return [f"stage={format_value(self.name)}", *mine, *self.args.passed.values()]
 
+    def _paper_value(self, key: str) -> Any:
+        """`key`'s value at scale=paper, read once: every run looks up the keys its scale changes."""
+        if key not in self._paper_values:
+            self._paper_values[key] = OmegaConf.select(self._paper, key)
+        return self._paper_values[key]
+
     def run(self, params: dict[str, Any]) -> Run:
         """The run at a grid point or sampled point (paper numbers), composed and validated."""
-        paper = {**cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))}
+        paper = dict(self._recipe)
         paper.update({k: v for k, v in params.items() if k != VARIANT})
         if VARIANT in params:
             paper.update(
                 cast(dict[str, Any], OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
             )
         parity = paper.pop(PARITY, None)
-        values = to_scale(paper, self.base.scale, self._paper, self.train)
-        stated = {k: paper[k] if k in paper else OmegaConf.select(self._paper, k) for k in values}
+        values = to_scale(paper, self.base.scale, self._paper_value, self.train)
+        stated = {k: paper[k] if k in paper else self._paper_value(k) for k in values}
         scaled = {k: v for k, v in stated.items() if v != values[k]}  # kept in the run's config as scale.paper
         if self.spec.select == "best":  # the folder is no trial param (its value space changes between launches)
             values["stage.source"] = self._best[params[ZOOM_AXES[0]]]["run_dir"]
