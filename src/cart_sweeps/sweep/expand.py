@@ -6,8 +6,10 @@ same whether it is planned or launched.
 
 from __future__ import annotations
 
+import gc
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -65,6 +67,26 @@ def _search_distribution(key: str, spec: dict[str, Any]) -> IntDistribution | Fl
     if isinstance(low, int) and isinstance(high, int):
         return IntDistribution(low, high, log=log)
     return FloatDistribution(float(low), float(high), log=log)
+
+
+@contextmanager
+def long_lived() -> Iterator[None]:
+    """Build objects that live on (a stage's runs) without the cyclic garbage collector rescanning them.
+
+    Each run's config is ~1,100 tracked objects: collected as usual, the growing heap is scanned again and
+    again (a quarter of a 768-run expansion). Built with the collector paused, they are then moved, unscanned,
+    to its oldest generation (freeze, unfreeze), which only its rare full collections scan.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if not gc.get_freeze_count():  # else someone froze objects on purpose (before a fork): leave them be
+            gc.freeze()
+            gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 class Stage:
@@ -143,12 +165,15 @@ class Stage:
     def _grid_runs(self) -> list[Run]:
         runs: list[Run] = []
         seen: dict[str, dict[str, Any]] = {}
-        for point in self._points():
-            run = self.run(point)
-            if run.run_id in seen:
-                raise ConfigError(f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})")
-            seen[run.run_id] = point
-            runs.append(run)
+        with long_lived():
+            for point in self._points():
+                run = self.run(point)
+                if run.run_id in seen:
+                    raise ConfigError(
+                        f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})"
+                    )
+                seen[run.run_id] = point
+                runs.append(run)
         return runs
 
     def _overrides(self, values: dict[str, Any]) -> list[str]:
