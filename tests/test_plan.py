@@ -87,6 +87,16 @@ def test_planned_ids_are_the_ids_run_job_computes(runs_dir):
             assert run_id(compose_config(run.overrides)) == run.run_id
 
 
+def test_memoized_ids_follow_a_value_read_through_an_interpolation(runs_dir):
+    """The composer computes each group's part of a run id once per content; model.vocab_size reads
+    data.tokenizer.vocab_size, so runs that differ only there differ in their model part too."""
+    stage = Stage(
+        ["stage=1", "scale=tiny", "model.n_prelude=2", "model.n_loops=2", "data.tokenizer.vocab_size=300,400"]
+    )
+    assert {run.cfg.model.vocab_size for run in stage.runs} == {300, 400}
+    assert [run.run_id for run in stage.runs] == [run_id(run.cfg) for run in stage.runs]
+
+
 def test_command_line_grid_replaces_axes(runs_dir):
     stage = Stage(["stage=1", "scale=tiny", "model.d_model=256,512", "model.n_loops=2", "trainer.lr=1e-3,2e-3"])
     assert len(stage.runs) == 2 * 1 * 4 * 2

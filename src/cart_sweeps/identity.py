@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -167,13 +168,24 @@ def _typed(group: str, node: DictConfig) -> DictConfig:
     return cast(DictConfig, OmegaConf.merge(OmegaConf.structured(schema), node))
 
 
-def identity(cfg: DictConfig, seed: bool = True) -> dict[str, Any]:
-    """The meaning-bearing part of a run's config: model, data recipe, training recipe, seed (unless not asked)."""
+def group_identity(group: str, node: DictConfig) -> dict[str, Any]:
+    """One group's part of a run's identity: its defining values, less those that change only where or how fast."""
+    node = _typed(group, node)
+    values = _defining(node, OmegaConf.to_container(node, resolve=True))
+    return {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS.get(group, set())}
+
+
+GroupPart = Callable[[str, DictConfig], dict[str, Any]]
+
+
+def identity(cfg: DictConfig, seed: bool = True, part: GroupPart = group_identity) -> dict[str, Any]:
+    """The meaning-bearing part of a run's config: model, data recipe, training recipe, seed (unless not asked).
+
+    `part` gives each group's part: `group_identity`, or a memo of it (a stage's composer names many runs).
+    """
     out: dict[str, Any] = {"seed": cfg.seed} if seed else {}
     for group in GROUPS:
-        node = _typed(group, cfg[group])
-        values = _defining(node, OmegaConf.to_container(node, resolve=True))
-        out[group] = {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS.get(group, set())}
+        out[group] = part(group, cfg[group])
     if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
         out["eval_n_loops"] = cfg.stage.eval_n_loops
     if cfg.stage.get("num_fewshot") is not None:  # a benchmark evaluation with lm-eval's few-shot examples
@@ -186,9 +198,9 @@ def _digest(values: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def run_id(cfg: DictConfig) -> str:
+def run_id(cfg: DictConfig, part: GroupPart = group_identity) -> str:
     """A short stable hash of `identity(cfg)`: the ledger's key for a run."""
-    return _digest(identity(cfg))
+    return _digest(identity(cfg, part=part))
 
 
 def config_id(cfg: DictConfig) -> str:

@@ -6,9 +6,12 @@ same whether it is planned or launched.
 
 from __future__ import annotations
 
+import gc
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,7 +24,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_dir, run_id, run_label, validate
+from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_folder, run_id, run_label, validate
 from cart_sweeps.model import dense_parity
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.ledger import Ledger
@@ -66,6 +69,26 @@ def _search_distribution(key: str, spec: dict[str, Any]) -> IntDistribution | Fl
     return FloatDistribution(float(low), float(high), log=log)
 
 
+@contextmanager
+def long_lived() -> Iterator[None]:
+    """Build objects that live on (a stage's runs) without the cyclic garbage collector rescanning them.
+
+    Each run's config is ~1,100 tracked objects: collected as usual, the growing heap is scanned again and
+    again (a quarter of a 768-run expansion). Built with the collector paused, they are then moved, unscanned,
+    to its oldest generation (freeze, unfreeze), which only its rare full collections scan.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if not gc.get_freeze_count():  # else someone froze objects on purpose (before a fork): leave them be
+            gc.freeze()
+            gc.unfreeze()
+        if enabled:
+            gc.enable()
+
+
 class Stage:
     """A stage with the command line applied: its grid axes or search space, and its runs."""
 
@@ -83,6 +106,8 @@ class Stage:
         self.args.axes = {k: [to_paper(k, v, self.base.scale) for v in vs] for k, vs in self.args.axes.items()}
         self.train = self.spec.kind == "train"
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
+        self._paper_values: dict[str, Any] = {}
+        self._recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
         self.axes: dict[str, list[Any]] = {
             **cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True)),
             **self.args.axes,
@@ -140,29 +165,38 @@ class Stage:
     def _grid_runs(self) -> list[Run]:
         runs: list[Run] = []
         seen: dict[str, dict[str, Any]] = {}
-        for point in self._points():
-            run = self.run(point)
-            if run.run_id in seen:
-                raise ConfigError(f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})")
-            seen[run.run_id] = point
-            runs.append(run)
+        with long_lived():
+            for point in self._points():
+                run = self.run(point)
+                if run.run_id in seen:
+                    raise ConfigError(
+                        f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})"
+                    )
+                seen[run.run_id] = point
+                runs.append(run)
         return runs
 
     def _overrides(self, values: dict[str, Any]) -> list[str]:
         mine = [f"{k}={format_value(v)}" for k, v in values.items() if k not in self.args.passed]
         return [f"stage={format_value(self.name)}", *mine, *self.args.passed.values()]
 
+    def _paper_value(self, key: str) -> Any:
+        """`key`'s value at scale=paper, read once: every run looks up the keys its scale changes."""
+        if key not in self._paper_values:
+            self._paper_values[key] = OmegaConf.select(self._paper, key)
+        return self._paper_values[key]
+
     def run(self, params: dict[str, Any]) -> Run:
         """The run at a grid point or sampled point (paper numbers), composed and validated."""
-        paper = {**cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))}
+        paper = dict(self._recipe)
         paper.update({k: v for k, v in params.items() if k != VARIANT})
         if VARIANT in params:
             paper.update(
                 cast(dict[str, Any], OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
             )
         parity = paper.pop(PARITY, None)
-        values = to_scale(paper, self.base.scale, self._paper, self.train)
-        stated = {k: paper[k] if k in paper else OmegaConf.select(self._paper, k) for k in values}
+        values = to_scale(paper, self.base.scale, self._paper_value, self.train)
+        stated = {k: paper[k] if k in paper else self._paper_value(k) for k in values}
         scaled = {k: v for k, v in stated.items() if v != values[k]}  # kept in the run's config as scale.paper
         if self.spec.select == "best":  # the folder is no trial param (its value space changes between launches)
             values["stage.source"] = self._best[params[ZOOM_AXES[0]]]["run_dir"]
@@ -172,13 +206,16 @@ class Stage:
         if scaled:
             values["++scale.paper"] = scaled  # ++: adds keys to the (empty) dict
         overrides = self._overrides(values)
-        run = make_run(dict(params), overrides, self._compose(overrides))
+        run = make_run(dict(params), overrides, self._compose(overrides), partial(self._compose.run_id, overrides))
         return replace(run, actual={k: values[k] for k in params if k in scaled})
 
 
-def make_run(params: dict[str, Any], overrides: list[str], cfg: DictConfig) -> Run:
-    """Validate a composed run config and name it: `<paths.runs>/<stage>/<label>-<run id[:8]>`."""
+def make_run(
+    params: dict[str, Any], overrides: list[str], cfg: DictConfig, name: Callable[[DictConfig], str] = run_id
+) -> Run:
+    """Validate a composed run config and name it: `<paths.runs>/<stage>/<label>-<run id[:8]>`, `name` its run id."""
     if cfg.stage.kind == "evaluate":
-        cfg = with_source(cfg)
+        cfg, name = with_source(cfg), run_id  # its groups are the source's, not those `overrides` wrote
     validate(cfg)
-    return Run(params, overrides, cfg, run_id(cfg), run_label(cfg), run_dir(cfg))
+    id_, label = name(cfg), run_label(cfg)
+    return Run(params, overrides, cfg, id_, label, run_folder(cfg, label, id_))

@@ -8,10 +8,11 @@ scale=tiny) is read back to the paper's number by `to_paper`: the scale's width 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError, TrainerConfig
 
@@ -63,18 +64,20 @@ def to_paper(key: str, value: Any, scale: DictConfig) -> Any:
     return value if value in table else back.get(value, value)
 
 
-def to_scale(paper: dict[str, Any], scale: DictConfig, paper_defaults: DictConfig, train: bool) -> dict[str, Any]:
+def to_scale(
+    paper: dict[str, Any], scale: DictConfig, paper_value: Callable[[str], Any], train: bool
+) -> dict[str, Any]:
     """`paper` (override key -> value in the paper's numbers) at `scale`, as override key -> value.
 
-    `paper_defaults` is the config composed at scale=paper: it supplies the paper's values of the
-    scaled keys the stage does not state (warm-up, eval and checkpoint intervals, max sequence).
+    `paper_value(key)` is the key's value in the config composed at scale=paper: it supplies the paper's
+    values of the scaled keys the stage does not state (warm-up, eval and checkpoint intervals, max sequence).
     """
     out = dict(paper)
     if train:
         for key in (*_STEP_KEYS, *_SEQ_KEYS, *_BATCH_KEYS):
-            out.setdefault(key, OmegaConf.select(paper_defaults, key))
+            out.setdefault(key, paper_value(key))
         out["model.head_dim"] = scale.head_dim
-        out["trainer.eval_windows"] = scale.eval_windows or paper_defaults.trainer.eval_windows
+        out["trainer.eval_windows"] = scale.eval_windows or paper_value("trainer.eval_windows")
     factors = {key: 1 / scale.seq_len_divisor for key in _SEQ_KEYS}
     factors |= {key: 1 / scale.batch_divisor for key in _BATCH_KEYS}
     steps = out.get("trainer.steps")
