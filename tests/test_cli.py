@@ -115,6 +115,12 @@ def test_sweep_syntax_a_stage_cannot_take_is_one_line(sweep, says):
         Stage(["stage=1", "scale=tiny", sweep])
 
 
+def test_a_setting_the_schema_lacks_is_one_line():
+    """`+` adds keys past a schema: a misspelt setting was a KeyError deep in the run id."""
+    with pytest.raises(ConfigError, match=re.escape("+trainer.warmup: trainer has no such setting")):
+        Stage(["stage=1", "scale=tiny", "+trainer.warmup=5"])
+
+
 def test_hydra_shell_completion_installs(tmp_path):
     proc = cli("cart_sweeps", "-sc", "install=bash", runs=tmp_path)
     assert proc.returncode == 0 and "hydra_bash_completion" in proc.stdout, proc.stderr

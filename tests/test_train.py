@@ -133,11 +133,18 @@ def test_huge_lr_ends_diverged_with_one_line(tmp_path, data_cache):
     assert summary(run_dir)["status"] == "diverged"
 
 
-def test_bad_override_is_one_line_before_anything_runs(tmp_path):
-    proc = cli(["scale=tiny", "model.d_model=50", f"hydra.run.dir={tmp_path / 'bad'}"])
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("model.d_model=50", "model.d_model=50 must be a positive multiple of model.head_dim=16"),
+        ("+model.n_loop=4", "+model.n_loop: model has no such setting; check its spelling (no + to set one)"),
+    ],
+)
+def test_bad_override_is_one_line_before_anything_runs(tmp_path, bad, says):
+    proc = cli(["scale=tiny", bad, f"hydra.run.dir={tmp_path / 'bad'}"])
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2
-    assert out.strip().splitlines() == ["error: model.d_model=50 must be a positive multiple of model.head_dim=16"]
+    assert out.strip().splitlines() == [f"error: {says}"]
     assert not (tmp_path / "bad" / "summary.json").exists()
 
 

@@ -22,7 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
-from cart_sweeps.config import CONF_DIR, ConfigError, register_configs
+from cart_sweeps.config import CONF_DIR, ConfigError, check_settings, register_configs
 from cart_sweeps.status import RunStatus
 
 register_configs()
@@ -76,7 +76,7 @@ def precheck(overrides: list[str]) -> None:
         for o in parsed
         if o.is_sweep_override() and o.value_type not in (ValueType.INTERVAL_SWEEP, ValueType.GLOB_CHOICE_SWEEP)
     ]
-    compose_config(cast(list[str], single))  # the parser records every override's text
+    check_settings(compose_config(cast(list[str], single)))  # the parser records every override's text
 
 
 def show_stage(overrides: list[str], command: list[str]) -> None:

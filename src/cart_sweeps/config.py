@@ -9,7 +9,7 @@ name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identit
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
@@ -455,8 +455,31 @@ def validate_model(m: DictConfig | ModelConfig) -> None:
         raise ConfigError("model.unfreeze_kv=true does nothing with model.self_attn_core=true (no anchor)")
 
 
+def _unknown_key(node: DictConfig, path: str) -> str | None:
+    """The first key under `node` that its schema lacks, at any depth (`+` adds keys past a schema)."""
+    schema = OmegaConf.get_type(node)
+    if schema is None or not is_dataclass(schema):
+        return None
+    known = {f.name for f in fields(schema)}
+    for key in map(str, node):
+        if key not in known:
+            return f"{path}.{key}"
+        child = node[key]
+        if isinstance(child, DictConfig) and (found := _unknown_key(child, f"{path}.{key}")):
+            return found
+    return None
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in) is one line, before anything reads it."""
+    for group in ("model", "data", "trainer"):
+        if unknown := _unknown_key(cfg[group], group):
+            raise ConfigError(f"+{unknown}: {group} has no such setting; check its spelling (no + to set one)")
+
+
 def validate(cfg: DictConfig) -> None:
     """Checks across the whole composed config that the schema's types cannot express."""
+    check_settings(cfg)
     validate_model(cfg.model)
     t = cfg.trainer
     for key in ("steps", "seq_len", "micro_batch_size", "grad_accum", "eval_every", "log_every", "ckpt_every"):
