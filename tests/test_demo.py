@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 
 def test_quick_demo_runs_every_stage_then_the_analysis(quick_demo):
@@ -20,3 +23,14 @@ def test_quick_demo_runs_every_stage_then_the_analysis(quick_demo):
     assert (root / "out" / "stage1_ppl_vs_R.png").stat().st_size > 10_000
     assert "| d | P | R | ppl_austen |" in first  # the demo ends by printing tables
     assert "| bench_cart_lastword_acc |" in first.split("benchmarks.md:")[-1]  # the lm-eval columns among them
+
+
+def test_demo_outside_a_checkout_is_one_line_before_any_step(tmp_path):
+    """Its last step is the checkout's own `python -m analysis`: said at once, not after the stages ran."""
+    command = [sys.executable, "-m", "cart_sweeps.demo", "--quick"]
+    done = subprocess.run(command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "demo: run it from a checkout of cart_sweeps: its last step, python -m analysis, is the repo's own"
+    ]
+    assert list(tmp_path.iterdir()) == []

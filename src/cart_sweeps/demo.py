@@ -10,6 +10,7 @@ so a second demo skips what is done and finishes in seconds. `--quick` narrows e
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a few runs per stage (CI), same commands")
     parser.add_argument("--out", default="analysis/out", help="where the analysis writes (default analysis/out)")
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("analysis") is None:  # before any step: its last one needs the checkout's tool
+        sys.exit("demo: run it from a checkout of cart_sweeps: its last step, python -m analysis, is the repo's own")
     runs = Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
     start = time.perf_counter()
     for title, command in steps(runs, Path(args.out), args.quick):
