@@ -34,7 +34,6 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from cart_sweeps.config import ConfigError
 from cart_sweeps.sweep.local_controller import GRACE_S
 from cart_sweeps.sweep.pool import Task
 from cart_sweeps.train.runfolder import atomic_write
@@ -70,10 +69,11 @@ def _preload() -> None:
 
 def _compose_for_children(task: Task) -> None:
     """Compose the run's config here, so its process (and the next with the same config groups) finds the
-    slow step done; a config error is the run's to report."""
+    slow step done. Whatever fails here fails again in the run's process, which records it: the worker
+    must live on."""
     from cart_sweeps.train.run import compose_run
 
-    with contextlib.suppress(ConfigError):
+    with contextlib.suppress(Exception):
         compose_run(task.overrides)
 
 
