@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+from stages import run_quick_demo
 
 from cart_sweeps.compose import compose_config
 
@@ -43,12 +42,6 @@ def data_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def quick_demo(tmp_path_factory, data_cache):
-    """`python -m cart_sweeps.demo --quick` in a fresh folder: the study's seams end to end.
-
-    Run once (CI's time is short): a relaunch skipping what is done is tested on a stage in test_sweep."""
+    """`python -m cart_sweeps.demo --quick` in a fresh folder: the study's seams end to end."""
     root = tmp_path_factory.mktemp("demo")
-    env = {**os.environ, "CART_SWEEPS_RUNS": str(root / "runs"), "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "cart_sweeps.demo", "--quick", "--out", str(root / "out")]
-    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
-    assert done.returncode == 0, done.stdout[-5000:]
-    return root, done.stdout
+    return root, run_quick_demo(root)

@@ -84,3 +84,12 @@ def wait_until_gone(root: Path, timeout: float) -> None:
             listing = "\n".join(found)
             pytest.fail(f"processes still running {timeout:.0f} s after their driver ended:\n{listing}")
         time.sleep(0.1)
+
+
+def run_quick_demo(root: Path) -> str:
+    """`python -m cart_sweeps.demo --quick` with its runs and tables under `root`; its output."""
+    env = {**os.environ, "CART_SWEEPS_RUNS": str(root / "runs"), "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "cart_sweeps.demo", "--quick", "--out", str(root / "out")]
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-5000:]
+    return done.stdout

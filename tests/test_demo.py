@@ -7,10 +7,14 @@ import os
 import subprocess
 import sys
 
+from stages import run_quick_demo
+
+QUICK_RUNS = {"1": 8, "2": 8, "parity": 3, "ablations": 8, "variable_r": 3, "benchmarks": 4}
+
 
 def test_quick_demo_runs_every_stage_then_the_analysis(quick_demo):
     root, first = quick_demo
-    for stage, runs in {"1": 8, "2": 8, "parity": 3, "ablations": 8, "variable_r": 3, "benchmarks": 4}.items():
+    for stage, runs in QUICK_RUNS.items():
         assert f"stage {stage}: {runs} completed, 0 failed" in first, stage
         assert (root / "runs" / stage / "ledger.db").exists()
     findings = json.loads((root / "out" / "findings.json").read_text())
@@ -23,6 +27,16 @@ def test_quick_demo_runs_every_stage_then_the_analysis(quick_demo):
     assert (root / "out" / "stage1_ppl_vs_R.png").stat().st_size > 10_000
     assert "| d | P | R | ppl_austen |" in first  # the demo ends by printing tables
     assert "| bench_cart_lastword_acc |" in first.split("benchmarks.md:")[-1]  # the lm-eval columns among them
+
+
+def test_a_second_demo_finds_every_run_done(quick_demo):
+    """Every stage keeps a ledger: the same demo again trains nothing and still ends in the tables."""
+    root, _ = quick_demo
+    second = run_quick_demo(root)
+    for stage, runs in QUICK_RUNS.items():
+        assert f"stage {stage}: {runs} runs; {runs} done, skipped" in second, stage
+        assert f"stage {stage}: 0 completed, 0 failed" in second, stage
+    assert "| d | P | R | ppl_austen |" in second
 
 
 def test_demo_outside_a_checkout_is_one_line_before_any_step(tmp_path):

@@ -8,6 +8,7 @@ problem raises (ConfigError) before anything is written.
 
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from pathlib import Path
@@ -45,9 +46,15 @@ class Diverged(RuntimeError):
     """The training loss stopped being finite."""
 
 
-# The runs a warm worker forks share its composer (sweep/pools/worker.py): each set of config-group
-# choices is composed once, as the driver composes a stage's runs.
-compose_run = Composer()
+@functools.cache
+def _composer() -> Composer:
+    return Composer()
+
+
+def compose_run(overrides: list[str]) -> DictConfig:
+    """`compose_config(overrides)`, each set of config-group choices composed once per process: the runs a
+    warm worker forks share its composer (sweep/pools/worker.py), as a stage's runs share the driver's."""
+    return _composer()(overrides)
 
 
 def run_job(overrides: list[str], run_dir: str) -> RunSummary:

@@ -39,6 +39,7 @@ from cart_sweeps.sweep.pool import Task
 from cart_sweeps.train.runfolder import atomic_write
 
 POLL_S = 0.01  # how often a worker looks for its next run, and for a cancel or a timeout of the current one
+_FORK = multiprocessing.get_context("fork")
 
 
 def task_path(mailbox: Path, n: int) -> Path:
@@ -113,9 +114,9 @@ class Worker:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the controller's stop: see `serve`
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _preload()
-        self.serve(Path(self.mailbox), multiprocessing.get_context("fork"))
+        self.serve(Path(self.mailbox))
 
-    def serve(self, mailbox: Path, fork: Any) -> None:
+    def serve(self, mailbox: Path) -> None:
         """Run after run until stopped; a stop (SIGINT from the controller) stops the current run first."""
         child: BaseProcess | None = None
         n = 0
@@ -125,7 +126,7 @@ class Worker:
                     time.sleep(POLL_S)
                 task = pickle.loads(task_path(mailbox, n).read_bytes())
                 _compose_for_children(task)
-                child = fork.Process(target=_run, args=(task, result_path(mailbox, n), os.getpid()))
+                child = _FORK.Process(target=_run, args=(task, result_path(mailbox, n), os.getpid()))
                 child.start()
                 timed_out = self.watch(child, mailbox, n)
                 _record_exit(mailbox, n, child, timed_out)
