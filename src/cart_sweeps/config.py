@@ -461,11 +461,10 @@ def _unknown_key(node: DictConfig, path: str) -> str | None:
     if schema is None or not is_dataclass(schema):
         return None
     known = {f.name for f in fields(schema)}
-    for key in map(str, node):
-        if key not in known:
-            return f"{path}.{key}"
-        child = node[key]
-        if isinstance(child, DictConfig) and (found := _unknown_key(child, f"{path}.{key}")):
+    for key, child in node.items_ex(resolve=False):  # unresolved: this runs for every run of a stage
+        if str(key) not in known:
+            return f"{path}.{key!s}"
+        if isinstance(child, DictConfig) and (found := _unknown_key(child, f"{path}.{key!s}")):
             return found
     return None
 
