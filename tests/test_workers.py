@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from stages import env, leftovers, trials, wait_for, wait_until_gone
-from test_train import TIMING, rows
+from test_train import rows
 
 from cart_sweeps.sweep.pool import Task
 from cart_sweeps.sweep.pools.worker import cancel_path, exit_path, task_path
@@ -42,7 +42,6 @@ def test_one_worker_forks_a_process_per_run_with_the_numbers_of_a_cold_start(tmp
     warm, cold_summary = (json.loads((d / "summary.json").read_text()) for d in (warm_dir, cold_dir))
     numbers = [k for k in cold_summary if k.startswith(("ppl_", "bpb_", "ce_")) or k in ("rho", "run_id", "step")]
     assert {k: warm[k] for k in numbers} == {k: cold_summary[k] for k in numbers}
-    assert not TIMING & set(numbers)
 
 
 START_WORKER = (
