@@ -9,14 +9,17 @@ from pathlib import Path
 
 from analysis.load import AnalysisError, load_csv, load_runs
 from analysis.report import run
-from analysis.select import ALL, LATEST, choose
+
+CURRENT = "current"
 
 
-def launch_choice(text: str) -> str:
-    """latest, all, or a launch's number (1 = the first)."""
-    if text in (LATEST, ALL) or (text.isdigit() and int(text) >= 1):
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r}: use latest, all or a launch number (1, 2, ...)")
+def launch_choice(text: str) -> int | None:
+    """current (None: each cell's newest configuration), or a launch's number (1 = the first)."""
+    if text == CURRENT:
+        return None
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: use current or a launch number (1, 2, ...)")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -54,9 +57,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--launch",
         type=launch_choice,
-        default=LATEST,
+        default=None,
         metavar="WHICH",
-        help="which launch of each stage to table, from its ledger: latest (default), all, or N (1 = the first); "
+        help="which runs of each stage to table: current (default: per table cell, the newest configuration "
+        "launched for it, as plan and stage.select=zoom read them) or N, the runs launch N ran (1 = the first); "
         "run folders only",
     )
     return parser.parse_args(argv)
@@ -66,12 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         if args.from_csv:
-            if args.where or args.launch != LATEST:
+            if args.where or args.launch is not None:
                 raise AnalysisError("--where and --launch choose among run folders; a results CSV is tabled whole")
             study = load_csv(args.from_csv)
         else:
             root = args.runs or Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
-            study = choose(load_runs(root), args.launch, args.where)
+            study = load_runs(root, args.launch, args.where)
         report = run(study, args.out, args.metric, args.only)
     except AnalysisError as error:
         print(f"analysis: {error}", file=sys.stderr)

@@ -14,8 +14,11 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.errors import AnalysisError
+from analysis.select import Chosen, StageSelection, choose
+from analysis.stages import roles_of
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
+from cart_sweeps.sweep.runset import UNREADABLE, StageRun
 
 INT_COLUMNS = (
     "d_model",
@@ -28,47 +31,40 @@ INT_COLUMNS = (
     "trained_n_loops",
     "steps",
     "warmup_steps",
+    "trial",
 )
 RUN_KEY = ("stage", "model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "seed", "eval_n_loops")
 TRAINER_KEYS = ("steps", "lr", "min_lr", "warmup_steps", "weight_decay", "decay_all")
 MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
-
-
 CELL = ("model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "eval_n_loops", "num_fewshot")  # per stage
+# The columns a results CSV's stage may vary in (its axes, for the stage's own table), the seed aside.
+CSV_AXES = CELL
+VARIANT_AXIS = "stage.variant"  # the column of a stage's named variants (`variant` is the ablation label)
 
-
-class AnalysisError(ValueError):
-    """A problem with the input the user can fix; shown as one line, not a traceback."""
+__all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]
 
 
 @dataclass(frozen=True)
-class RunRecord:
-    """One run folder as its summary.json describes it: what `analysis.select` chooses runs by."""
+class StageAxes:
+    """What a stage varies, as columns of the frames, and how its own table ranks them."""
 
-    run: str  # the folder, relative to the runs root (the `run` column of the frames)
-    stage: str
-    label: str
-    run_id: str | None
-    status: str
-    seed: int | None
-    config: dict[str, Any]  # the recorded config, flat (model.*, trainer.*, data, eval_n_loops), without the seed
-    config_id: str | None  # the summary's own (runs since config_id existed); None for older summaries
-    cell: tuple[Any, ...]  # the table cell it falls in: CELL's values
-    written: float  # when its summary was written (seconds since the epoch)
+    columns: list[str]  # seed last where seeds vary
+    metric: str | None = None  # its sweep metric (None: the analysis's ranking metric)
+    search: bool = False  # a search: tabled trial by trial
 
 
 @dataclass
 class Study:
     """Everything analysis reads: evaluations, the training log, the runs left out, and (from run
-    folders) every run read, and which of them each stage's tables use and why."""
+    folders) which runs each stage's tables use and why."""
 
     evals: pd.DataFrame
     train: pd.DataFrame = field(default_factory=pd.DataFrame)
     not_completed: dict[str, int] = field(default_factory=dict)
     source: str = ""
-    records: list[RunRecord] = field(default_factory=list)
-    selection: dict[str, Any] = field(default_factory=dict)  # stage -> analysis.select.StageSelection
+    selection: dict[str, StageSelection] = field(default_factory=dict)
+    axes: dict[str, StageAxes] = field(default_factory=dict)  # stage -> what it varies
 
     def final(self) -> pd.DataFrame:
         """The last evaluated step of every run: what the tables rank ("at the last step")."""
@@ -130,70 +126,68 @@ def load_csv(path: str | Path) -> Study:
         done = frame["status"].fillna(RunStatus.COMPLETED) == RunStatus.COMPLETED
         left_out.update(frame.loc[~done, "status"].astype(str))
         frame = frame[done]
-    return Study(evals=_normalise(frame), not_completed=dict(left_out), source=str(path))
+    frame = _normalise(frame)
+    if "role" not in frame:
+        frame["role"] = frame["stage"].map(roles_of(None, sorted(frame["stage"].unique())))
+    return Study(evals=frame, not_completed=dict(left_out), source=str(path), axes=_csv_axes(frame))
 
 
-def load_runs(root: str | Path) -> Study:
-    """Every run folder under `root` (`<root>/<stage>/<run>/summary.json` + metrics.jsonl).
+def _csv_axes(frame: pd.DataFrame) -> dict[str, StageAxes]:
+    """Per stage of a results CSV, the columns its rows differ in (the seed last)."""
+    out = {}
+    for stage, rows in frame.groupby("stage"):
+        varied = [c for c in (*CSV_AXES, "seed") if c in rows and rows[c].nunique(dropna=True) > 1]
+        out[str(stage)] = StageAxes(varied)
+    return out
 
-    Robust to what real sweeps leave behind: runs still going, failed or diverged (counted, not
-    tabled), unreadable summaries, a metrics.jsonl cut off mid-line, extra nesting.
-    """
+
+def load_runs(root: str | Path, launch: int | None = None, where: list[str] | None = None) -> Study:
+    """The runs each stage's tables use under `root` (analysis.select), read from their folders
+    (summary.json + metrics.jsonl; a metrics.jsonl cut off mid-line is read up to its last whole line)."""
     root = Path(root)
-    summaries = sorted(root.rglob("summary.json")) if root.is_dir() else []
-    if not summaries:
-        raise AnalysisError(
-            f"no run folders under {root} (expected {root}/<stage>/<run>/summary.json); "
-            "pass --runs DIR or --from-csv FILE"
-        )
+    chosen = choose(root, launch, where)
     evals: list[dict[str, Any]] = []
     train: list[dict[str, Any]] = []
-    records: list[RunRecord] = []
     left_out: Counter[str] = Counter()
-    for path in summaries:
-        try:
-            summary = json.loads(path.read_text())
-            written = path.stat().st_mtime
-        except (OSError, json.JSONDecodeError):
-            left_out["unreadable"] += 1
-            continue
-        status = str(RunSummary.from_dict(summary).status)  # a status it does not know reads as failed
-        meta = _run_meta(summary, path.parent, root)
-        records.append(_record(summary, meta, status, written))
-        if status != RunStatus.COMPLETED:
-            left_out[status] += 1
-            continue
-        for event in _events(path.parent / "metrics.jsonl"):
-            if event.get("kind") == "train":
-                train.append({**meta, "step": event.get("step"), **{k: event.get(k) for k in TRAIN_KEYS}})
-            elif event.get("kind") == "eval":
-                evals.append({**meta, "step": event.get("step"), **_scores(event)})
-        evals.append({**meta, **_scores(summary), "step": summary.get("step"), "run_id": summary.get("run_id")})
+    axes = {}
+    for stage, choice in chosen.items():
+        selection = choice.selection
+        axes[stage] = _stage_axes(choice)
+        left_out.update(selection.pending)
+        ended = (RunStatus.DIVERGED, RunStatus.PRUNED, UNREADABLE)
+        left_out.update(e.kind for e in selection.excluded if e.kind in ended)
+        for run in choice.runs:
+            assert run.summary is not None  # a used run holds its result
+            summary = run.summary.to_dict()
+            meta = {**_run_meta(summary, run.folder, root), **_axis_values(run), "role": selection.role}
+            for event in _events(run.folder / "metrics.jsonl"):
+                if event.get("kind") == "train":
+                    train.append({**meta, "step": event.get("step"), **{k: event.get(k) for k in TRAIN_KEYS}})
+                elif event.get("kind") == "eval":
+                    evals.append({**meta, "step": event.get("step"), **_scores(event)})
+            evals.append({**meta, **_scores(summary), "step": summary.get("step"), "run_id": run.run_id})
     study_evals = _normalise(pd.DataFrame(evals)) if evals else pd.DataFrame()
     if not study_evals.empty:
         study_evals = study_evals.drop_duplicates(["run", "step"], keep="last").reset_index(drop=True)
     study_train = _normalise(pd.DataFrame(train)) if train else pd.DataFrame()
-    return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), records)
+    selections = {stage: choice.selection for stage, choice in chosen.items()}
+    return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), selections, axes)
 
 
-def _record(summary: dict[str, Any], meta: dict[str, Any], status: str, written: float) -> RunRecord:
-    """A run's record: its identity, its recorded config (flat), its cell."""
-    config = {f"{group}.{k}": v for group in ("model", "trainer") for k, v in (summary.get(group) or {}).items()}
-    config["data"] = summary.get("data")
-    if "eval_n_loops" in summary:
-        config["eval_n_loops"] = summary["eval_n_loops"]
-    return RunRecord(
-        run=meta["run"],
-        stage=meta["stage"],
-        label=meta["label"],
-        run_id=summary.get("run_id"),
-        status=status,
-        seed=summary.get("seed"),
-        config=config,
-        config_id=summary.get("config_id"),
-        cell=tuple(meta.get(k) for k in CELL),
-        written=written,
-    )
+def _axis_values(run: StageRun) -> dict[str, Any]:
+    """The run's value of each key its stage varies, at its own numbers (named variants as stage.variant)."""
+    values = {VARIANT_AXIS if k == "variant" else k: run.actual.get(k, v) for k, v in run.params.items()}
+    return values | ({"trial": run.trial} if run.trial >= 0 else {})
+
+
+def _stage_axes(choice: Chosen) -> StageAxes:
+    """The columns a stage's own table groups by: the keys its runs vary (the seed last), its metric."""
+    keys = list(dict.fromkeys(k for run in choice.runs for k in run.params))
+    columns = [VARIANT_AXIS if k == "variant" else k for k in keys if k != "seed"]
+    seeds = len({r.summary.details.get("seed") for r in choice.runs if r.summary}) > 1
+    record = choice.record
+    metric, search = (record.metric, record.search) if record else (None, False)
+    return StageAxes([*columns, *(["seed"] if seeds else [])], metric, search)
 
 
 def _run_meta(summary: dict[str, Any], folder: Path, root: Path) -> dict[str, Any]:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import stage_tables
 from analysis.figures import figure_jobs
-from analysis.findings import Findings, findings, words
+from analysis.findings import Findings, findings, plain, words
 from analysis.load import AnalysisError, Study, pick_metric
 from analysis.render import markdown, write_table
 from analysis.screen import READS as SCREEN_READS
@@ -50,24 +51,30 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
         raise AnalysisError(f"no completed runs in {study.source} (left out: {left})")
     metric, note = pick_metric(final, metric)
     figures = figure_jobs(study, metric)
-    chosen = _selected([*TABLES, *SCREEN_TABLES, *figures], only)
+    own = stage_tables.names(study)
+    chosen = _selected([*TABLES, *SCREEN_TABLES, *own, *figures], only)
     report, tables = Report(), {}
     out.mkdir(parents=True, exist_ok=True)
     for name in chosen:
         try:
-            if name in TABLES or name in SCREEN_TABLES:  # the screen's tables read every step, not the last
+            if name in figures:
+                report.written += figures[name](out / name)
+                continue
+            if name in own:
+                stage = stage_tables.stage_of(name)
+                tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
+            else:  # the screen's tables read every step, not the last
                 tables[name] = (
                     TABLES[name](final, metric) if name in TABLES else SCREEN_TABLES[name](study.evals, metric)
                 )
-                report.written += write_table(tables[name], out, name, runs_used(study, name))
-            else:
-                report.written += figures[name](out / name)
+            report.written += write_table(tables[name], out, name, runs_used(study, name))
         except AnalysisError as error:
             if only:
                 raise
             report.skipped[name] = str(error)
     selection = {"selection": {s: chosen.as_json() for s, chosen in study.selection.items()}} if study.selection else {}
-    report.findings = {"input": _input(study, final), **selection, **findings(tables, metric)}
+    best = plain(stage_tables.best_rows({n: t for n, t in tables.items() if n in own}))
+    report.findings = {"input": _input(study, final), **selection, **findings(tables, metric), "stages": best}
     report.summary = words(report.findings, _notes(study, note, report.skipped))
     (out / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
     (out / "report.md").write_text(_markdown_report(tables, report, study))
@@ -77,7 +84,12 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
 
 def runs_used(study: Study, table: str) -> str:
     """The line saying which runs a table used (empty without a selection: a results CSV)."""
-    lines = [study.selection[s].line() for s in {**READS, **SCREEN_READS}[table] if s in study.selection]
+    if table.startswith(stage_tables.PREFIX):
+        chosen = [study.selection[s] for s in [stage_tables.stage_of(table)] if s in study.selection]
+    else:
+        roles = {**READS, **SCREEN_READS}[table]
+        chosen = [c for c in study.selection.values() if c.role in roles]
+    lines = [c.line() for c in chosen]
     return f"Runs: {'; '.join(lines)}." if lines else ""
 
 
@@ -100,7 +112,7 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> li
         notes.append(f"Runs left out of the tables (not completed): {left}.")
     for chosen in study.selection.values():
         if chosen.excluded or chosen.missing:
-            why = Counter(e.reason for e in chosen.excluded)
+            why = Counter(e.kind for e in chosen.excluded)
             left = ", ".join(f"{n} {reason}" for reason, n in why.items()) or "none"
             gone = f"; {len(chosen.missing)} missing" if chosen.missing else ""
             notes.append(f"Stage {chosen.stage} tables use {chosen.basis}; left out: {left}{gone} (see report.md).")

@@ -85,8 +85,8 @@ def screen_transfer(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Stage 1's final ranking against Stage 2's at the step Stage 1 ended (or the last before) and at the end."""
     require(evals, ["stage", "d_model", "step", metric], "screen_transfer")
     rows = evals.dropna(subset=[metric, "step"])
-    one, keys = _configs(rows[rows["stage"] == SCREEN], metric)
-    two, _ = _configs(rows[rows["stage"] == CONFIRM], metric)
+    one, keys = _configs(rows[rows["role"] == SCREEN], metric)
+    two, _ = _configs(rows[rows["role"] == CONFIRM], metric)
     if one.empty or two.empty:
         raise AnalysisError("table 'screen_transfer' needs runs of stage 1 and stage 2; the input lacks one")
     screen = _final_step(one, keys)

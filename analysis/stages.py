@@ -1,14 +1,42 @@
-"""The stages playing each part of the paper's study, from their `role:` in sweeps/: no stage is named here."""
+"""The parts of the paper's study, by role (a stage file's `role:`): tables read runs by role, no stage by name.
+
+A stage's role comes from what its newest launch recorded (runs/<stage>/stage.json), so a user's stage
+(`--config-dir`) that took a role feeds that role's tables; a stage without a record (older runs, a results
+CSV) plays the role its shipped stage file of the same name claims, unless a recorded stage took that role.
+"""
 
 from __future__ import annotations
 
-from cart_sweeps.config import StageRole, stages_of
+from pathlib import Path
 
-SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R, BENCHMARKS = stages_of(
-    StageRole.screen,
-    StageRole.confirm,
-    StageRole.parity,
-    StageRole.ablations,
-    StageRole.variable_r,
-    StageRole.benchmarks,
+from cart_sweeps.config import StageRole
+from cart_sweeps.roles import stage_roles
+from cart_sweeps.sweep.runset import StageRecord
+
+SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R, BENCHMARKS = (
+    str(role)
+    for role in (
+        StageRole.screen,
+        StageRole.confirm,
+        StageRole.parity,
+        StageRole.ablations,
+        StageRole.variable_r,
+        StageRole.benchmarks,
+    )
 )
+
+
+def shipped_roles() -> dict[str, str]:
+    """Stage name -> role, as the shipped stage files claim them."""
+    return {f.name: str(role) for role, f in stage_roles().items()}
+
+
+def roles_of(root: Path | None, stages: list[str]) -> dict[str, str]:
+    """Stage name -> role for `stages` (under `root`, where their records are); stages without one are absent."""
+    recorded = {s: r for s in stages if root and (r := StageRecord.read(root / s)) is not None}
+    out = {s: str(r.role) for s, r in recorded.items() if r.role}
+    taken = set(out.values())
+    for stage, role in shipped_roles().items():
+        if stage in stages and stage not in recorded and role not in taken:
+            out[stage] = role
+    return out

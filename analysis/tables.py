@@ -18,21 +18,22 @@ CONFIG = ["d_model", "n_prelude", "n_loops"]
 Builder = Callable[[pd.DataFrame, str], pd.DataFrame]
 
 
-def select(final: pd.DataFrame, stages: tuple[str, ...], model: str = "cart", base_only: bool = True) -> pd.DataFrame:
-    """The completed runs of `stages` (one model; the baseline variant unless asked otherwise)."""
-    rows = final[final["stage"].isin(stages)]
+def select(final: pd.DataFrame, roles: tuple[str, ...], model: str = "cart", base_only: bool = True) -> pd.DataFrame:
+    """The completed runs of the stages playing `roles` (one model; the baseline variant unless asked otherwise)."""
+    rows = final[final["role"].isin(roles)] if "role" in final else final.iloc[0:0]
     if "model" in rows:
         rows = rows[rows["model"] == model]
     return rows[rows["variant"] == "base"] if base_only else rows
 
 
 def rows_of(
-    final: pd.DataFrame, stages: tuple[str, ...], table: str, model: str = "cart", base_only: bool = True
+    final: pd.DataFrame, roles: tuple[str, ...], table: str, model: str = "cart", base_only: bool = True
 ) -> pd.DataFrame:
     """`select`, refusing in one line when `table` would have no rows to work on."""
-    rows = select(final, stages, model, base_only)
+    rows = select(final, roles, model, base_only)
     if rows.empty:
-        raise AnalysisError(f"table {table!r} needs {model} runs of stage {' or '.join(stages)}; the input has none")
+        wanted = " or ".join(f"the {role} stage" for role in roles)
+        raise AnalysisError(f"table {table!r} needs {model} runs of {wanted}; the input has none")
     return rows
 
 
@@ -333,7 +334,7 @@ def _chain(levels: list) -> str:
     return " > ".join(str(level) for level in levels)
 
 
-# The stages each table reads (what its "Runs:" line reports).
+# The roles of the stages each table reads (what its "Runs:" line reports).
 READS: dict[str, tuple[str, ...]] = {
     "stage1_grid": (SCREEN,),
     "stage1_best": (SCREEN,),

@@ -1,5 +1,6 @@
-"""The analysis tables each stage from the runs it should: a stage relaunched with another trainer.lr and a
-run started by hand in the same folder, all made by the real commands, then `python -m analysis`."""
+"""The analysis tables each stage from the runs it should: a stage relaunched with another trainer.lr (which
+supersedes the cells it re-ran) and a run started by hand in the same folder, all made by the real commands,
+then `python -m analysis`."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def lrs(out: Path) -> set[float]:
     return {json.loads(p.read_text())["trainer"]["lr"] for p in chosen}
 
 
-def test_tables_hold_the_newest_launch_and_say_what_they_left_out(runs, tmp_path):
+def test_tables_hold_each_cells_newest_configuration_and_say_what_they_left_out(runs, tmp_path):
     done = analysis(runs, tmp_path)
     assert done.returncode == 0, done.stderr
     assert lrs(tmp_path) == {1e-3}
@@ -60,16 +61,17 @@ def test_tables_hold_the_newest_launch_and_say_what_they_left_out(runs, tmp_path
     assert selection["runs"] == 2
     reasons = {e["label"]: (e["reason"], e["differs"]) for e in selection["excluded"]}
     assert set(reasons) == {"d32-P2-R2-s42", "d32-P6-R2-s42", "d64-P2-R4-s42"}
-    assert "trainer.lr 0.003 vs 0.001" in reasons["d32-P2-R2-s42"][1] == reasons["d32-P6-R2-s42"][1]
+    assert reasons["d32-P2-R2-s42"] == ("superseded by a newer configuration", ["trainer.lr 0.003 -> 0.001"])
+    assert reasons["d32-P6-R2-s42"] == reasons["d32-P2-R2-s42"]
     assert reasons["d64-P2-R4-s42"][0] == "started by hand: in no launch"
     report = (tmp_path / "report.md").read_text()
-    assert "trainer.lr 0.003 vs 0.001" in report and re.search(r"1/d64-P2-R4-s42-\w{8}: started by hand", report)
+    assert "trainer.lr 0.003 -> 0.001" in report and re.search(r"1/d64-P2-R4-s42-\w{8}: started by hand", report)
     assert (tmp_path / "stage1_grid.md").read_text().startswith("Runs: stage 1: ")
     assert "left out 1/d64-P2-R4-s42" in done.stdout
 
 
-def test_where_and_launch_all_select_the_earlier_runs(runs, tmp_path):
-    done = analysis(runs, tmp_path, "--where", "trainer.lr=0.003", "--launch", "all")
+def test_where_and_launch_select_the_earlier_runs(runs, tmp_path):
+    done = analysis(runs, tmp_path, "--where", "trainer.lr=0.003", "--launch", "1")
     assert done.returncode == 0, done.stderr
     assert lrs(tmp_path) == {3e-3}
     assert "where trainer.lr=0.003" in (tmp_path / "stage1_grid.md").read_text().splitlines()[0]
@@ -95,10 +97,11 @@ def test_launches_recorded_by_the_driver_choose_by_number(runs, tmp_path):
     """Each launch of the stage is in its ledger; --launch N picks one of them."""
     done = analysis(runs, tmp_path / "latest")
     assert done.returncode == 0, done.stderr
-    assert "stage 1: launch 2 of 2 (at " in done.stdout and "from launch 1; trainer.lr 0.003 vs 0.001" in done.stdout
+    assert "stage 1: each cell's newest configuration over 2 launches, 2 runs" in done.stdout
+    assert "superseded by a newer configuration; trainer.lr 0.003 -> 0.001" in done.stdout
     assert analysis(runs, tmp_path / "first", "--launch", "1").returncode == 0
     assert lrs(tmp_path / "first") == {3e-3}
-    assert "has launches 1..2" in analysis(runs, tmp_path / "x", "--launch", "3").stderr
+    assert analysis(runs, tmp_path / "x", "--launch", "3").stderr == "analysis: --launch 3: stage 1 has launches 1..2\n"
 
 
 def test_a_damaged_ledger_falls_back_to_every_run_and_says_so(runs, tmp_path):

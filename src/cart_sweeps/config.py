@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import omegaconf.base
 from hydra.core.config_store import ConfigStore
@@ -94,7 +94,6 @@ class StageRole(StrEnum):
     ablations = "ablations"
     variable_r = "variable_r"
     benchmarks = "benchmarks"
-    search = "search"
 
 
 class CandidateSelection(StrEnum):
@@ -325,6 +324,9 @@ class StageConfig:
     source: str | None = None  # evaluate stages: the run folder of the trained model
     eval_n_loops: int | None = None  # evaluate stages: the inference R
     num_fewshot: int | None = None  # evaluate stages: lm-eval's shot count (None: each task's own, 0 for the paper's)
+    # Set by the sweep: the keys this stage's runs differ in that a label does not always show (trainer.lr, ...),
+    # so each run's label, folder, summary and W&B name show them (run_label).
+    varied: list[str] = field(default_factory=list)
 
 
 class Pruner(StrEnum):
@@ -413,17 +415,6 @@ def register_configs() -> None:
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
 
 
-@functools.cache
-def stage_names() -> dict[StageRole, str]:
-    """The shipped stage playing each role (sweeps/*.yaml `role:`): the analysis and the demo name no stage."""
-    stages = [cast(DictConfig, OmegaConf.load(path)) for path in sorted(SWEEPS_DIR.glob("*.yaml"))]
-    return {StageRole(s.role): str(s.name) for s in stages if s.get("role")}
-
-
-def stages_of(*roles: StageRole) -> tuple[str, ...]:
-    return tuple(stage_names()[role] for role in roles)
-
-
 def validate_model(m: DictConfig | ModelConfig) -> None:
     """Value checks on a model config, one clear line per problem."""
     if m.head_dim < 1 or m.d_model < 1 or m.d_model % m.head_dim:
@@ -502,9 +493,51 @@ def variant(model: DictConfig | ModelConfig) -> str:
     return "+".join(on) or "base"
 
 
+# The override keys `run_label` shows in its fixed part; any other key a stage varies is appended to it.
+LABEL_SHOWS = frozenset(
+    {
+        "seed",
+        "model",
+        "model.name",
+        "model.d_model",
+        "model.n_prelude",
+        "model.n_loops",
+        "model.n_layers",
+        "model.core_update",
+        "stage.eval_n_loops",
+        "stage.num_fewshot",
+        *(f"model.{s}" for s in ABLATION_SWITCHES),
+    }
+)
+SHORT_KEYS = {"weight_decay": "wd", "warmup_steps": "warmup", "micro_batch_size": "mbs", "grad_accum": "accum"}
+
+
+def short_value(value: Any) -> str:
+    """A value as a label writes it: 3e-3, 0.5, 32, true (three significant digits for floats)."""
+    if isinstance(value, float) and value != 0 and not 1e-2 <= abs(value) < 1e4:
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, DictConfig):  # a config group chosen per run (data=...): its name
+        return str(value.get("name", "?"))
+    return str(value)
+
+
+def axis_tag(key: str, value: Any) -> str:
+    """One varied key in a label: lr3e-3, gate_init0.5, decay_all_false, data_embedded."""
+    name = key.rsplit(".", 1)[-1]
+    name = SHORT_KEYS.get(name, name)
+    text = short_value(value)
+    return f"{name}{text}" if isinstance(value, int | float) and not isinstance(value, bool) else f"{name}_{text}"
+
+
 def run_label(cfg: DictConfig) -> str:
     """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
-    d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation)."""
+    d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation); each other key its stage varies (stage.varied)
+    is shown before the seed (d32-P2-R2-lr3e-3-s42), so no two runs of a stage share a label."""
     m = cfg.model
     if m.name == ModelName.dense:
         label = f"dense-d{m.d_model}-L{m.n_layers}"
@@ -512,6 +545,9 @@ def run_label(cfg: DictConfig) -> str:
         label = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
         if variant(m) != "base":
             label += f"-{variant(m)}"
+    for key in cfg.stage.get("varied") or ():
+        if key not in LABEL_SHOWS:
+            label += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"
     label += f"-s{cfg.seed}"
     if cfg.stage.eval_n_loops is not None:
         label += f"-at-R{cfg.stage.eval_n_loops}"

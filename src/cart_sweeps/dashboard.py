@@ -1,7 +1,7 @@
 """`python -m cart_sweeps.dashboard stage=<name> [overrides]`: the stage's W&B workspace and report.
 
 Panels: train loss, lr and tokens/s, each validation PPL and bits per byte, and rho against step, runs
-grouped by width and R. The report carries the same panels and the stage's tables, as the analysis
+grouped by the keys the stage varies. The report carries the same panels and the stage's tables, as the analysis
 builds them from the run folders under paths.runs. Online (logger.mode=online, logged in to W&B) it
 saves both; offline it prints what it would create.
 """
@@ -16,13 +16,14 @@ from omegaconf import DictConfig
 
 from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.runset import StageRecord
 from cart_sweeps.train.logger import check_credentials
 
 USAGE = """usage: python -m cart_sweeps.dashboard stage=<name> [OVERRIDE ...]
 
 Builds the W&B workspace of a stage (panels: train/loss, train/lr, train/tokens_per_s, val/ppl_<set> and
 val/bpb_<set> for each validation set, rho, against step; runs filtered to the stage and grouped by
-model.d_model and model.n_loops) and a W&B report with those panels and the stage's tables.
+the keys the stage varies, width and R before it ran) and a W&B report with those panels and the stage's tables.
   python -m cart_sweeps.dashboard stage=1                                  # offline: print the plan
   python -m cart_sweeps.dashboard stage=1 logger.mode=online logger.entity=ME   # after `wandb login`
 """
@@ -41,22 +42,37 @@ def panels_spec(cfg: DictConfig) -> dict[str, list[str]]:
     }
 
 
+def group_keys(cfg: DictConfig) -> list[str]:
+    """The config keys runs are grouped by: what the stage varies (its last launch's record), the seed aside;
+    width and R before the stage ever ran."""
+    record = StageRecord.read(Path(cfg.paths.runs) / cfg.stage.name)
+    keys = [k for k in record.varied if k not in ("seed", "variant")] if record else []
+    return keys or ["model.d_model", "model.n_loops"]
+
+
 def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
-    """The analysis tables that read this stage, from its run folders (none where it has no finished runs)."""
+    """The analysis tables that read this stage, from the runs its conclusions use (none where it has no
+    finished runs): its own table, and the paper's tables of its role."""
+    from analysis import stage_tables as own
     from analysis.load import AnalysisError, load_runs, pick_metric
     from analysis.screen import READS as SCREEN_READS
     from analysis.screen import TABLES as SCREEN_TABLES
-    from analysis.select import choose
     from analysis.tables import READS, TABLES
 
     try:
-        study = choose(load_runs(Path(cfg.paths.runs)))
+        study = load_runs(Path(cfg.paths.runs))
         metric, _ = pick_metric(study.final(), cfg.sweep.metric if cfg.sweep.metric in study.evals else None)
     except AnalysisError:
         return {}
     tables = {}
+    if cfg.stage.name in study.axes:
+        try:
+            name = f"{own.PREFIX}{cfg.stage.name}"
+            tables[name] = own.stage_table(study.final(), cfg.stage.name, study.axes[cfg.stage.name], metric)
+        except AnalysisError:
+            pass
     for name, build in {**TABLES, **SCREEN_TABLES}.items():
-        if cfg.stage.name in {**READS, **SCREEN_READS}[name]:
+        if cfg.stage.role in {**READS, **SCREEN_READS}[name]:
             try:
                 tables[name] = build(study.final() if name in TABLES else study.evals, metric)
             except AnalysisError:  # the stage's runs so far do not give this table
@@ -76,7 +92,7 @@ def build_report(cfg: DictConfig, entity: str, tables: dict[str, pd.DataFrame]) 
         project=cfg.logger.project,
         name=f"stage {cfg.stage.name}",
         filters=[ws.Config("stage.name") == cfg.stage.name],
-        groupby=["config.model.d_model", "config.model.n_loops"],
+        groupby=[f"config.{k}" for k in group_keys(cfg)],
     )
     plots: list[wr.interface.PanelTypes]  # PanelGrid takes any panel kind
     plots = [wr.LinePlot(title=key, x="Step", y=[key]) for keys in panels_spec(cfg).values() for key in keys]
@@ -107,7 +123,7 @@ def build_workspace(cfg: DictConfig, entity: str):
         sections=sections,
         runset_settings=ws.RunsetSettings(
             filters=[ws.Config("stage.name") == cfg.stage.name],
-            groupby=[ws.Config("model.d_model"), ws.Config("model.n_loops")],
+            groupby=[ws.Config(k) for k in group_keys(cfg)],
         ),
     )
 
@@ -122,7 +138,7 @@ def dashboard(overrides: list[str]) -> None:
         print(f"W&B workspace for stage {cfg.stage.name} (project {cfg.logger.project}), not saved (offline):")
         for section, keys in spec.items():
             print(f"  section {section!r}: {', '.join(keys)} against step")
-        print(f"  runs: config stage.name == {cfg.stage.name!r}, grouped by model.d_model, model.n_loops")
+        print(f"  runs: config stage.name == {cfg.stage.name!r}, grouped by {', '.join(group_keys(cfg))}")
         names = ", ".join(tables) or f"none yet in {cfg.paths.runs}"
         print(f"W&B report: those panels and the stage's tables: {names}")
         print(

@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from cart_sweeps.config import StageRole, stage_names
+from cart_sweeps.config import StageRole
+from cart_sweeps.roles import stage_of
 
 STAGE = ["-m", "cart_sweeps", "-m", "scale=tiny", "launcher.slots=2"]
 # --quick: corners of each grid (paper numbers; scale=tiny maps them), enough for every table.
@@ -39,7 +40,7 @@ def variable_r_source(runs: Path, quick: bool) -> Path:
     """The folder of that Stage-2 run, found by its grid point (the stage's own expansion names folders)."""
     from cart_sweeps.sweep.expand import Stage
 
-    confirm = Stage([f"stage={stage_names()[StageRole.confirm]}", *stage_args(StageRole.confirm, quick)])
+    confirm = Stage([f"stage={stage_of(StageRole.confirm)}", *stage_args(StageRole.confirm, quick)])
     run = next((r for r in confirm.runs if VARIABLE_R_SOURCE.items() <= r.params.items()), None)
     if run is None or not (run.run_dir / "summary.json").exists():
         sys.exit(f"demo: Stage 2 has no run at {VARIABLE_R_SOURCE} to evaluate; run the Stage 2 step first")
@@ -55,7 +56,7 @@ def steps(runs: Path, out: Path, quick: bool) -> list[tuple[str, list[str]]]:
     """(title, command) in order; variable-R's SOURCE is filled in when Stage 2 has run."""
 
     def stage(role: StageRole) -> list[str]:
-        return [*STAGE, f"stage={stage_names()[role]}", *(QUICK[role] if quick else [])]
+        return [*STAGE, f"stage={stage_of(role)}", *(QUICK[role] if quick else [])]
 
     return [
         ("Prepare the embedded corpus (tokenizer, bins)", ["-m", "cart_sweeps.data.prepare", "data=embedded"]),

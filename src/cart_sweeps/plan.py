@@ -9,24 +9,26 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
 from cart_sweeps.compose import run_cli
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import LABEL_SHOWS, ConfigError
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import folder_holds_result
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, status_of
+from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.sweep.pool import pool_class
+from cart_sweeps.sweep.runset import stage_runs
 
 USAGE = """usage: python -m cart_sweeps.plan stage=<name> [overrides]
 
@@ -79,11 +81,11 @@ def driver_running(sweep_dir: Path) -> bool:
     return False
 
 
-def statuses(stage: Stage, runs: Sequence[Run], ledger: Ledger | None) -> dict[str, str]:
+def statuses(stage: Stage, runs: Sequence[Run], history: dict[str, list[FrozenTrial]] | None) -> dict[str, str]:
     """Run id -> status: new, a RunStatus from the ledger, cut off (no driver), or lost (the ledger says
-    done, the run folder is gone); without a readable ledger, what the run folders hold."""
-    history = ledger.attempts() if ledger else {}
-    driver = ledger is not None and driver_running(stage.sweep_dir)
+    done, the run folder is gone); without a readable ledger (None), what the run folders hold."""
+    driver = history is not None and driver_running(stage.sweep_dir)
+    history = history or {}
     out = {}
     for run in runs:
         trials = history.get(run.run_id)
@@ -91,20 +93,22 @@ def statuses(stage: Stage, runs: Sequence[Run], ledger: Ledger | None) -> dict[s
             out[run.run_id] = RunStatus.COMPLETED if folder_holds_result(run) else "new"
         elif trials[-1].state == TrialState.RUNNING:
             out[run.run_id] = RunStatus.RUNNING if driver else "cut off"
-        elif status_of(trials[-1]).is_result and not folder_holds_result(run):
+        elif status_of(trials[-1]).is_result and not folder_holds_result(run, trials):
             out[run.run_id] = "lost"
         else:
             out[run.run_id] = status_of(trials[-1])
     return out
 
 
-def read_ledger(stage: Stage) -> Ledger | None:
-    """The stage's ledger; a damaged one is named in one line and the statuses come from the run folders."""
+def read_history(stage: Stage) -> dict[str, list[FrozenTrial]] | None:
+    """Run id -> its trials in every study of the stage's ledger (the storage it uses now); a damaged
+    ledger is named in one line, and None: the statuses then come from the run folders."""
     try:
-        return Ledger.read(stage.sweep_dir, stage.name, stage.base.sweep.storage)
+        ledgers = Ledger.read_all(stage.sweep_dir, stage.name, stage.base.sweep.storage)
     except LedgerDamaged as err:
         print(f"warning: {err}", file=sys.stderr)
         return None
+    return merged_attempts(ledgers) if ledgers else None
 
 
 def paper_numbers(run: Run) -> str:
@@ -119,12 +123,19 @@ def recipe_line(stage: Stage, runs: Sequence[Run]) -> str | None:
     return f"scale={stage.base.scale.name} maps the paper's numbers: " + ", ".join(shown) if shown else None
 
 
+def columns(stage: Stage) -> list[str]:
+    """COLUMNS, with each other key the stage varies (trainer.lr, ...) after `variant`."""
+    extra = [k for k in stage.varied if k not in COLUMNS and k not in LABEL_SHOWS]
+    at = COLUMNS.index("variant") + 1
+    return [*COLUMNS[:at], *extra, *COLUMNS[at:]]
+
+
 def rows(stage: Stage) -> list[dict[str, Any]]:
-    """One row per run, in COLUMNS order and launch order."""
-    ledger = read_ledger(stage)
-    runs = stage.known_runs(ledger.attempts() if ledger else {})
+    """One row per run, in `columns(stage)` order and launch order."""
+    history = read_history(stage)
+    runs = stage.known_runs(history or {})
     throughput = Throughput.of(runs, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
-    status = statuses(stage, runs, ledger)
+    status = statuses(stage, runs, history)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
     out = []
     costs = run_costs(runs, throughput)
@@ -149,6 +160,7 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "gpu_hours": cost.gpu_hours,
                 "status": status[run.run_id],
                 "grid_index": grid_index[run.run_id],  # not a column: the makespan of the grid order
+                **{k: OmegaConf.select(run.cfg, k) for k in stage.varied if k not in LABEL_SHOWS},
             }
         )
     return out
@@ -201,10 +213,11 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
     total_hours = sum(r["gpu_hours"] for r in table_rows)
     title = f"stage {stage.name} at scale={stage.base.scale.name}: {len(table_rows)} runs"
     table = Table(title=title, header_style="bold")
-    for key in COLUMNS:
+    shown = columns(stage)
+    for key in shown:
         table.add_column(key.removeprefix("model."), justify="right" if key not in ("label", "status") else "left")
     for row in table_rows:
-        table.add_row(*(_cell(k, row[k]) for k in COLUMNS))
+        table.add_row(*(_cell(k, row[k]) for k in shown))
     console = Console(width=400)  # the table takes the width its cells need
     console.print(table)
     if line := recipe_line(stage, stage.known_runs({})):
@@ -217,6 +230,23 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
         highlight=False,
     )
     console.print(makespan_line(slots, table_rows), highlight=False)
+    if line := runset_line(stage):
+        console.print(line, highlight=False)
+
+
+def runset_line(stage: Stage) -> str | None:
+    """What the stage's conclusions use so far (the analysis and zoom read the same runs); None before it ran."""
+    try:
+        runs = stage_runs(Path(stage.base.paths.runs), stage.name, stage.base.sweep.storage)
+    except LedgerDamaged:
+        return None
+    if not runs.used and not runs.pending and not runs.left_out:
+        return None
+    left = Counter(o.kind for o in runs.left_out)
+    parts = [f"{n} {reason}" for reason, n in left.items()]
+    parts += [f"{len(runs.pending)} without a result yet"] if runs.pending else []
+    parts += [f"{len(runs.missing)} missing their folder"] if runs.missing else []
+    return f"its tables use {len(runs.used)} runs ({runs.basis})" + (f"; left out: {', '.join(parts)}" if parts else "")
 
 
 def main(argv: list[str]) -> None:
@@ -225,7 +255,7 @@ def main(argv: list[str]) -> None:
     slots = stage_slots(stage.base)
     table_rows = rows(stage)
     if fmt == "csv":
-        writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
+        writer = csv.DictWriter(sys.stdout, fieldnames=columns(stage), lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(table_rows)
         print(makespan_line(slots, table_rows), file=sys.stderr)

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import ConfigError, config_id
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
@@ -29,6 +29,7 @@ from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
 from cart_sweeps.sweep.pool import Pool, Task, pool_class
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
+from cart_sweeps.sweep.runset import StageRecord
 from cart_sweeps.train.output import run_log
 from cart_sweeps.train.runfolder import read_summary
 
@@ -50,13 +51,20 @@ class Attempt:
 def _attrs(run: Run) -> dict[str, Any]:
     """What the ledger keeps of a run besides its params."""
     attrs = {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
+    attrs["config_id"] = config_id(run.cfg)  # what its seeds share: the run set keeps one per table cell
     return attrs | {"actual": run.actual}  # params are the paper's numbers; `actual`: those this scale changed
 
 
-def folder_holds_result(run: Run) -> bool:
-    """Whether the run folder still holds this run's result (the ledger alone is not the result)."""
-    summary = read_summary(run.run_dir)
-    return summary is not None and summary.run_id == run.run_id and summary.is_result
+def folder_holds_result(run: Run, trials: Sequence[FrozenTrial] = ()) -> bool:
+    """Whether the run's folder still holds its result (the ledger alone is not the result): the folder it
+    is given now, or the one its newest trial names (a run labelled before its stage's labels showed every
+    key the stage varies keeps its folder)."""
+    named = [run.run_dir.parent / Path(t.user_attrs["run_dir"]).name for t in trials[-1:] if "run_dir" in t.user_attrs]
+    for folder in dict.fromkeys([run.run_dir, *named]):
+        summary = read_summary(folder)
+        if summary is not None and summary.run_id == run.run_id and summary.is_result:
+            return True
+    return False
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -98,7 +106,7 @@ class StageDriver:
             else:
                 self.queue.append(Attempt(run, trial, reported=reported))
         elif last is not None and status_of(last).is_result:
-            if folder_holds_result(run):
+            if folder_holds_result(run, trials):
                 self.skipped += 1
             else:  # the ledger says done, but the run folder that holds the result is gone
                 self.lost.append(run)
@@ -243,8 +251,17 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     try:
         # grid trials have fixed params: the sampler is unused there
         sampler = optuna.samplers.TPESampler(seed=stage.base.seed, n_startup_trials=sweep.startup_trials)
-        ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner)
+        ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner, stage.objective())
+        if ledger.study.study_name != stage.name and not ledger.study.trials:
+            print(
+                f"stage {stage.name}: this launch ranks by {sweep.metric} with its recipe as given, which its ledger's "
+                f"earlier study does not; it records in a study of its own ({ledger.study.study_name}), beside it",
+                flush=True,
+            )
         ledger.name_objective(sweep.metric)
+        StageRecord(
+            stage.name, stage.spec.role, sweep.storage, sweep.metric, list(stage.varied), search=not stage.runs
+        ).write(stage.sweep_dir)
         pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
         driver = StageDriver(stage, ledger, pool)
         ledger.record_launch([run.run_id for run in driver.known], list(arguments))

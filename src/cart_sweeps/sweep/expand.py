@@ -24,11 +24,13 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import SWEEPS_DIR, ConfigError, run_folder, run_id, run_label, validate
+from cart_sweeps.config import LABEL_SHOWS, ConfigError, run_folder, run_id, run_label, validate
+from cart_sweeps.identity import NON_IDENTITY_KEYS
 from cart_sweeps.model import dense_parity
+from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep.composer import Composer
-from cart_sweeps.sweep.ledger import Ledger
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
+from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, best_runs, zoom_candidates
 from cart_sweeps.train.runfolder import with_source
@@ -95,8 +97,9 @@ class Stage:
     def __init__(self, arguments: Sequence[str]) -> None:
         first = split_arguments(arguments, ())
         if first.stage is None:
-            names = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
+            names = sorted({f.path.stem for f in stage_files()})
             raise ConfigError(f"name a stage: stage=<name>, one of {names}")
+        stage_roles()  # one stage per role, over every config source: refused in one line before anything else
         self._compose = Composer()
         self.base = self._compose(first.base)
         self.spec = self.base.stage
@@ -115,6 +118,7 @@ class Stage:
         if self.spec.variants:
             self.axes[VARIANT] = list(self.spec.variants)
         self.search = {k: _search_distribution(k, v) for k, v in self.spec.search.items()}
+        self.varied = varied_keys(self.axes, list(self.search), self.spec.variants)
         if self.base.sweep.sampler == "tpe":
             if not self.search or not self.base.sweep.n_trials:
                 raise ConfigError(
@@ -142,20 +146,14 @@ class Stage:
 
     def _points(self) -> list[dict[str, Any]]:
         if self.spec.select == "best":  # each width's best run of stage zoom_from, times the grid
-            source = Ledger.read(
-                Path(self.base.paths.runs) / self.spec.zoom_from, self.spec.zoom_from, self.base.sweep.storage
-            )
-            self._best = best_runs(source, self.base.sweep.metric, self.spec.zoom_from)
+            self._best = best_runs(self._source(), self.base.sweep.metric)
             grid = [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
             d_key, r_key = ZOOM_AXES[:2]
             return [{d_key: d, "stage.eval_n_loops": b[r_key], **g} for d, b in self._best.items() for g in grid]
         if self.spec.select == "zoom":
             if not all(k in self.axes for k in ZOOM_AXES[:2]):
                 raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
-            source = Ledger.read(
-                Path(self.base.paths.runs) / self.spec.zoom_from, self.spec.zoom_from, self.base.sweep.storage
-            )
-            cands = zoom_candidates(source, self.base.sweep.metric, self.axes[ZOOM_AXES[0]], self.spec.zoom_from)
+            cands = zoom_candidates(self._source(), self.base.sweep.metric, self.axes[ZOOM_AXES[0]])
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
             return [
                 {**c, **dict(zip(rest, vals, strict=True))} for c in cands for vals in itertools.product(*rest.values())
@@ -176,9 +174,35 @@ class Stage:
                 runs.append(run)
         return runs
 
+    def objective(self) -> dict[str, Any]:
+        """What this launch's ledger values mean: the sweep metric, and the recipe its runs share (the stage's
+        recipe, its scale, and the command line's settings of what runs compute), less what the stage varies."""
+        passed = sorted(line for key, line in self.args.passed.items() if _recipe_key(key) and key not in self.varied)
+        recipe = {k: v for k, v in self._recipe.items() if k not in self.varied}
+        return {"metric": self.base.sweep.metric, "scale": self.base.scale.name, "recipe": recipe, "passed": passed}
+
     def _overrides(self, values: dict[str, Any]) -> list[str]:
         mine = [f"{k}={format_value(v)}" for k, v in values.items() if k not in self.args.passed]
-        return [f"stage={format_value(self.name)}", *mine, *self.args.passed.values()]
+        shown = [k for k in self.varied if k not in LABEL_SHOWS]
+        tags = [f"stage.varied={format_value(shown)}"] if shown else []
+        return [f"stage={format_value(self.name)}", *mine, *tags, *self.args.passed.values()]
+
+    def _source(self) -> RunSet:
+        """The runs of stage zoom_from that its conclusions use (as the analysis tables them), all done."""
+        source = self.spec.zoom_from
+        runs = stage_runs(Path(self.base.paths.runs), source, self.base.sweep.storage)
+        if not runs.used and not runs.pending:
+            raise ConfigError(
+                f"stage.select={self.spec.select} needs the results of stage {source}: run stage={source} first"
+            )
+        if runs.pending or runs.missing:
+            first = runs.pending[0].label if runs.pending else runs.missing[0]
+            raise ConfigError(
+                f"stage.select={self.spec.select} reads stage {source}, which is not complete: "
+                f"{len(runs.pending) + len(runs.missing)} of its runs have no result (first: {first}); "
+                f"finish it first (python -m cart_sweeps stage={source} with its launch's settings)"
+            )
+        return runs
 
     def _paper_value(self, key: str) -> Any:
         """`key`'s value at scale=paper, read once: every run looks up the keys its scale changes."""
@@ -208,6 +232,21 @@ class Stage:
         overrides = self._overrides(values)
         run = make_run(dict(params), overrides, self._compose(overrides), partial(self._compose.run_id, overrides))
         return replace(run, actual={k: values[k] for k in params if k in scaled})
+
+
+def varied_keys(axes: dict[str, list[Any]], search: Sequence[str], variants: Any) -> tuple[str, ...]:
+    """Every key a stage's runs differ in: its grid axes (command-line ones too), its search space, and each
+    key its variants set (a derived parity depth is model.n_layers)."""
+    keys = [k for k in axes if k != VARIANT] + list(search)
+    for values in (variants or {}).values():
+        keys += ["model.n_layers" if k == PARITY else k for k in values]
+    return tuple(dict.fromkeys(keys))
+
+
+def _recipe_key(key: str) -> bool:
+    """Whether a command-line key changes what runs compute (model, data, trainer, seed; not where or how fast)."""
+    group, _, name = key.lstrip("+~").partition(".")
+    return group in ("model", "data", "trainer", "seed") and name not in NON_IDENTITY_KEYS.get(group, set())
 
 
 def make_run(

@@ -5,11 +5,18 @@ attrs the run id, label, overrides, run folder, job id, status and final metrics
 metric (the study's one named objective), and its intermediate values that metric at each evaluation.
 Results are written the moment a run ends, so a killed driver loses nothing; a trial still RUNNING when
 a driver starts was cut off, and is resumed rather than started again.
+
+A study's value means one thing: the metric and recipe it was created with (its `objective` attr). A
+launch ranking by another metric, or with another recipe, opens a study of its own beside the first in
+the same storage (`<stage>~<digest>`), so no study mixes two meanings; readers see the stage's studies
+together (`Ledger.read_all`, `merged_attempts`, `merged_launches`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import warnings
 from collections import defaultdict
@@ -34,6 +41,7 @@ from cart_sweeps.summary import RunSummary
 # SQLite file gives StorageInternalError; a torn journal JSONDecodeError, a garbage one AssertionError).
 DAMAGED = (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError, ValueError, AssertionError)
 LAUNCHES = "launches"  # study user attr: what each launch asked for (see Ledger.record_launch)
+OBJECTIVE = "objective"  # study user attr: {"metric": ..., "recipe": ...}, what the study's values mean
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
 
 
@@ -70,16 +78,46 @@ def _create_sqlite(path: Path) -> None:
 
 
 def _create(
-    path: Path, stage: str, storage: str, sampler: optuna.samplers.BaseSampler | None, pruner: optuna.pruners.BasePruner
+    path: Path,
+    stage: str,
+    storage: str,
+    sampler: optuna.samplers.BaseSampler | None,
+    pruner: optuna.pruners.BasePruner,
+    objective: dict[str, Any],
 ) -> optuna.Study:
-    return optuna.create_study(
-        storage=_storage(path, storage),
-        study_name=stage,
-        sampler=sampler,
-        pruner=pruner,
-        direction="minimize",
-        load_if_exists=True,
+    opened = _storage(path, storage)
+    name = _study_name(opened, stage, objective)
+    study = optuna.create_study(
+        storage=opened, study_name=name, sampler=sampler, pruner=pruner, direction="minimize", load_if_exists=True
     )
+    if OBJECTIVE not in study.user_attrs:
+        study.set_user_attr(OBJECTIVE, objective)
+    return study
+
+
+def _study_name(storage: BaseStorage, stage: str, objective: dict[str, Any]) -> str:
+    """The stage's study whose values mean `objective`: the first (named `stage`) unless it means another
+    metric or recipe, then `<stage>~<digest>`. A first study from before objectives were recorded is
+    taken as meaning `objective` when its named metric agrees."""
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    first = next((s for s in summaries if s.study_name == stage), None)
+    if first is None:
+        return stage
+    recorded = first.user_attrs.get(OBJECTIVE)
+    if recorded == objective or (recorded is None and _named_metric(storage, stage) in (None, objective["metric"])):
+        return stage
+    digest = hashlib.sha256(json.dumps(objective, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{stage}~{digest}"
+
+
+def _named_metric(storage: BaseStorage, stage: str) -> str | None:
+    names = optuna.load_study(study_name=stage, storage=storage).metric_names
+    return names[0] if names else None
+
+
+def stage_studies(storage: BaseStorage, stage: str) -> list[str]:
+    """The names of the stage's studies in `storage`, oldest first (the first is named after the stage)."""
+    return [n for n in optuna.get_all_study_names(storage) if n == stage or n.startswith(f"{stage}~")]
 
 
 def status_of(trial: FrozenTrial) -> RunStatus:
@@ -102,8 +140,10 @@ class Ledger:
         storage: str,
         sampler: optuna.samplers.BaseSampler | None = None,
         pruner: optuna.pruners.BasePruner | None = None,
+        objective: dict[str, Any] | None = None,
     ) -> Ledger:
-        """Create or reopen the ledger (a driver adopts the trials a dead driver queued: `adopt_queued`).
+        """Create or reopen the ledger of `objective` (a driver adopts the trials a dead driver queued:
+        `adopt_queued`); `objective` None: the stage's first study, whatever it means.
 
         A ledger that does not open (truncated, overwritten) is set aside, not deleted, and a fresh one
         started: the driver then records every result its run folders hold; one line names the old file.
@@ -112,29 +152,37 @@ class Ledger:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         path = ledger_path(sweep_dir, storage)
         pruner = pruner or optuna.pruners.NopPruner()
+        objective = objective or {}
         try:
-            study = _create(path, stage, storage, sampler, pruner)
+            study = _create(path, stage, storage, sampler, pruner, objective)
         except DAMAGED as err:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
             set_aside = path.rename(path.with_name(f"{path.name}.damaged-{stamp}"))
             print(f"ledger {path} does not open ({first_line(err)}); set aside as {set_aside.name}, starting afresh")
-            study = _create(path, stage, storage, sampler, pruner)
+            study = _create(path, stage, storage, sampler, pruner, objective)
         return cls(study)
 
     @classmethod
     def read(cls, sweep_dir: Path, stage: str, storage: str) -> Ledger | None:
-        """The existing ledger, or None when the stage was never launched (creates nothing).
+        """The stage's first study, or None when the stage was never launched (creates nothing).
+
+        Raises LedgerDamaged (one line) when the file does not open.
+        """
+        return next(iter(cls.read_all(sweep_dir, stage, storage)), None)
+
+    @classmethod
+    def read_all(cls, sweep_dir: Path, stage: str, storage: str) -> list[Ledger]:
+        """Every study of the stage in its ledger file, oldest first ([] when the stage was never launched).
 
         Raises LedgerDamaged (one line) when the file does not open.
         """
         path = ledger_path(sweep_dir, storage)
         if not path.exists():
-            return None
+            return []
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
-            return cls(optuna.load_study(study_name=stage, storage=_storage(path, storage)))
-        except KeyError:  # the file exists but holds no study of that name
-            return None
+            opened = _storage(path, storage)
+            return [cls(optuna.load_study(study_name=n, storage=opened)) for n in stage_studies(opened, stage)]
         except DAMAGED as err:
             raise LedgerDamaged(
                 f"ledger {path} does not open ({first_line(err)}); the next launch of stage {stage} sets it "
@@ -204,6 +252,11 @@ class Ledger:
         """
         return Trial(self.study, trial._trial_id)
 
+    def metric(self) -> str | None:
+        """The metric this study's values are (None for a study that never named one)."""
+        names = self.study.metric_names
+        return names[0] if names else None
+
     def finish(self, trial: Trial, summary: RunSummary, metric: str) -> RunStatus:
         """Record how a run ended, now; returns its status. A completed run without a finite sweep
         metric is recorded as failed: the ledger never holds a result it cannot rank."""
@@ -222,3 +275,19 @@ class Ledger:
         else:
             self.study.tell(trial, state=TrialState.FAIL)
         return status
+
+
+def merged_attempts(ledgers: list[Ledger]) -> dict[str, list[FrozenTrial]]:
+    """Run id -> its trials in every study of a stage, oldest first."""
+    out: dict[str, list[FrozenTrial]] = defaultdict(list)
+    for ledger in ledgers:
+        for run_id, trials in ledger.attempts().items():
+            out[run_id].extend(trials)
+    for trials in out.values():
+        trials.sort(key=lambda t: t.datetime_start or datetime.min)
+    return dict(out)
+
+
+def merged_launches(ledgers: list[Ledger]) -> list[dict[str, Any]]:
+    """Every launch of a stage, from all its studies, oldest first."""
+    return sorted((launch for ledger in ledgers for launch in ledger.launches()), key=lambda launch: launch["at"])

@@ -1,4 +1,5 @@
-"""Stage-2 candidates by the author's "zoom and confirm" rule, from a Stage-1 ledger.
+"""Stage-2 candidates by the author's "zoom and confirm" rule, from the Stage-1 runs its conclusions use
+(cart_sweeps.sweep.runset: the same runs the analysis tables).
 
 Per width: the best R and the best P of Stage 1 (lowest sweep metric at the end), each with its grid
 neighbour on either side; past the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds
@@ -10,10 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from optuna.trial import TrialState
-
 from cart_sweeps.config import ConfigError
-from cart_sweeps.sweep.ledger import Ledger
+from cart_sweeps.sweep.runset import RunSet
 
 D, R, P = "model.d_model", "model.n_loops", "model.n_prelude"
 ZOOM_AXES = (D, R, P)
@@ -31,34 +30,38 @@ def neighbours(grid: list[int], best: int, lowest: int) -> list[int]:
     return [v for v in (below, best, above) if v >= lowest]
 
 
-def best_runs(ledger: Ledger | None, metric: str, source: str) -> dict[int, dict[str, Any]]:
-    """Per width (paper number), the completed run of stage `source` with the lowest `metric`: its R and
-    folder (what the benchmarks stage evaluates, as the paper's zero-shot table does at each scale's best R)."""
-    if ledger is None:
-        raise ConfigError(f"stage.select=best needs the results of stage {source}: run stage={source} first")
+def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[float, dict[str, Any], str]]:
+    """(metric, grid point in the paper's numbers, run folder) of each run the source's conclusions use."""
+    out = []
+    for run in runs.used:
+        value = run.summary.value(metric) if run.summary else None
+        if value is not None and all(k in run.params for k in keys):
+            out.append((value, run.params, str(run.folder)))
+    return out
+
+
+def best_runs(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
+    """Per width (paper number), the run of the source stage with the lowest `metric` among those its
+    conclusions use: its R and folder (what the benchmarks stage evaluates, as the paper's zero-shot table
+    does at each scale's best R)."""
     best: dict[int, tuple[float, dict[str, Any]]] = {}
-    for trial in ledger.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        value, params = trial.user_attrs.get("results", {}).get(metric), trial.params
-        if value is not None and D in params and R in params and (params[D] not in best or value < best[params[D]][0]):
-            best[params[D]] = (value, {R: params[R], "run_dir": trial.user_attrs["run_dir"]})
+    for value, params, folder in _scored(runs, metric, (D, R)):
+        if params[D] not in best or value < best[params[D]][0]:
+            best[params[D]] = (value, {R: params[R], "run_dir": folder})
     if not best:
-        raise ConfigError(f"stage.select=best: stage {source} has no completed run with {metric}")
+        raise ConfigError(f"stage.select=best: stage {runs.stage} has no completed run with {metric}")
     return {d: best[d][1] for d in sorted(best)}
 
 
-def zoom_candidates(ledger: Ledger | None, metric: str, widths: list[int], source: str) -> list[dict[str, Any]]:
-    """The (d, R, P) points to confirm, for each width in `widths`."""
-    if ledger is None:
-        raise ConfigError(f"stage.select=zoom needs Stage-1 results: run stage={source} first")
+def zoom_candidates(runs: RunSet, metric: str, widths: list[int]) -> list[dict[str, Any]]:
+    """The (d, R, P) points to confirm, for each width in `widths`, from the runs the source's conclusions use."""
     by_width: dict[int, list[tuple[float, dict[str, Any]]]] = defaultdict(list)
-    for trial in ledger.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        value = trial.user_attrs.get("results", {}).get(metric)
-        if value is not None and all(k in trial.params for k in ZOOM_AXES):
-            by_width[trial.params[D]].append((value, trial.params))
+    for value, params, _ in _scored(runs, metric, ZOOM_AXES):
+        by_width[params[D]].append((value, params))
     out = []
     for d in widths:
         if not by_width.get(d):
-            raise ConfigError(f"stage.select=zoom: stage {source} has no completed run with {metric} at d={d}")
+            raise ConfigError(f"stage.select=zoom: stage {runs.stage} has no completed run with {metric} at d={d}")
         ranked = sorted(by_width[d], key=lambda pair: pair[0])
         best = ranked[0][1]
         points = {(best[R], best[P])}

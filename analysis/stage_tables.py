@@ -1,0 +1,64 @@
+"""Each stage's own table: its metrics by whatever it varies (grid axes, search parameters, variants).
+
+Every stage gets one, with or without a paper role: per cell (the stage's axes less the seed) the seed
+mean of its ranking metric (the stage's sweep metric where recorded), the spread where seeds vary, and
+its other validation sets; best first. A search is tabled trial by trial, so its first row is the
+ledger's best trial.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.errors import AnalysisError
+from analysis.load import StageAxes, Study, ppl_sets
+
+PREFIX = "runs_"  # runs_<stage>
+SHORT = {"model.d_model": "d", "model.n_prelude": "P", "model.n_loops": "R", "model.n_layers": "L"}
+
+
+def column_name(key: str) -> str:
+    """A table's name for an axis: d, P, R, L for the paper's, else the key's last part (lr, gate_init)."""
+    return SHORT.get(key, key.rsplit(".", 1)[-1])
+
+
+def names(study: Study) -> list[str]:
+    return [f"{PREFIX}{stage}" for stage in sorted(study.axes)]
+
+
+def stage_of(name: str) -> str:
+    return name.removeprefix(PREFIX)
+
+
+def stage_table(final: pd.DataFrame, stage: str, axes: StageAxes, metric: str) -> pd.DataFrame:
+    """The stage's cells (or trials), best first, with every axis value it varies."""
+    rows = final[final["stage"] == stage]
+    if rows.empty:
+        raise AnalysisError(f"stage {stage} has no completed runs to table")
+    if axes.metric is not None and axes.metric in rows and rows[axes.metric].notna().any():
+        metric = axes.metric
+    others = [m for m in ppl_sets(rows) if m != metric]
+    keys = [c for c in axes.columns if c != "seed" and c in rows]
+    if axes.search:
+        keys = ["trial", *keys] if "trial" in rows else keys
+        table = rows[[*keys, metric, *others]].sort_values(metric, kind="stable")
+        return table.rename(columns={k: column_name(k) for k in keys}).reset_index(drop=True)
+    if not keys:  # one configuration (its seeds, if any)
+        rows = rows.assign(config="all")
+        keys = ["config"]
+    grouped = rows.groupby(keys, dropna=False, sort=False)
+    table = (
+        grouped[metric]
+        .agg(["mean", "std", "count"])
+        .rename(columns={"mean": metric, "std": f"{metric}_std", "count": "seeds"})
+    )
+    if "seed" not in axes.columns or table["seeds"].max() < 2:
+        table = table.drop(columns=[f"{metric}_std"])
+    table = table.join(grouped[others].mean()) if others else table
+    table = table.reset_index().sort_values(metric, kind="stable").reset_index(drop=True)
+    return table.rename(columns={k: column_name(k) for k in keys})
+
+
+def best_rows(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, object]]:
+    """Per stage, its best cell (or trial): the first row of its own table."""
+    return {stage_of(name): table.head(1).to_dict("records")[0] for name, table in tables.items() if not table.empty}

@@ -1,0 +1,66 @@
+"""Which stage plays each part of the paper's study, read from every config source.
+
+A stage file may claim a `role:` (screen, confirm, ...): the analysis then tables its runs in that role's
+paper tables and the demo runs it. Stages come from the shipped sweeps/ and from the user's config folders
+(`--config-dir DIR`, `hydra.searchpath`: DIR/stage/*.yaml), so a role is checked across all of them: one
+stage per role, and a role value the study does not know is one line naming the allowed ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from cart_sweeps.compose import config_dirs
+from cart_sweeps.config import SWEEPS_DIR, ConfigError, StageRole
+
+
+@dataclass(frozen=True)
+class StageFile:
+    name: str
+    path: Path
+    role: StageRole | None
+
+
+def stage_files() -> list[StageFile]:
+    """Every stage file this command can compose: sweeps/*.yaml, then each config folder's stage/*.yaml."""
+    paths = [*sorted(SWEEPS_DIR.glob("*.yaml"))]
+    for folder in config_dirs():
+        paths += sorted((folder / "stage").glob("*.yaml"))
+    return [_read(path) for path in dict.fromkeys(p.resolve() for p in paths)]
+
+
+def _read(path: Path) -> StageFile:
+    node = OmegaConf.load(path)
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"{path}: a stage file is a mapping (name:, grid:, recipe:, ...)")
+    role = node.get("role")
+    if role is not None and role not in StageRole.__members__:
+        allowed = ", ".join(StageRole)
+        raise ConfigError(f"{path}: role: {role} is no role of the study; use one of {allowed}, or leave role out")
+    return StageFile(str(node.get("name", path.stem)), path, StageRole(role) if role is not None else None)
+
+
+def stage_roles() -> dict[StageRole, StageFile]:
+    """Role -> the one stage file claiming it; two claiming one role is one line naming both files."""
+    out: dict[StageRole, StageFile] = {}
+    for stage in stage_files():
+        if stage.role is None:
+            continue
+        if (first := out.get(stage.role)) is not None and first.name != stage.name:
+            raise ConfigError(
+                f"stages {first.name} ({first.path}) and {stage.name} ({stage.path}) both claim role: {stage.role}; "
+                "a role is one stage's: remove `role:` from one of them"
+            )
+        out[stage.role] = stage
+    return out
+
+
+def stage_of(role: StageRole) -> str:
+    """The name of the stage playing `role` (the shipped one unless a user's stage took it)."""
+    roles = stage_roles()
+    if role not in roles:
+        raise ConfigError(f"no stage claims role: {role}; add `role: {role}` to one stage file")
+    return roles[role].name

@@ -1,0 +1,288 @@
+"""The runs a stage's conclusions use: one definition for the analysis, `plan`, zoom/best and the dashboard.
+
+A stage folder collects every run ever made for it: launches narrowed to a few cells, a stage run in
+pieces, relaunches with another recipe, copies (`cp -a RUN RUN.bak`), runs started by hand. Its ledger
+records each launch and the runs it stood for. The rule, per table cell (a run's grid point less its
+seed, at the run's own numbers):
+
+- the cell's conclusions use the newest configuration launched for it: every completed seed of that
+  configuration, whichever launch ran it; a narrowed relaunch or a stage run in pieces keeps every cell;
+- a relaunch that changed a recipe key (another trainer.lr, say) supersedes exactly the cells it re-ran:
+  their older runs are listed as superseded, with the keys that changed;
+- a run is found by its id in the folder its ledger names, under the current runs root (a tree copied
+  elsewhere reads the same; a folder moved and symlinked back is followed); any other folder holding a
+  summary is a copy or a run started by hand: listed, never counted.
+
+Without a readable ledger every completed run folder counts once (a copy of a run's canonical folder,
+`<label>-<id8>`, aside), and the basis says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from cart_sweeps.status import RunStatus
+from cart_sweeps.summary import RunSummary
+from cart_sweeps.sweep.ledger import LEDGER_FILES, Ledger, LedgerDamaged, merged_attempts, merged_launches
+from cart_sweeps.train.runfolder import read_summary
+
+RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What the newest launch of a stage said about it, for readers without its config (the analysis)."""
+
+    name: str
+    role: str | None
+    storage: str
+    metric: str
+    varied: list[str]  # the keys its runs differ in (grid, search, variants, command-line axes)
+    search: bool = False  # a search stage (TPE): its runs are trials
+
+    def write(self, sweep_dir: Path) -> None:
+        path = sweep_dir / RECORD
+        tmp = path.with_name(f".{RECORD}.tmp")
+        tmp.write_text(json.dumps(self.__dict__, indent=2) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def read(cls, sweep_dir: Path) -> StageRecord | None:
+        try:
+            data = json.loads((sweep_dir / RECORD).read_text())
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One run of a stage, as its ledger and run folder describe it."""
+
+    run_id: str
+    label: str
+    folder: Path  # under the current root
+    params: dict[str, Any]  # its grid point in the paper's numbers (the ledger's params)
+    actual: dict[str, Any]  # those of its params its scale changed, at the run's own numbers
+    cell: tuple[tuple[str, Any], ...]  # params less the seed
+    config: str  # what the seeds of one configuration share (its config id)
+    launch: int  # index of the newest launch that stood for it (-1: none recorded)
+    started: datetime
+    trial: int  # its newest trial's number
+    status: str  # completed, failed, ..., lost (the ledger holds a result its folder lacks), new
+    summary: RunSummary | None
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A run folder or ledger run the conclusions do not use, and why."""
+
+    label: str
+    run: str  # the folder, relative to the runs root
+    kind: str  # for counts: copy, by hand, superseded, diverged, pruned, unreadable, other launch
+    reason: str
+    differs: list[str] = field(default_factory=list)  # for a superseded run: "trainer.lr 0.003 -> 0.001"
+
+
+@dataclass
+class RunSet:
+    stage: str
+    basis: str
+    used: list[StageRun] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # labels the conclusions need whose folder is gone
+    pending: list[StageRun] = field(default_factory=list)  # cells' runs without a result yet (failed, running, ...)
+    record: StageRecord | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every cell's newest configuration has its result (nothing pending, nothing lost)."""
+        return not self.pending and not self.missing
+
+
+def stage_storage(sweep_dir: Path, storage: str | None = None) -> str | None:
+    """The ledger storage the stage uses: `storage` (a caller with the config knows it), else what its
+    newest launch recorded, else the ledger file written last."""
+    if storage is not None:
+        return storage
+    if (record := StageRecord.read(sweep_dir)) is not None:
+        return record.storage
+    found = [(p.stat().st_mtime, kind) for kind, name in LEDGER_FILES.items() if (p := sweep_dir / name).exists()]
+    return max(found)[1] if found else None
+
+
+def stage_runs(root: Path, stage: str, storage: str | None = None, launch: int | None = None) -> RunSet:
+    """The runs the conclusions of `stage` under `root` use (see the module's rule); `launch` N (1 = the
+    first): only the runs launch N stood for, each cell still on one configuration."""
+    sweep_dir = root / stage
+    record = StageRecord.read(sweep_dir)
+    kind = stage_storage(sweep_dir, storage)
+    try:
+        ledgers = Ledger.read_all(sweep_dir, stage, kind) if kind else []
+        why = "no ledger"
+    except LedgerDamaged:
+        ledgers, why = [], "its ledger does not open; the next launch of the stage rebuilds it"
+    if not ledgers:
+        if launch is not None:
+            raise LedgerDamaged(f"stage {stage} has no readable ledger in {sweep_dir}")
+        out = _folders_only(root, stage, f"all runs of the folder ({why}, so no launches to choose from)")
+    else:
+        out = _from_ledger(root, stage, ledgers, launch)
+    out.record = record
+    return out
+
+
+def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | None) -> RunSet:
+    attempts, launches = merged_attempts(ledgers), merged_launches(ledgers)
+    newest = {rid: i for i, record in enumerate(launches) for rid in record["run_ids"]}
+    if launch is not None and not 1 <= launch <= len(launches):
+        raise LedgerDamaged(f"stage {stage} has launches 1..{len(launches)}")
+    chosen = set(launches[launch - 1]["run_ids"]) if launch is not None else None
+    runs = [_stage_run(root, stage, rid, trials, newest) for rid, trials in attempts.items()]
+    basis = (
+        f"launch {launch} of {len(launches)} (at {launches[launch - 1]['at']})"
+        if launch is not None
+        else f"each cell's newest configuration over {len(launches)} launch{'es' * (len(launches) != 1)}"
+    )
+    out = RunSet(stage, basis)
+    cells: dict[tuple[tuple[str, Any], ...], list[StageRun]] = defaultdict(list)
+    for run in runs:
+        if chosen is None or run.run_id in chosen:
+            cells[run.cell].append(run)
+        elif run.status == RunStatus.COMPLETED:
+            out.left_out.append(_left(root, run, "other launch", f"not in launch {launch}"))
+    for group in cells.values():
+        _choose_cell(root, group, out)
+    named = {run.folder for run in runs}
+    for folder, summary in _folders(root, stage):
+        if folder in named:
+            continue
+        if summary is None:
+            out.left_out.append(LeftOut(folder.name, _rel(root, folder), UNREADABLE, UNREADABLE))
+            continue
+        owner = next((r for r in runs if r.run_id == summary.run_id), None)
+        label, where = summary.label or folder.name, _rel(root, folder)
+        if owner:
+            copy = f"a copy of {owner.label}: its ledger names {_rel(root, owner.folder)}"
+            out.left_out.append(LeftOut(label, where, "copy", copy))
+        else:
+            out.left_out.append(LeftOut(label, where, "by hand", _BY_HAND))
+    return out
+
+
+_BY_HAND = "started by hand: in no launch"
+
+
+def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], newest: dict[str, int]) -> StageRun:
+    last = trials[-1]
+    attrs = last.user_attrs
+    folder = root / stage / Path(attrs.get("run_dir", run_id)).name
+    summary = read_summary(folder)
+    holds = summary is not None and summary.run_id == run_id
+    recorded = str(attrs.get("status", RunStatus.RUNNING if last.state.name == "RUNNING" else RunStatus.FAILED))
+    status = (
+        str(summary.status)
+        if holds and summary is not None
+        else ("lost" if recorded in (RunStatus.COMPLETED, RunStatus.DIVERGED) else recorded)
+    )
+    params = dict(last.params)
+    config = attrs.get("config_id") or (summary.details.get("config_id") if holds and summary else None)
+    if config is None:  # a ledger from before config ids were recorded, and no result yet
+        config = json.dumps([o for o in attrs.get("overrides", []) if not o.startswith("seed=")])
+    return StageRun(
+        run_id=run_id,
+        label=str(attrs.get("label", run_id)),
+        folder=folder,
+        params=params,
+        actual=dict(attrs.get("actual", {})),
+        cell=tuple(sorted((k, v) for k, v in params.items() if k != "seed")),
+        config=str(config),
+        launch=newest.get(run_id, -1),
+        started=last.datetime_start or datetime.min,
+        trial=last.number,
+        status=status,
+        summary=summary if holds else None,
+    )
+
+
+def _choose_cell(root: Path, group: list[StageRun], out: RunSet) -> None:
+    """The cell's runs of its newest launched configuration: used, pending or missing; the rest superseded."""
+    latest = max(group, key=lambda r: (r.launch, r.started))
+    for run in sorted(group, key=lambda r: r.label):
+        if run.config != latest.config:
+            if run.status == RunStatus.COMPLETED:
+                why = "superseded by a newer configuration"
+                out.left_out.append(_left(root, run, "superseded", why, _changes(run, latest)))
+        elif run.status == RunStatus.COMPLETED:
+            out.used.append(run)
+        elif run.status == "lost":
+            out.missing.append(run.label)
+        elif run.status in (RunStatus.DIVERGED, RunStatus.PRUNED):  # ended, with no final value to table
+            out.left_out.append(_left(root, run, run.status, run.status))
+        else:
+            out.pending.append(run)
+
+
+def _left(root: Path, run: StageRun, kind: str, reason: str, differs: list[str] | None = None) -> LeftOut:
+    return LeftOut(run.label, _rel(root, run.folder), kind, reason, differs or [])
+
+
+def _changes(old: StageRun, new: StageRun) -> list[str]:
+    """The recorded settings that differ between two configurations: 'trainer.lr 0.003 -> 0.001'."""
+    if old.summary is None or new.summary is None:
+        return []
+    a, b = _flat_config(old.summary), _flat_config(new.summary)
+    return [f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _flat_config(summary: RunSummary) -> dict[str, Any]:
+    """A summary's recorded config, flat (model.*, trainer.*, data), without the seed."""
+    details = summary.details
+    flat = {f"{group}.{k}": v for group in ("model", "trainer") for k, v in (details.get(group) or {}).items()}
+    flat["data"] = json.dumps(details.get("data"), sort_keys=True, default=str)
+    return flat
+
+
+UNREADABLE = "unreadable"
+
+
+def _folders(root: Path, stage: str) -> list[tuple[Path, RunSummary | None]]:
+    """Every folder under the stage's folder holding a summary.json, with it (None: it does not parse)."""
+    base = root / stage
+    return [(p.parent, read_summary(p.parent)) for p in sorted(base.rglob("summary.json"))] if base.is_dir() else []
+
+
+def _folders_only(root: Path, stage: str, basis: str) -> RunSet:
+    """Without a ledger: every folder's run once (a copy beside its run's canonical folder aside)."""
+    out = RunSet(stage, basis)
+    folders = _folders(root, stage)
+    canonical = {s.run_id for f, s in folders if s and s.run_id and f.name == f"{s.label}-{s.run_id[:8]}"}
+    for folder, summary in folders:
+        if summary is None:
+            out.left_out.append(LeftOut(folder.name, _rel(root, folder), UNREADABLE, UNREADABLE))
+            continue
+        label = summary.label or folder.name
+        if summary.run_id in canonical and folder.name != f"{summary.label}-{(summary.run_id or '')[:8]}":
+            out.left_out.append(LeftOut(label, _rel(root, folder), "copy", f"a copy of {label}"))
+            continue
+        run_id = summary.run_id or _rel(root, folder)
+        run = StageRun(
+            run_id, label, folder, {}, {}, (("run", run_id),), str(summary.details.get("config_id")), -1,
+            datetime.min, -1, str(summary.status), summary,
+        )  # fmt: skip
+        _choose_cell(root, [run], out)
+    return out
+
+
+def _rel(root: Path, folder: Path) -> str:
+    try:
+        return str(folder.relative_to(root))
+    except ValueError:
+        return str(folder)

@@ -1,0 +1,204 @@
+"""Any config key is an axis, and every reader of results sees the same run set.
+
+Real commands on real tiny stages: a user's own stage (`--config-dir`) over trainer.lr x model.n_loops, a
+TPE search, relaunches that narrow, copy, change the metric or the recipe; then `plan`, the analysis and
+stage 2's zoom read them. Roles are checked across every config source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from cart_sweeps.sweep.expand import Stage
+from tests.stages import env, sweep
+
+REPO = Path(__file__).parents[1]
+TINY = ["scale=tiny", "trainer.steps=4"]
+MINE = """\
+name: mine
+grid:
+  trainer.lr: [1.0e-3, 3.0e-3]
+  model.n_loops: [2, 4]
+recipe:
+  seed: 42
+  model.d_model: 256
+  model.n_prelude: 2
+  trainer.steps: 3000
+"""
+
+
+def command(runs: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], env=env(runs), capture_output=True, text=True, cwd=REPO
+    )
+
+
+def analysis(runs: Path, out: Path) -> dict:
+    """`python -m analysis` on `runs`: its findings (each stage's own table lands in out/runs_<stage>.csv)."""
+    done = command(runs, "analysis", "--runs", str(runs), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return json.loads((out / "findings.json").read_text())
+
+
+def studies(runs: Path, stage: str) -> dict[str, optuna.Study]:
+    storage = f"sqlite:///{runs / stage / 'ledger.db'}"
+    return {n: optuna.load_study(study_name=n, storage=storage) for n in optuna.get_all_study_names(storage)}
+
+
+@pytest.fixture(scope="module")
+def mine(tmp_path_factory, data_cache) -> tuple[Path, Path]:
+    """The user's stage `mine` (its own folder), launched once: 4 runs."""
+    base = tmp_path_factory.mktemp("axes")
+    (base / "cfg" / "stage").mkdir(parents=True)
+    (base / "cfg" / "stage" / "mine.yaml").write_text(MINE)
+    runs = base / "runs"
+    done = sweep(runs, "--config-dir", str(base / "cfg"), "stage=mine", *TINY)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return base / "cfg", runs
+
+
+@pytest.mark.slow
+def test_every_key_a_stage_varies_names_its_runs_and_is_tabled(mine, tmp_path):
+    cfg, runs = mine
+    labels = sorted(p.name.rsplit("-", 1)[0] for p in (runs / "mine").glob("d*"))
+    assert labels == ["d32-P2-R2-lr1e-3-s42", "d32-P2-R2-lr3e-3-s42", "d32-P2-R4-lr1e-3-s42", "d32-P2-R4-lr3e-3-s42"]
+    plan = command(runs, "cart_sweeps.plan", "--config-dir", str(cfg), "stage=mine", *TINY, "plan.format=csv")
+    assert plan.returncode == 0, plan.stderr
+    planned = pd.read_csv(StringIO(plan.stdout))
+    assert sorted(planned["trainer.lr"]) == [1e-3, 1e-3, 3e-3, 3e-3] and set(planned["status"]) == {"completed"}
+    findings = analysis(runs, tmp_path)
+    table = pd.read_csv(tmp_path / "runs_mine.csv")
+    assert sorted(zip(table["lr"], table["R"], strict=True)) == [(1e-3, 2), (1e-3, 4), (3e-3, 2), (3e-3, 4)]
+    assert table["ppl_austen"].is_monotonic_increasing  # best first
+    assert findings["selection"]["mine"]["runs"] == 4 and findings["stages"]["mine"]["lr"] == table["lr"][0]
+    summaries = [json.loads(p.read_text()) for p in (runs / "mine").glob("*/summary.json")]
+    assert sorted(s["label"] for s in summaries) == labels  # the run's own record names it as the folder does
+
+
+@pytest.mark.slow
+def test_a_narrowed_relaunch_and_a_copy_change_nothing_tabled(mine, tmp_path):
+    cfg, runs = mine
+    before = analysis(runs, tmp_path / "before")
+    done = sweep(runs, "--config-dir", str(cfg), "stage=mine", *TINY, "model.n_loops=2")
+    assert done.returncode == 0 and "2 done, skipped" in done.stdout, done.stdout + done.stderr
+    run = next((runs / "mine").glob("d32-P2-R2-lr1e-3-*"))
+    shutil.copytree(run, run.with_name(run.name + ".bak"), symlinks=True)
+    after = analysis(runs, tmp_path / "after")
+    same = pd.read_csv(tmp_path / "before" / "runs_mine.csv")
+    pd.testing.assert_frame_equal(same, pd.read_csv(tmp_path / "after" / "runs_mine.csv"))
+    assert after["selection"]["mine"]["runs"] == before["selection"]["mine"]["runs"] == 4
+    copies = [e for e in after["selection"]["mine"]["excluded"] if e["run"].endswith(".bak")]
+    assert len(copies) == 1 and copies[0]["reason"].startswith("a copy of d32-P2-R2-lr1e-3-s42")
+    shutil.rmtree(run.with_name(run.name + ".bak"))
+
+
+@pytest.mark.slow
+def test_a_metric_change_starts_a_study_of_its_own_and_leaves_the_first_untouched(mine):
+    cfg, runs = mine
+    first = {t.number: t.value for t in studies(runs, "mine")["mine"].trials}
+    done = sweep(runs, "--config-dir", str(cfg), "stage=mine", *TINY, "sweep.metric=ppl_bible")
+    assert done.returncode == 0 and "a study of its own" in done.stdout, done.stdout + done.stderr
+    found = studies(runs, "mine")
+    assert {t.number: t.value for t in found["mine"].trials} == first and found["mine"].metric_names == ["ppl_austen"]
+    (other,) = (s for n, s in found.items() if n != "mine")
+    assert other.metric_names == ["ppl_bible"] and len(other.trials) == 4
+    for trial in other.trials:
+        summary = json.loads((runs / "mine" / Path(trial.user_attrs["run_dir"]).name / "summary.json").read_text())
+        assert trial.value == summary["ppl_bible"]
+
+
+@pytest.mark.slow
+def test_a_search_is_tabled_trial_by_trial_best_first(tmp_path, data_cache):
+    runs = tmp_path / "runs"
+    done = sweep(runs, "stage=lr", *TINY, "sweep.sampler=tpe", "sweep.n_trials=3", "sweep.startup_trials=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    analysis(runs, tmp_path / "out")
+    table = pd.read_csv(tmp_path / "out" / "runs_lr.csv")
+    best = studies(runs, "lr")["lr"].best_trial
+    assert (
+        len(table) == 3
+        and table["trial"][0] == best.number
+        and table["lr"][0] == pytest.approx(best.params["trainer.lr"])
+    )
+    assert len({p.name.rsplit("-", 1)[0] for p in (runs / "lr").glob("d*")}) == 3  # lr in every label
+
+
+@pytest.mark.slow
+def test_zoom_promotes_from_the_runs_the_analysis_tables(tmp_path, data_cache):
+    """Launch 1 screens R=2 and R=4; launch 2 re-runs R=2 with a learning rate too small to learn. The
+    superseded R=2 run is the best value in the ledger; the run set's best cell, for zoom and the analysis
+    alike, is R=4."""
+    runs = tmp_path / "runs"
+    screen = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2"]
+    assert sweep(runs, *screen, "model.n_loops=2,4", "trainer.lr=3e-3").returncode == 0
+    assert sweep(runs, *screen, "model.n_loops=2", "trainer.lr=1e-6").returncode == 0
+    values = {t.user_attrs["label"]: t.value for s in studies(runs, "1").values() for t in s.trials}
+    assert min(values, key=lambda k: values[k]) == "d32-P2-R2-s42"  # the superseded run: the ledger's best
+    findings = analysis(runs, tmp_path / "out")
+    assert findings["stages"]["1"]["R"] == 4
+    superseded = [e for e in findings["selection"]["1"]["excluded"] if e["reason"].startswith("superseded")]
+    assert [e["differs"] for e in superseded] == [["trainer.lr 0.003 -> 1e-06"]]
+    args = ["stage=2", *TINY, "stage.select=zoom", "model.d_model=256", "seed=42", "plan.format=csv"]
+    plan = command(runs, "cart_sweeps.plan", *args)
+    assert plan.returncode == 0, plan.stderr
+    zoomed = pd.read_csv(StringIO(plan.stdout))
+    assert sorted(zip(zoomed["model.n_loops"], zoomed["model.n_prelude"], strict=True)) == [(2, 2), (4, 2), (6, 2)]
+
+
+@pytest.mark.parametrize(
+    ("file", "says"),
+    [
+        (
+            "name: mine\nrole: screen\ngrid: {seed: [1, 2]}\n",
+            r"stages 1 \(.*sweeps/1.yaml\) and mine \(.*stage/mine.yaml\) both claim role: screen; a role is one "
+            r"stage's: remove `role:` from one of them",
+        ),
+        (
+            "name: mine\nrole: scren\ngrid: {seed: [1, 2]}\n",
+            r".*stage/mine.yaml: role: scren is no role of the study; use one of screen, confirm, parity, ablations, "
+            r"variable_r, benchmarks, or leave role out",
+        ),
+    ],
+)
+def test_a_taken_or_unknown_role_is_one_line(tmp_path, file, says):
+    (tmp_path / "cfg" / "stage").mkdir(parents=True)
+    (tmp_path / "cfg" / "stage" / "mine.yaml").write_text(file)
+    for stage in ("mine", "2"):  # the stage with the bad role, or any other stage while it is there
+        done = command(tmp_path / "runs", "cart_sweeps.plan", "--config-dir", str(tmp_path / "cfg"), f"stage={stage}")
+        assert done.returncode == 2 and done.stdout == ""
+        (line,) = done.stderr.splitlines()
+        assert re.fullmatch(f"error: {says}", line), line
+
+
+@pytest.mark.slow
+def test_the_analysis_reads_the_ledger_of_the_storage_the_stage_uses_now(mine, tmp_path):
+    """After sweep.storage=journal, the new runs are in the journal alone: read from the stale SQLite
+    ledger they would be "started by hand"."""
+    cfg, runs = mine
+    done = sweep(runs, "--config-dir", str(cfg), "stage=mine", *TINY, "model.n_loops=2,6", "sweep.storage=journal")
+    assert done.returncode == 0, done.stderr[-3000:]
+    findings = analysis(runs, tmp_path)
+    assert findings["selection"]["mine"]["runs"] == 6
+    assert not [e for e in findings["selection"]["mine"]["excluded"] if "by hand" in e["reason"]]
+    assert sorted(pd.read_csv(tmp_path / "runs_mine.csv")["R"]) == [2, 2, 4, 4, 6, 6]
+
+
+def test_a_launch_s_objective_is_its_metric_and_recipe_not_where_or_which_cells():
+    """What a ledger study's values mean: a new metric or recipe is a new objective (a study of its own);
+    narrowing an axis, the launcher or a setting of how fast a run goes is not."""
+    base = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2"]
+    objective = Stage(base).objective()
+    assert Stage([*base, "model.n_loops=8", "launcher.slots=4", "trainer.log_every=5"]).objective() == objective
+    assert Stage([*base, "trainer.steps=20"]).objective() != objective
+    assert Stage([*base, "sweep.metric=ppl_bible"]).objective() != objective
+    assert Stage(["stage=1", "model.d_model=256", "model.n_prelude=2"]).objective() != objective  # scale=paper
