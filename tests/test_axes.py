@@ -173,8 +173,9 @@ def test_zoom_promotes_from_the_runs_the_analysis_tables(tmp_path, data_cache):
 def test_a_taken_or_unknown_role_is_one_line(tmp_path, file, says):
     (tmp_path / "cfg" / "stage").mkdir(parents=True)
     (tmp_path / "cfg" / "stage" / "mine.yaml").write_text(file)
-    for stage in ("mine", "2"):  # the stage with the bad role, or any other stage while it is there
-        done = command(tmp_path / "runs", "cart_sweeps.plan", "--config-dir", str(tmp_path / "cfg"), f"stage={stage}")
+    folder = str(tmp_path / "cfg")
+    for module, stage in [("cart_sweeps.plan", "mine"), ("cart_sweeps.plan", "2"), ("cart_sweeps", "mine")]:
+        done = command(tmp_path / "runs", module, "--config-dir", folder, f"stage={stage}")  # any stage fails
         assert done.returncode == 2 and done.stdout == ""
         (line,) = done.stderr.splitlines()
         assert re.fullmatch(f"error: {says}", line), line

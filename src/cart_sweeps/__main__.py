@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
 from cart_sweeps.config import CONF_DIR, ConfigError, check_settings, register_configs
+from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
 
 register_configs()
@@ -107,6 +108,8 @@ def main() -> None:
         ns = parse(args)
         use_config_sources(ns.config_dir, ns.config_name, ns.overrides)
         stage = named_stage(ns.overrides)
+        if stage is not None:
+            stage_roles()  # a role taken twice or unknown, in any config source: one line before composing
         if stage is not None and (ns.help or ns.cfg in ("job", "all")):
             show_stage(ns.overrides, sys.argv[1:])
             return
