@@ -135,24 +135,27 @@ def test_a_search_is_tabled_trial_by_trial_best_first(tmp_path, data_cache):
 
 @pytest.mark.slow
 def test_zoom_promotes_from_the_runs_the_analysis_tables(tmp_path, data_cache):
-    """Launch 1 screens R=2 and R=4; launch 2 re-runs R=2 with a learning rate too small to learn. The
-    superseded R=2 run is the best value in the ledger; the run set's best cell, for zoom and the analysis
-    alike, is R=4."""
+    """Launch 1 screens R=2 and R=4; launch 2 re-runs the better of the two with a learning rate too small to
+    learn. Its superseded run is still the best value in the ledger; the run set's best cell, for zoom and
+    the analysis alike, is the other R."""
     runs = tmp_path / "runs"
     screen = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2"]
     assert sweep(runs, *screen, "model.n_loops=2,4", "trainer.lr=3e-3").returncode == 0
-    assert sweep(runs, *screen, "model.n_loops=2", "trainer.lr=1e-6").returncode == 0
+    first = studies(runs, "1")["1"].best_trial.params["model.n_loops"]
+    other = 6 - first
+    assert sweep(runs, *screen, f"model.n_loops={first}", "trainer.lr=1e-6").returncode == 0
     values = {t.user_attrs["label"]: t.value for s in studies(runs, "1").values() for t in s.trials}
-    assert min(values, key=lambda k: values[k]) == "d32-P2-R2-s42"  # the superseded run: the ledger's best
+    assert min(values, key=lambda k: values[k]) == f"d32-P2-R{first}-s42"  # the superseded run: the ledger's best
     findings = analysis(runs, tmp_path / "out")
-    assert findings["stages"]["1"]["R"] == 4
+    assert findings["stages"]["1"]["R"] == other
     superseded = [e for e in findings["selection"]["1"]["excluded"] if e["reason"].startswith("superseded")]
     assert [e["differs"] for e in superseded] == [["trainer.lr 0.003 -> 1e-06"]]
     args = ["stage=2", *TINY, "stage.select=zoom", "model.d_model=256", "seed=42", "plan.format=csv"]
     plan = command(runs, "cart_sweeps.plan", *args)
     assert plan.returncode == 0, plan.stderr
     zoomed = pd.read_csv(StringIO(plan.stdout))
-    assert sorted(zip(zoomed["model.n_loops"], zoomed["model.n_prelude"], strict=True)) == [(2, 2), (4, 2), (6, 2)]
+    cross = {2: [2, 4], 4: [2, 4, 6]}[other]  # R and its neighbours in the grid {2, 4}, past its top edge by 2
+    assert sorted(zip(zoomed["model.n_loops"], zoomed["model.n_prelude"], strict=True)) == [(r, 2) for r in cross]
 
 
 @pytest.mark.parametrize(

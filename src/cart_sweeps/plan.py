@@ -237,7 +237,7 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
 def runset_line(stage: Stage) -> str | None:
     """What the stage's conclusions use so far (the analysis and zoom read the same runs); None before it ran."""
     try:
-        runs = stage_runs(Path(stage.base.paths.runs), stage.name, stage.base.sweep.storage)
+        runs = stage_runs(Path(stage.base.paths.runs), stage.name)
     except LedgerDamaged:
         return None
     if not runs.used and not runs.pending and not runs.left_out:

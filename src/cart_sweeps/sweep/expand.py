@@ -190,7 +190,7 @@ class Stage:
     def _source(self) -> RunSet:
         """The runs of stage zoom_from that its conclusions use (as the analysis tables them), all done."""
         source = self.spec.zoom_from
-        runs = stage_runs(Path(self.base.paths.runs), source, self.base.sweep.storage)
+        runs = stage_runs(Path(self.base.paths.runs), source)
         if not runs.used and not runs.pending:
             raise ConfigError(
                 f"stage.select={self.spec.select} needs the results of stage {source}: run stage={source} first"

@@ -107,35 +107,29 @@ class RunSet:
         return not self.pending and not self.missing
 
 
-def stage_storage(sweep_dir: Path, storage: str | None = None) -> str | None:
-    """The ledger storage the stage uses: `storage` (a caller with the config knows it), else what its
-    newest launch recorded, else the ledger file written last."""
-    if storage is not None:
-        return storage
-    if (record := StageRecord.read(sweep_dir)) is not None:
-        return record.storage
-    found = [(p.stat().st_mtime, kind) for kind, name in LEDGER_FILES.items() if (p := sweep_dir / name).exists()]
-    return max(found)[1] if found else None
-
-
-def stage_runs(root: Path, stage: str, storage: str | None = None, launch: int | None = None) -> RunSet:
+def stage_runs(root: Path, stage: str, launch: int | None = None) -> RunSet:
     """The runs the conclusions of `stage` under `root` use (see the module's rule); `launch` N (1 = the
-    first): only the runs launch N stood for, each cell still on one configuration."""
+    first): only the runs launch N stood for, each cell still on one configuration.
+
+    Every ledger file of the stage is read (a stage moved to `sweep.storage=journal` keeps the launches its
+    SQLite ledger recorded), its launches merged in time order.
+    """
     sweep_dir = root / stage
-    record = StageRecord.read(sweep_dir)
-    kind = stage_storage(sweep_dir, storage)
-    try:
-        ledgers = Ledger.read_all(sweep_dir, stage, kind) if kind else []
-        why = "no ledger"
-    except LedgerDamaged:
-        ledgers, why = [], "its ledger does not open; the next launch of the stage rebuilds it"
+    ledgers: list[Ledger] = []
+    damaged = []
+    for kind in LEDGER_FILES:
+        try:
+            ledgers += Ledger.read_all(sweep_dir, stage, kind)
+        except LedgerDamaged:
+            damaged.append(LEDGER_FILES[kind])
     if not ledgers:
         if launch is not None:
             raise LedgerDamaged(f"stage {stage} has no readable ledger in {sweep_dir}")
+        why = "its ledger does not open; the next launch of the stage rebuilds it" if damaged else "no ledger"
         out = _folders_only(root, stage, f"all runs of the folder ({why}, so no launches to choose from)")
     else:
         out = _from_ledger(root, stage, ledgers, launch)
-    out.record = record
+    out.record = StageRecord.read(sweep_dir)
     return out
 
 
