@@ -9,6 +9,7 @@ name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identit
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -195,7 +196,7 @@ class TokenizerConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING
-    cache_dir: str = "${oc.env:CART_SWEEPS_CACHE,.cache/cart_sweeps}/data"
+    cache_dir: str = "${cache_home:}/data"
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     sources: list[SourceConfig] = field(default_factory=list)
     validation: list[ValSetConfig] = field(default_factory=list)
@@ -531,7 +532,16 @@ def run_folder(cfg: DictConfig, label: str, id_: str) -> Path:
     return Path(cfg.paths.runs) / cfg.stage.name / f"{label}-{id_[:8]}"
 
 
+def cache_home() -> str:
+    """$CART_SWEEPS_CACHE, else the per-user cache ($XDG_CACHE_HOME/cart_sweeps or ~/.cache/cart_sweeps), as
+    HF datasets and torch keep theirs: every working folder shares one prepared copy of each recipe."""
+    if root := os.environ.get("CART_SWEEPS_CACHE"):
+        return root
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cart_sweeps")
+
+
 OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
+OmegaConf.register_new_resolver("cache_home", cache_home, replace=True)
 
 # OmegaConf parses an interpolation's text (with ANTLR, 0.1-0.2 ms) each time it resolves it, and naming,
 # validating and costing a stage's runs resolve the same few texts thousands of times (model.vocab_size,
