@@ -8,6 +8,7 @@ name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identit
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -407,8 +408,8 @@ def register_configs() -> None:
     """
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    cs.store(group="launcher", name="local_schema", node=LocalLauncherConfig)
-    cs.store(group="launcher", name="slurm_schema", node=SlurmLauncherConfig)
+    cs.store(name="launcher_local_schema", node=LocalLauncherConfig)  # outside the group: no option of it
+    cs.store(name="launcher_slurm_schema", node=SlurmLauncherConfig)
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):
         stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
@@ -474,7 +475,11 @@ def check_settings(cfg: DictConfig) -> None:
     """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in) is one line, before anything reads it."""
     for group in ("model", "data", "trainer"):
         if unknown := _unknown_key(cfg[group], group):
-            raise ConfigError(f"+{unknown}: {group} has no such setting; check its spelling (no + to set one)")
+            parent, _, name = unknown.rpartition(".")
+            known = [str(k) for k in cast(DictConfig, OmegaConf.select(cfg, parent)).keys() if k != name]
+            close = difflib.get_close_matches(name, known, n=1)
+            advice = f"did you mean {parent}.{close[0]}?" if close else "check its spelling (no + to set one)"
+            raise ConfigError(f"+{unknown}: {parent} has no such setting; {advice}")
 
 
 def validate(cfg: DictConfig) -> None:
