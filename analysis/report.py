@@ -67,7 +67,7 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
                 tables[name] = (
                     TABLES[name](final, metric) if name in TABLES else SCREEN_TABLES[name](study.evals, metric)
                 )
-            report.written += write_table(tables[name], out, name, runs_used(study, name))
+            report.written += write_table(tables[name], out, name, runs_used(study, name), metric)
         except AnalysisError as error:
             if only:
                 raise
@@ -77,7 +77,7 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
     report.findings = {"input": _input(study, final), **selection, **findings(tables, metric), "stages": best}
     report.summary = words(report.findings, _notes(study, note, report.skipped))
     (out / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
-    (out / "report.md").write_text(_markdown_report(tables, report, study))
+    (out / "report.md").write_text(_markdown_report(tables, report, study, metric))
     report.written += [out / "findings.json", out / "report.md"]
     return report
 
@@ -121,14 +121,14 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> li
     return notes
 
 
-def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study) -> str:
+def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str) -> str:
     """The runs used, every table and figure on one page, then the findings in words."""
     parts = ["# CART study: regenerated tables\n"]
     if study.selection:
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
     parts += [
-        f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table)
+        f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table, metric)
         for name, table in tables.items()
     ]
     parts += [f"![{p.stem}]({p.name})\n" for p in report.written if p.suffix == ".png"]

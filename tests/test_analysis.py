@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.image import imread
 
 from analysis.__main__ import main
+from analysis.figures import curves, save, screen_vs_step, stage1_ppl_vs_r
 from analysis.load import Study, load_csv, load_runs
 from analysis.report import run
 from analysis.stats import Recipe, wd_only_rho
@@ -38,7 +42,7 @@ def test_paper_fixture_regenerates_published_findings(paper):
     assert f["reversal"]["reversed_widths"] == [256, 512, 768, 1024]
     assert f["reversal"]["spearman_cells"] == 8
     assert round(f["reversal"]["spearman"], 3) == 0.905
-    assert "| 1024 | 6 | 8 | 97.73 |" in (out / "stage1_best.md").read_text()
+    assert "| 1024 | 6 | 8 | **97.7** |" in (out / "stage1_best.md").read_text()
     assert json.loads((out / "findings.json").read_text())["reversal"]["spearman"] == f["reversal"]["spearman"]
     for name in ("stage1_grid", "stage1_best", "stage2_seeds", "reversal"):
         assert all((out / f"{name}.{ext}").stat().st_size > 0 for ext in ("csv", "md", "tex"))
@@ -269,7 +273,7 @@ def test_paper_fixture_screen_says_what_ends_alone_cannot_show(paper):
 
 
 def test_latex_tables_are_paper_ready(paper):
-    """A float with caption and label, human headers, fixed decimals per column, p in math notation, and
+    """A float with caption and label, human headers, fixed decimals per column, p in one notation, and
     scaled down to the text width only when wider (pdflatex is not installed here to measure it)."""
     _, out = paper
     tex = (out / "reversal.tex").read_text()
@@ -278,6 +282,54 @@ def test_latex_tables_are_paper_ready(paper):
         "\\label{tab:reversal}" in tex and "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}" in tex
     )
     assert "$d$ & $P$ & Stage-1 $R$ & Stage-2 $R$ & Reversed & $t$ & $p$ & Note \\\\" in tex
-    assert "& $-20.92$ & $<10^{-4}$ &" in tex and "& $0.030$ &" in tex
+    assert "& $-20.92$ & $<0.001$ &" in tex and "& $-2.60$ & $0.030$ &" in tex
     seeds = (out / "stage2_seeds.tex").read_text()
-    assert "PPL wiki (mean) & PPL wiki (s.d.)" in seeds and "$41.16$ & $0.05$" in seeds
+    assert "PPL wiki (mean) & PPL wiki (s.d.) & PPL edu (mean)" in seeds and "$41.16$ & $0.050$" in seeds
+    assert "$\\mathbf{40.31}$ & $0.050$" in seeds  # d=256's best R (8), by the ranking metric
+
+
+def test_markdown_tables_are_paper_ready(paper):
+    """One precision per column (four significant digits of its largest value; a spread two), p-values in one
+    notation, the ranking metric's columns first, and the best of each metric column in bold (per width
+    where the table has several rows of one width)."""
+    _, out = paper
+    seeds = (out / "stage2_seeds.md").read_text().splitlines()
+    assert seeds[0].split(" | ")[4:] == [
+        "ppl_wiki_mean",
+        "ppl_wiki_std",
+        "ppl_edu_mean",
+        "ppl_edu_std",
+        "ppl_tiny_mean",
+        "ppl_tiny_std |",
+    ]
+    assert seeds[2:4] == [
+        "| 256 | 6 | 6 | 3 | 41.16 | 0.050 | 41.52 | 0.050 | **4.343** | 0.0050 |",
+        "| 256 | 6 | 8 | 3 | **40.31** | 0.050 | **40.77** | 0.050 | **4.343** | 0.0050 |",
+    ]
+    reversal = (out / "reversal.md").read_text().splitlines()
+    assert [row.split(" | ")[5:7] for row in reversal[2:]] == [
+        ["-20.92", "<0.001"],
+        ["-2.60", "0.030"],
+        ["-0.32", "0.383"],
+        ["-1.18", "0.152"],
+    ]
+    assert (out / "stage2_seeds.csv").read_text().startswith("d,P,R,seeds,ppl_wiki_mean,ppl_wiki_std,ppl_edu_mean")
+
+
+def test_figures_hold_their_legends_and_only_panels_with_data(run_tree, tmp_path):
+    """Nothing cut off at the picture's edges (a legend wider than the panels widens the picture), no panel for
+    a stage without evaluations before its last, and Stage 1's widths each on their own y axis."""
+    study = load_runs(run_tree)
+    for name, draw in [
+        ("rho", partial(curves, study, "2", "rho")),
+        ("ppl", partial(stage1_ppl_vs_r, study, "ppl_austen")),
+    ]:
+        (png, _) = save(draw, tmp_path / name)
+        image = imread(png)
+        edges = np.concatenate([image[:, :2].reshape(-1, 4), image[:, -2:].reshape(-1, 4)])
+        assert (edges[:, :3] == 1).all(), f"{name}: something is drawn over the picture's left or right edge"
+    screen = screen_vs_step(study, "ppl_austen")
+    assert [ax.get_title() for ax in screen.axes] == ["stage 1", "stage ablations", "stage parity"]
+    assert all(ax.lines for ax in screen.axes)  # stage 2 ranks two configurations; variable_r, benchmarks: no log
+    narrow, wide = stage1_ppl_vs_r(study, "ppl_austen").axes
+    assert not narrow.get_shared_y_axes().joined(narrow, wide) and narrow.get_ylim() != wide.get_ylim()

@@ -326,3 +326,19 @@ def test_cli_usage_and_one_line_error(tmp_path, capsys):
     )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("error: data=paper_mix: cannot fetch tokenizer")
+
+
+def test_the_data_cache_is_per_user_by_default(tmp_path):
+    """Every working folder shares one cache: $XDG_CACHE_HOME/cart_sweeps, else ~/.cache/cart_sweeps (as HF
+    and torch keep theirs); CART_SWEEPS_CACHE still overrides (every test here sets it)."""
+    bare = {k: v for k, v in os.environ.items() if k not in ("CART_SWEEPS_CACHE", "XDG_CACHE_HOME")}
+
+    def cache_dir(folder: str, **env: str) -> str:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        command = [sys.executable, "-m", "cart_sweeps", "--cfg", "job", "-p", "data.cache_dir", "--resolve"]
+        done = subprocess.run(command, cwd=tmp_path / folder, env={**bare, **env}, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    assert cache_dir("a", HOME=str(home)) == cache_dir("b", HOME=str(home)) == f"{home}/.cache/cart_sweeps/data"
+    assert cache_dir("a", HOME=str(home), XDG_CACHE_HOME=str(xdg)) == f"{xdg}/cart_sweeps/data"

@@ -64,7 +64,7 @@ def test_a_deleted_run_folder_is_noticed_and_run_again(finished):
     proc = sweep(runs, *GRID)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "1 done, skipped" in proc.stdout
-    assert "1 runs the ledger holds as done have lost their run folder" in proc.stdout
+    assert "1 run the ledger holds as done lost their run folder" in proc.stdout
     assert summaries(runs)[gone.name]["status"] == "completed"
     assert {k: v for k, v in modified(runs).items() if k != gone.name} == kept  # the other run was not touched
     assert plan_status(plan(runs).stdout) == {"d32-P2-R2-s42": "completed", "d32-P2-R4-s42": "completed"}

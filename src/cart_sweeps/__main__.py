@@ -9,9 +9,10 @@ project's sweeper (hydra_plugins/cart_sweeps_plugins). Hydra's own flags (--conf
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
-from typing import cast
+from typing import NoReturn, cast
 
 import hydra
 from hydra._internal.utils import get_args_parser
@@ -21,10 +22,12 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from cart_sweeps import completion
 from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
 from cart_sweeps.config import CONF_DIR, ConfigError, check_settings, register_configs
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
+from cart_sweeps.text import count
 
 register_configs()
 
@@ -45,9 +48,23 @@ def _run(cfg: DictConfig) -> None:
     print(f"{summary.label}: completed at step {summary.step}: {metrics}")
 
 
+def _refuse(message: str) -> NoReturn:
+    raise ConfigError(message)
+
+
 def parse(args: list[str]) -> argparse.Namespace:
-    """The command line as Hydra itself reads it: its flags, their values, and the overrides."""
-    return get_args_parser().parse_args(args)
+    """The command line as Hydra reads it (its flags, their values, the overrides), flags anywhere among the
+    overrides; a mistake is one line, as every other error here."""
+    parser = get_args_parser()
+    parser.error = _refuse  # type: ignore[method-assign]
+    return parser.parse_intermixed_args(args)
+
+
+def flags_first(args: list[str], overrides: list[str]) -> list[str]:
+    """The command line in the order Hydra's own parse needs: its flags, then the overrides."""
+    pending = list(overrides)
+    flags = [a for a in args if not (pending and a == pending[0] and pending.pop(0))]
+    return [*flags, *overrides]
 
 
 def named_stage(overrides: list[str]) -> str | None:
@@ -80,47 +97,77 @@ def precheck(overrides: list[str]) -> None:
     check_settings(compose_config(cast(list[str], single)))  # the parser records every override's text
 
 
-def show_stage(overrides: list[str], command: list[str]) -> None:
-    """`--cfg job` / `--help` under a stage: the stage as composed and its runs, not one run's config."""
+def refuse_placement(overrides: list[str], stage: str) -> None:
+    """Under a stage, Hydra's placement of jobs (hydra.sweep.dir, hydra.run.dir) is not where runs go: say so."""
+    for o in OverridesParser.create().parse_overrides(overrides):
+        key = o.get_key_element().lstrip("+~")
+        if key.startswith("hydra.sweep.") or key == "hydra.run.dir":
+            raise ConfigError(
+                f"{o.input_line}: a stage's runs go to <paths.runs>/<stage>/<label>-<id>; "
+                f"set paths.runs=DIR instead (its runs then land in DIR/{stage}/)"
+            )
+
+
+def plan_command(ns: argparse.Namespace) -> str:
+    """`python -m cart_sweeps.plan` with this command's config sources and overrides, quoted to run as printed."""
+    flags = [*(["--config-dir", ns.config_dir] if ns.config_dir else [])]
+    flags += ["--config-name", ns.config_name] if ns.config_name else []
+    return shlex.join(["python", "-m", "cart_sweeps.plan", *flags, *ns.overrides])
+
+
+def show_stage(ns: argparse.Namespace) -> None:
+    """`--cfg job` / `--help` under a stage: the stage as composed and its runs, not one run's config;
+    with `-p PACKAGE`, that package as each run has it."""
     from cart_sweeps.sweep.expand import Stage
 
     try:
-        stage = Stage(overrides)
+        stage = Stage(ns.overrides)
     except ConfigError as err:  # still show the stage as written, and what it lacks to run
-        print(OmegaConf.to_yaml(compose_config(overrides).stage), end="")
+        print(OmegaConf.to_yaml(compose_config(ns.overrides).stage), end="")
         print(f"# to run it: {err}")
+        return
+    if ns.package:
+        for run in stage.runs:
+            print(f"# {run.label}-{run.run_id[:8]}: {ns.package}")
+            print(OmegaConf.to_yaml(OmegaConf.select(run.cfg, ns.package), resolve=ns.resolve), end="")
         return
     print(f"# stage {stage.name} at scale={stage.base.scale.name} (paper numbers; see `scale` in README)")
     print(OmegaConf.to_yaml(stage.spec), end="")
     if stage.runs:
-        print(f"# its {len(stage.runs)} runs (label-id: the overrides each run receives)")
+        print(f"# its {count(len(stage.runs), 'run')} (label-id: the overrides each run receives)")
         for run in stage.runs:
             print(f"{run.label}-{run.run_id[:8]}: {' '.join(run.overrides[1:])}")
     else:
-        print(f"# a search: sweep.n_trials={stage.base.sweep.n_trials} runs, sampled as the stage runs")
-    shown = [a for a in command if a not in ("--help", "-h", "--cfg", "-c", "job", "all")]
-    print(f"# cost and ledger status: python -m cart_sweeps.plan {' '.join(shown)}")
+        trials = stage.base.sweep.n_trials
+        print(f"# a search: sweep.n_trials={trials}: {count(trials, 'run')}, sampled as the stage runs")
+    print(f"# cost and ledger status: {plan_command(parse(sys.argv[1:]))}")  # as typed: stage=1, not stage='1'
 
 
 def main() -> None:
     args = quote_stage(sys.argv[1:])
     try:
         ns = parse(args)
+        if ns.shell_completion:
+            if (script := completion.script(ns.overrides)) is not None:
+                print(script)
+                return
+            completion.name_the_program_once()
         use_config_sources(ns.config_dir, ns.config_name, ns.overrides)
         stage = named_stage(ns.overrides)
         if stage is not None:
             stage_roles()  # a role taken twice or unknown, in any config source: one line before composing
+            refuse_placement(ns.overrides, stage)
         if stage is not None and (ns.help or ns.cfg in ("job", "all")):
-            show_stage(ns.overrides, sys.argv[1:])
+            show_stage(ns)
             return
-        if not (ns.help or ns.hydra_help or ns.cfg or ns.info or ns.shell_completion):
+        if not (ns.hydra_help or ns.shell_completion):
             precheck(ns.overrides)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     if stage is not None and not (ns.multirun or ns.cfg or ns.info or ns.shell_completion or ns.hydra_help):
         args = ["-m", *args]  # naming a stage runs it: a Hydra multirun through the stage sweeper
-    sys.argv[1:] = args
+    sys.argv[1:] = flags_first(args, ns.overrides)
     _run()
 
 

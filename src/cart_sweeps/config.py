@@ -8,7 +8,9 @@ name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identit
 
 from __future__ import annotations
 
+import difflib
 import functools
+import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -194,7 +196,7 @@ class TokenizerConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING
-    cache_dir: str = "${oc.env:CART_SWEEPS_CACHE,.cache/cart_sweeps}/data"
+    cache_dir: str = "${cache_home:}/data"
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     sources: list[SourceConfig] = field(default_factory=list)
     validation: list[ValSetConfig] = field(default_factory=list)
@@ -408,8 +410,8 @@ def register_configs() -> None:
     """
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    cs.store(group="launcher", name="local_schema", node=LocalLauncherConfig)
-    cs.store(group="launcher", name="slurm_schema", node=SlurmLauncherConfig)
+    cs.store(name="launcher_local_schema", node=LocalLauncherConfig)  # outside the group: no option of it
+    cs.store(name="launcher_slurm_schema", node=SlurmLauncherConfig)
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):
         stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
@@ -464,7 +466,11 @@ def check_settings(cfg: DictConfig) -> None:
     """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in) is one line, before anything reads it."""
     for group in ("model", "data", "trainer"):
         if unknown := _unknown_key(cfg[group], group):
-            raise ConfigError(f"+{unknown}: {group} has no such setting; check its spelling (no + to set one)")
+            parent, _, name = unknown.rpartition(".")
+            known = [str(k) for k in cast(DictConfig, OmegaConf.select(cfg, parent)).keys() if k != name]
+            close = difflib.get_close_matches(name, known, n=1)
+            advice = f"did you mean {parent}.{close[0]}?" if close else "check its spelling (no + to set one)"
+            raise ConfigError(f"+{unknown}: {parent} has no such setting; {advice}")
 
 
 def validate(cfg: DictConfig) -> None:
@@ -567,7 +573,16 @@ def run_folder(cfg: DictConfig, label: str, id_: str) -> Path:
     return Path(cfg.paths.runs) / cfg.stage.name / f"{label}-{id_[:8]}"
 
 
+def cache_home() -> str:
+    """$CART_SWEEPS_CACHE, else the per-user cache ($XDG_CACHE_HOME/cart_sweeps or ~/.cache/cart_sweeps), as
+    HF datasets and torch keep theirs: every working folder shares one prepared copy of each recipe."""
+    if root := os.environ.get("CART_SWEEPS_CACHE"):
+        return root
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cart_sweeps")
+
+
 OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
+OmegaConf.register_new_resolver("cache_home", cache_home, replace=True)
 
 # OmegaConf parses an interpolation's text (with ANTLR, 0.1-0.2 ms) each time it resolves it, and naming,
 # validating and costing a stage's runs resolve the same few texts thousands of times (model.vocab_size,

@@ -29,6 +29,7 @@ from cart_sweeps.model.dense import Dense
 from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.evaluate import load_trained
 from cart_sweeps.train.loop import autocast
+from cart_sweeps.train.runfolder import read_summary
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_GEN_TOKS = 64  # generate_until's length when a task names none (lm-eval's own default is 256)
@@ -45,9 +46,17 @@ def saved_config(run_dir: Path) -> DictConfig:
     return cfg
 
 
+def run_name(run_dir: Path) -> str:
+    """`<label>-<run id[:8]>` from the run's summary (as a stage names its folders), else the folder's name."""
+    summary = read_summary(run_dir)
+    if summary is None or not (summary.label and summary.run_id):
+        return run_dir.resolve().name
+    return f"{summary.label}-{summary.run_id[:8]}"
+
+
 def _device(asked: str | None, run_default: str) -> torch.device:
-    """lm-eval's --device (its default is cuda:0, like its own HF model it falls back to the CPU where
-    no GPU is visible), else where the run itself computed."""
+    """The --device asked for (like lm-eval's HF model, the CPU where no GPU is visible, said in one line),
+    else where the run itself computed (our CLI passes that when --device is not given)."""
     if asked and asked.startswith("cuda") and not torch.cuda.is_available():
         log.warning("--device %s: no CUDA GPU is visible; evaluating on the CPU", asked)
         asked = None

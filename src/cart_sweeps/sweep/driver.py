@@ -30,6 +30,7 @@ from cart_sweeps.sweep.pool import Pool, Task, pool_class
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.sweep.runset import StageRecord
+from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
 from cart_sweeps.train.runfolder import read_summary
 
@@ -193,17 +194,20 @@ class StageDriver:
         """Run everything left; the exit code: 0, 1 when a run failed, 130 when interrupted."""
         s = self.stage
         print(
-            f"stage {s.name}: {len(self.known) if s.runs else self.sweep.n_trials} runs; "
+            f"stage {s.name}: {count(len(self.known) if s.runs else self.sweep.n_trials, 'run')}; "
             f"{self.skipped} done, skipped; {len(self.attached)} still queued or running; "
             f"{sum(a.trial is not None for a in self.queue)} cut off, resumed; "
             f"-> {s.sweep_dir}",
             flush=True,
         )
         if self.recovered:
-            print(f"stage {s.name}: {self.recovered} results recorded in the ledger from their run folders", flush=True)
+            print(
+                f"stage {s.name}: {count(self.recovered, 'result')} recorded in the ledger from their run folders",
+                flush=True,
+            )
         if self.lost:
             print(
-                f"stage {s.name}: {len(self.lost)} runs the ledger holds as done have lost their run folder "
+                f"stage {s.name}: {count(len(self.lost), 'run')} the ledger holds as done lost their run folder "
                 f"(first: {self.lost[0].run_dir}); running them again",
                 flush=True,
             )
