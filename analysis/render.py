@@ -146,7 +146,7 @@ CAPTIONS = {  # what each table shows, in a sentence (its metric is named in its
     "stage1_variance": "Stage 1: share of the variance of the log-metric explained by $P$ and $R$.",
     "stage2_seeds": "Stage 2: mean and standard deviation over seeds of each full-length run.",
     "stage2_best": "Stage 2: the best $R$ per width (mean over seeds).",
-    "reversal": "Where Stage 1's choice of $R$ reverses in Stage 2, with Welch's $t$-test over seeds.",
+    "reversal": "Whether Stage 2 reverses or confirms Stage 1's choice of $R$, tested over Stage 2's seeds.",
     "reversal_cells": "The configurations both stages trained: Stage 1's metric against Stage 2's.",
     "parity": "Dense baselines at parameter parity with CART (stored and effective parameters).",
     "ablations": "Ablations against the base model, with the seed noise of the base.",

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import omegaconf.base
 from hydra.core.config_store import ConfigStore
