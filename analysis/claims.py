@@ -255,6 +255,14 @@ MARKS: dict[str, Mark] = {
 }
 
 
+def _named(claim: Decision, stage: str) -> Decision:
+    """A claim made of a role's runs, named by the stage playing the role (its noise's source too)."""
+    noise = claim.noise
+    if noise is not None:
+        noise = replace(noise, source=noise.source.replace(f"stage {claim.stage}", f"stage {stage}"))
+    return replace(claim, stage=stage, role=claim.stage, noise=noise)
+
+
 def decide(
     name: str, table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float
 ) -> tuple[pd.DataFrame, list[Decision]]:
@@ -263,5 +271,6 @@ def decide(
     if name not in CLAIMS:
         return table, []
     stages = dict(zip(final["role"], final["stage"], strict=True)) if "role" in final else {}
-    claims = [replace(c, stage=stages.get(c.stage, c.stage)) for c in CLAIMS[name](table, final, metric, alpha)]
+    made = CLAIMS[name](table, final, metric, alpha)  # each names the role it reads as its stage
+    claims = [_named(c, stages.get(c.stage, c.stage)) for c in made]
     return (MARKS[name](table, claims) if name in MARKS else table), claims

@@ -70,6 +70,7 @@ class Decision:
     means: dict[str, float] = field(default_factory=dict)  # each option's mean metric
     noise: Noise | None = None  # the seed noise the tests used
     alpha: float = ALPHA
+    role: str | None = None  # the part of the paper's study the stage plays (screen, confirm, ...)
 
     @property
     def d(self) -> Any:

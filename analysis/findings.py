@@ -246,7 +246,7 @@ def words(f: Findings, notes: list[str]) -> str:
     for record in f.get("decisions", []):
         claims.setdefault(record["claim"], []).append(record)
     s1 = f.get("stage1", {})
-    parts += _best_words([c for c in claims.get("best_R", []) if c["stage"] == SCREEN])
+    parts += _best_words([c for c in claims.get("best_R", []) if c["role"] == SCREEN])
     if "p_ordering_holds" in s1:
         marks = {True: "holds at every R and width", False: f"breaks at {len(s1['p_ordering_breaks'])} (d, R) cell(s)"}
         said = marks.get(s1["p_ordering_holds"], f"is undecided at {s1['p_ordering_undecided']} (d, R) cell(s)")
@@ -260,7 +260,7 @@ def words(f: Findings, notes: list[str]) -> str:
     if "r_benefit_pct" in s1:
         gains = ", ".join(f"d={d} {v:+.1f}%" for d, v in s1["r_benefit_pct"].items())
         parts.append(f"From the smallest to the largest R at the best P, {metric} changes by {gains}.")
-    parts += _best_words([c for c in claims.get("best_R", []) if c["stage"] == CONFIRM])
+    parts += _best_words([c for c in claims.get("best_R", []) if c["role"] == CONFIRM])
     parts += [sentences.reversal(c) for c in claims.get("reversal", [])]
     rev = f.get("reversal", {})
     if rev.get("spearman") is not None:

@@ -324,10 +324,10 @@ def test_markdown_tables_are_paper_ready(paper):
     ]
     reversal = (out / "reversal.md").read_text().splitlines()
     assert [row.split(" | ")[5:7] for row in reversal[2:]] == [
-        ["-20.92", "<0.001"],
-        ["-2.60", "0.030"],
-        ["-0.32", "0.383"],
-        ["-1.18", "0.152"],
+        ["2.119", "<0.001"],
+        ["0.391", "0.040"],
+        ["0.057", "0.761"],
+        ["0.236", "0.283"],
     ]
     assert (out / "stage2_seeds.csv").read_text().startswith("d,P,R,seeds,ppl_wiki_mean,ppl_wiki_std,ppl_edu_mean")
 
