@@ -110,6 +110,6 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_machine(c, gpus)
     if gpus and stage.base.launcher.runs_per_gpu > 1:  # the largest run's need against the smallest GPU
-        memory = [m for m in map(gpu_memory_bytes, gpus) if m is not None]
+        memory = [m for m in gpu_memory_bytes(gpus) if m is not None]
         need = max(memory_need_bytes(run.cfg) for run in runs)
         check_packing(stage.base.launcher.runs_per_gpu, need, min(memory, default=None))
