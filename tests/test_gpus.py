@@ -95,7 +95,7 @@ def test_packing_beyond_a_gpus_memory_is_refused_before_launch(tmp_path):
 def test_each_run_records_the_gpu_it_was_given(tmp_path, data_cache):
     """4 devices (2 GPUs, and a GPU split into 2 MIG devices): 4 runs, each on its own, each naming it."""
     gpus = [gpu(0), gpu(1), gpu(2, migs=("3g.40gb", "3g.40gb"))]
-    proc = sweep(tmp_path, *GRID, "trainer.steps=1000", **standin_env(gpus))  # 10 steps at the tiny scale
+    proc = sweep(tmp_path, *GRID, "trainer.steps=10", **standin_env(gpus))  # as written: 10 steps
     assert proc.returncode == 0, proc.stderr[-3000:]
     given = [_given(t) for t in trials(tmp_path)]
     assert sorted(given) == ["0", "1", "MIG-00000002-0", "MIG-00000002-1"]
@@ -104,7 +104,7 @@ def test_each_run_records_the_gpu_it_was_given(tmp_path, data_cache):
 @pytest.mark.slow
 def test_runs_packed_onto_a_gpu_record_the_gpu_they_shared(tmp_path, data_cache):
     log = tmp_path / "nvidia-smi.log"
-    proc = sweep(tmp_path, *GRID, "trainer.steps=1000", "launcher.runs_per_gpu=2", **standin_env([gpu(0), gpu(1)], log))
+    proc = sweep(tmp_path, *GRID, "trainer.steps=10", "launcher.runs_per_gpu=2", **standin_env([gpu(0), gpu(1)], log))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(_given(t) for t in trials(tmp_path)) == ["0", "0", "1", "1"]
     assert "--query-gpu=index,uuid,memory.total" in log.read_text()  # the packing was checked against memory
