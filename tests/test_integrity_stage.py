@@ -112,7 +112,7 @@ def test_a_driver_killed_between_queueing_and_starting_a_run_leaves_one_attempt(
         (["launcher.poll_s=-1"], {}, "launcher.poll_s=-1.0 must be >= 0.001"),
         (["trainer.steps=-5,3000"], {}, "trainer.steps=-5 must be >= 1"),
         (["sweep.metric=ppl_wiki"], {}, "sweep.metric=ppl_wiki is not measured with data=embedded"),
-        (["trainer.optimizer=adamw8bit"], {"CUDA_VISIBLE_DEVICES": ""}, "adamw8bit needs a CUDA GPU"),
+        (["trainer.device=cuda"], {"CUDA_VISIBLE_DEVICES": ""}, "trainer.device=cuda needs a CUDA GPU"),
         (["data.cache_dir={tmp}/a-file/cache"], {}, "is not writable"),
         (["logger=wandb", "logger.mode=online"], {"WANDB_API_KEY": "", "HOME": "{tmp}"}, "needs a W&B login"),
     ],

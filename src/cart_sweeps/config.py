@@ -57,7 +57,7 @@ class TokenizerKind(StrEnum):
 
 class Optimizer(StrEnum):
     adamw = "adamw"
-    adamw8bit = "adamw8bit"  # bitsandbytes, CUDA only
+    adamw8bit = "adamw8bit"  # bitsandbytes: CUDA, or the CPU from 0.50 (train/eightbit.py)
 
 
 class Precision(StrEnum):

@@ -2,7 +2,7 @@
 
 Each problem is one line naming the key and the fix (a ConfigError): the driver's own settings, the sweep
 metric against the validation sets the data measures, and what this machine must offer the runs (a CUDA
-GPU and bitsandbytes for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage
+GPU, or bitsandbytes' CPU kernels, for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage
 that cannot succeed is refused whole, rather than launched and retried run by run.
 """
 
@@ -21,6 +21,7 @@ from cart_sweeps.summary import metric_names
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.pool import pool_class
+from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
 
 
@@ -59,10 +60,8 @@ def check_machine(cfg: DictConfig, gpus: list[str] | None) -> None:
     no_gpu = not gpus if gpus is not None else OmegaConf.select(lc, "gpus_per_task", default=1) == 0
     where = "this machine has none visible" if gpus is not None else "launcher.gpus_per_task=0"
     if t.optimizer == "adamw8bit" and cfg.stage.kind == "train":  # an evaluate stage steps no optimizer
-        if no_gpu:
-            raise ConfigError(f"trainer.optimizer=adamw8bit needs a CUDA GPU and {where}; use trainer.optimizer=adamw")
-        if importlib.util.find_spec("bitsandbytes") is None:
-            raise ConfigError("trainer.optimizer=adamw8bit needs bitsandbytes: pip install 'cart_sweeps[hub]'")
+        if problem := adamw8bit_problem(cuda=not no_gpu and t.device != "cpu"):
+            raise ConfigError(problem)
     if t.device == "cuda" and no_gpu:
         raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {where}; use trainer.device=auto")
     check_credentials(cfg.logger)
@@ -111,6 +110,6 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_machine(c, gpus)
     if gpus and stage.base.launcher.runs_per_gpu > 1:  # the largest run's need against the smallest GPU
-        memory = [m for m in map(gpu_memory_bytes, gpus) if m is not None]
+        memory = [m for m in gpu_memory_bytes(gpus) if m is not None]
         need = max(memory_need_bytes(run.cfg) for run in runs)
         check_packing(stage.base.launcher.runs_per_gpu, need, min(memory, default=None))

@@ -78,11 +78,11 @@ _SIGNAL_ENDINGS = {
 
 def visible_gpus() -> list[str]:
     """The GPUs this driver may hand out: CUDA_VISIBLE_DEVICES as given (indices, GPU UUIDs, MIG ids)
-    when set, else every GPU nvidia-smi lists."""
+    when set, else every device nvidia-smi lists (a GPU's index, or its MIG devices' UUIDs)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [g.strip() for g in env.split(",") if g.strip()]
-    return nvidia_gpus()
+    return [gpu.id for gpu in nvidia_gpus()]
 
 
 @dataclass(eq=False)
