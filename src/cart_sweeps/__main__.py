@@ -2,13 +2,15 @@
 
 A single run writes to hydra.run.dir (default runs/single/<label>) and resumes there when relaunched.
 Naming a stage makes the command a Hydra multirun (with or without -m): Hydra hands the overrides to the
-project's sweeper (hydra_plugins/cart_sweeps_plugins). Hydra's own flags (--config-dir, --config-name,
---cfg, --info, -sc) work as in any Hydra app.
+project's sweeper (hydra_plugins/cart_sweeps_plugins). A multirun naming no stage runs the anonymous stage
+`adhoc` over the keys it sweeps (sweeps/adhoc.yaml), with a ledger like any stage. Hydra's own flags
+(--config-dir, --config-name, --cfg, --info, -sc) work as in any Hydra app.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shlex
 import sys
 from pathlib import Path
@@ -75,6 +77,20 @@ def named_stage(overrides: list[str]) -> str | None:
         raise ConfigError(describe(err)) from err
     names = [o.value() for o in parsed if o.key_or_group == "stage" and not o.is_delete()]
     return str(names[-1]) if names and names[-1] is not None else None
+
+
+def adhoc_stage(overrides: list[str]) -> list[str]:
+    """A multirun naming no stage runs as the anonymous stage over the keys it sweeps: the overrides that
+    name it (`stage=adhoc stage.name=adhoc-<hash>`); one line when it sweeps nothing."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    swept = sorted(o.get_key_element() for o in parsed if o.is_sweep_override() and not o.is_hydra_override())
+    if not swept:
+        raise ConfigError(
+            "a multirun sweeps some key (model.n_loops=2,4) or runs a stage (stage=<name>); "
+            "without either, drop -m to train one run"
+        )
+    digest = hashlib.sha256(",".join(swept).encode()).hexdigest()[:8]
+    return ["stage=adhoc", f"stage.name=adhoc-{digest}"]
 
 
 def precheck(overrides: list[str]) -> None:
@@ -154,6 +170,11 @@ def main() -> None:
             completion.name_the_program_once()
         use_config_sources(ns.config_dir, ns.config_name, ns.overrides)
         stage = named_stage(ns.overrides)
+        if stage is None and ns.multirun:
+            anonymous = adhoc_stage(ns.overrides)
+            ns.overrides += anonymous
+            args += anonymous
+            stage = named_stage(anonymous)
         if stage is not None:
             stage_roles()  # a role taken twice or unknown, in any config source: one line before composing
             refuse_placement(ns.overrides, stage)
