@@ -143,7 +143,7 @@ def test_shell_completion_completes_both_spellings(tmp_path):
     )
     assert done.stdout.splitlines() == [
         "model.n_layers= model.n_loops=",
-        "stage=1 stage=2 stage=ablations stage=benchmarks stage=lr stage=parity stage=variable_r",
+        "stage=1 stage=2 stage=ablations stage=adhoc stage=benchmarks stage=lr stage=parity stage=variable_r",
         "trainer.steps=",
     ], done.stderr
 
