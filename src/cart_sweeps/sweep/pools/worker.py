@@ -87,11 +87,11 @@ def _end_with(worker: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _end_with_controller(orphaned: threading.Event) -> None:
-    """A worker outlives no controller (the leader of its process group, which ties it to the driver): when
-    the controller is gone (kill -9), the worker stops its run as on Ctrl-C and exits, so the driver's
-    next worker for this slot never runs beside it."""
-    while os.getppid() == os.getpgrp():
+def _end_with_controller(controller: int, orphaned: threading.Event) -> None:
+    """A worker outlives no controller (its parent, which ties it to the driver): when the controller is gone
+    (kill -9), the worker stops its run as on Ctrl-C and exits, so the driver's next worker for this slot
+    never runs beside it."""
+    while os.getppid() == controller:
         time.sleep(0.2)
     orphaned.set()
     os.kill(os.getpid(), signal.SIGINT)
@@ -124,7 +124,7 @@ class Worker:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the controller's stop: see `serve`
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         self.orphaned = threading.Event()
-        threading.Thread(target=_end_with_controller, args=(self.orphaned,), daemon=True).start()
+        threading.Thread(target=_end_with_controller, args=(os.getppid(), self.orphaned), daemon=True).start()
         _preload()
         self.serve(Path(self.mailbox))
 
