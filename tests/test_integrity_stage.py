@@ -134,7 +134,7 @@ def test_what_cannot_succeed_is_one_line_before_launch(tmp_path, bad, extra_env,
     command = [sys.executable, "-m", "cart_sweeps", "-m", *GRID[:-1], *args]  # no defaults of these tests to win
     proc = subprocess.run(command, env=env(tmp_path, **extra), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-3000:]
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout, proc.stderr + proc.stdout  # no log lines
     assert not (tmp_path / "1").exists()
 
 
