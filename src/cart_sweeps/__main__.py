@@ -32,6 +32,7 @@ from cart_sweeps.status import RunStatus
 from cart_sweeps.text import count
 
 register_configs()
+SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plugins/cart_sweeps_plugins)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -70,13 +71,17 @@ def flags_first(args: list[str], overrides: list[str]) -> list[str]:
 
 
 def named_stage(overrides: list[str]) -> str | None:
-    """The stage the overrides name (`stage=1`), if any: naming one runs it as a multirun."""
+    """The stage the overrides name (`stage=1`), if any: naming one runs it as a multirun (with our sweeper)."""
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as err:
         raise ConfigError(describe(err)) from err
     names = [o.value() for o in parsed if o.key_or_group == "stage" and not o.is_delete()]
-    return str(names[-1]) if names and names[-1] is not None else None
+    stage = str(names[-1]) if names and names[-1] is not None else None
+    sweepers = [str(o.value()) for o in parsed if o.key_or_group == "hydra/sweeper"]
+    if stage is not None and sweepers and sweepers[-1] != SWEEPER:  # another would run it without a ledger
+        raise ConfigError(f"hydra/sweeper={sweepers[-1]}: a stage runs through the {SWEEPER} sweeper; drop it")
+    return stage
 
 
 def adhoc_stage(overrides: list[str]) -> list[str]:

@@ -98,13 +98,14 @@ class CartLM(TemplateLM):
         batch_size: int | str | None = 8,
         max_batch_size: int | None = None,
         device: str | None = None,
+        step: int | None = None,  # the checkpoint to read (None: the newest)
     ) -> None:
         super().__init__()
         self.run_dir = Path(run_dir)
         self.cfg = saved_config(self.run_dir)
         self._device = _device(device, self.cfg.trainer.device)
         self.amp = amp_dtype(self.cfg.trainer.precision, self._device)
-        self.model, self.step = load_trained(self.run_dir, self.cfg.model, self._device, "run_dir")
+        self.model, self.step = load_trained(self.run_dir, self.cfg.model, self._device, "run_dir", step)
         self.n_loops = _loops(n_loops, self.model)
         data = load_prepared(self.cfg.data)
         self.tok = Tokenizer.from_file(str(data.tokenizer_path))
