@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from analysis.decisions import ALPHA
 from analysis.load import AnalysisError, load_csv, load_runs
 from analysis.report import run
 
@@ -20,6 +21,17 @@ def launch_choice(text: str) -> int | None:
     if text.isdigit() and int(text) >= 1:
         return int(text)
     raise argparse.ArgumentTypeError(f"{text!r}: use current or a launch number (1, 2, ...)")
+
+
+def error_rate(text: str) -> float:
+    """A probability strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: use an error rate between 0 and 1, e.g. 0.05")
+    return value
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -38,6 +50,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--metric", metavar="NAME", help="ranking metric, a ppl_<set> column (default: ppl_wiki, else the first ppl_*)"
+    )
+    parser.add_argument(
+        "--alpha",
+        type=error_rate,
+        default=ALPHA,
+        metavar="A",
+        help=f"error rate at which a claim is decided (default: {ALPHA}); see README, 'How sure is a finding'",
     )
     parser.add_argument(
         "--only",
@@ -76,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             root = args.runs or Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
             study = load_runs(root, args.launch, args.where)
-        report = run(study, args.out, args.metric, args.only)
+        report = run(study, args.out, args.metric, args.only, args.alpha)
     except AnalysisError as error:
         print(f"analysis: {error}", file=sys.stderr)
         return 2

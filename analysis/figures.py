@@ -17,6 +17,7 @@ from analysis.stats import recipe_of, wd_only_rho
 from analysis.tables import stage1_cells
 
 FigureJob = Callable[[Path], list[Path]]  # takes the path without suffix, returns the files written
+Draw = Callable[[], Figure]
 AXIS_LABELS = {"loss": "training loss (nats/token)", "rho": r"gate $\rho$ = sigmoid(a)"}
 
 
@@ -27,10 +28,10 @@ def metric_label(metric: str) -> str:
     return f"{names.get(kind, kind)} on {data} (lower is better)" if data else metric
 
 
-def _panels(widths: list, ylabel: str, title: str) -> tuple[Figure, list[Axes]]:
-    """One panel per width, side by side, sharing the y axis and one title."""
+def _panels(widths: list, ylabel: str, title: str, sharey: bool = True) -> tuple[Figure, list[Axes]]:
+    """One panel per width, side by side, under one title; `sharey=False` where the widths' scales differ."""
     fig = Figure(figsize=(3.4 * len(widths), 3.4))
-    axes = fig.subplots(1, len(widths), squeeze=False, sharey=True)
+    axes = fig.subplots(1, len(widths), squeeze=False, sharey=sharey)
     for ax, d in zip(axes[0], widths, strict=True):
         ax.set_title(f"d = {d}")
         ax.grid(alpha=0.3)
@@ -39,8 +40,10 @@ def _panels(widths: list, ylabel: str, title: str) -> tuple[Figure, list[Axes]]:
     return fig, list(axes[0])
 
 
-def _save(fig: Figure, stem: Path) -> list[Path]:
-    """One legend for the whole figure (each label once, below the panels), then PNG and PDF."""
+def save(draw: Draw, stem: Path) -> list[Path]:
+    """`draw`'s figure with one legend (each label once, below the panels), as PNG and PDF, each sized to
+    hold every artist: a legend wider than the panels widens the picture instead of being cut off."""
+    fig = draw()
     labelled: dict[str, Artist] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -49,25 +52,25 @@ def _save(fig: Figure, stem: Path) -> list[Path]:
         fig.legend(list(labelled.values()), list(labelled), loc="outside lower center", ncols=min(6, len(labelled)))
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     for path in paths:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.1)
     return paths
 
 
-def stage1_ppl_vs_r(study: Study, metric: str, stem: Path) -> list[Path]:
-    """Stage-1 metric against R, one panel per width, one line per P (the paper's P-vs-R picture)."""
+def stage1_ppl_vs_r(study: Study, metric: str) -> Figure:
+    """Stage-1 metric against R, one panel per width, one line per P (the paper's P-vs-R picture). Each width
+    has its own y axis: the widths' perplexities differ by factors, the R and P effects within one by percent."""
     cells = stage1_cells(study.final(), metric, "stage1_ppl_vs_R")
     widths = sorted(cells["d"].unique())
-    fig, axes = _panels(widths, metric_label(metric), "Stage 1: the screen's metric at its last step")
+    fig, axes = _panels(widths, metric_label(metric), "Stage 1: the screen's metric at its last step", sharey=False)
     fig.set_layout_engine("constrained")
     for ax, d in zip(axes, widths, strict=True):
         for p, g in cells[cells["d"] == d].sort_values("R").groupby("P"):
             ax.plot(g["R"], g[metric], marker="o", label=f"P = {p}", color=f"C{int(p) % 10}")
         ax.set_xlabel("R (loop count)")
-        ax.set_yscale("log")  # perplexities of different widths differ by factors, not offsets
-    return _save(fig, stem)
+    return fig
 
 
-def curves(study: Study, stage: str, column: str, stem: Path) -> list[Path]:
+def curves(study: Study, stage: str, column: str) -> Figure:
     """A training-log column (loss, rho) against step for every run of a stage, one panel per width.
 
     For rho, each run's recipe also draws the curve weight decay alone would give (dashed).
@@ -96,14 +99,17 @@ def curves(study: Study, stage: str, column: str, stem: Path) -> list[Path]:
             for recipe in sorted(recipes, key=lambda r: r.steps):
                 ax.plot(wd_only_rho(recipe), "k--", lw=1, label=f"weight decay only ({recipe.steps} steps)")
         ax.set_xlabel("training step")
-    return _save(fig, stem)
+    return fig
 
 
-def screen_vs_step(study: Study, metric: str, stem: Path) -> list[Path]:
+def screen_vs_step(study: Study, metric: str) -> Figure:
     """Kendall tau between each evaluation step's ranking and the final one, per stage (panel) and width
     (line); a hollow marker where the top-1 pick differs from the final one."""
     table = screen_agreement(study.evals, metric)
-    stages = sorted(table["stage"].unique())
+    table = table[table["kendall_tau"].notna()]  # a stage without evaluations before its last has no panel
+    stages = sorted(table.groupby("stage").filter(lambda rows: rows["step"].nunique() > 1)["stage"].unique())
+    if not stages:
+        raise AnalysisError("figure screen_vs_step needs a stage whose runs logged evaluations before their last")
     fig, axes = _panels(stages, "Kendall tau with the final ranking", f"How early the ranking by {metric} settles")
     fig.set_layout_engine("constrained")
     for ax, stage in zip(axes, stages, strict=True):
@@ -117,18 +123,18 @@ def screen_vs_step(study: Study, metric: str, stem: Path) -> list[Path]:
         ax.set_xlabel("training step (log scale)")
         ax.set_ylim(-1.05, 1.05)
     axes[0].plot([], [], "ko", mfc="none", label="top-1 pick differs from the final one")
-    return _save(fig, stem)
+    return fig
 
 
 def figure_jobs(study: Study, metric: str) -> dict[str, FigureJob]:
     """Every figure the study's inputs could give, by name; each job takes the path without suffix."""
     jobs: dict[str, FigureJob] = {
-        "stage1_ppl_vs_R": partial(stage1_ppl_vs_r, study, metric),
-        "screen_vs_step": partial(screen_vs_step, study, metric),
+        "stage1_ppl_vs_R": partial(save, partial(stage1_ppl_vs_r, study, metric)),
+        "screen_vs_step": partial(save, partial(screen_vs_step, study, metric)),
     }
     stages = sorted(study.train["stage"].unique()) if not study.train.empty else []
     for stage in stages:
         for column in ("loss", "rho"):
             name = f"stage{stage}" if stage.isdigit() else stage
-            jobs[f"{column}_{name}"] = partial(curves, study, stage, column)
+            jobs[f"{column}_{name}"] = partial(save, partial(curves, study, stage, column))
     return jobs

@@ -8,7 +8,10 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from analysis import sentences
+from analysis.decisions import Decision
 from analysis.screen import shortest_screen
+from analysis.stages import CONFIRM, SCREEN
 from analysis.stats import spearman
 
 Findings = dict[str, Any]
@@ -30,8 +33,9 @@ def _by_width(table: pd.DataFrame, column: str) -> dict[str, Any]:
     return {str(plain(d)): plain(v) for d, v in zip(table["d"], table[column], strict=True)}
 
 
-def findings(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
-    """Findings from the tables that could be built; a key is present only where its tables are."""
+def findings(tables: dict[str, pd.DataFrame], metric: str, decisions: list[Decision]) -> Findings:
+    """Findings from the tables that could be built; a key is present only where its tables are.
+    `decisions` holds one record per claim the words make (analysis.claims), how sure each is."""
     out: Findings = {"metric": metric}
     sections = {
         "stage1": _stage1,
@@ -47,6 +51,8 @@ def findings(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     for key, section in sections.items():
         if part := section(tables, metric):
             out[key] = part
+    if decisions:
+        out["decisions"] = [d.as_json() for d in decisions]
     return out
 
 
@@ -60,14 +66,16 @@ def _stage1(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
         }
     if "stage1_r_benefit" in tables:
         out["r_benefit_pct"] = _by_width(tables["stage1_r_benefit"], "change_pct")
-    if "stage1_p_ordering" in tables:
+    if "stage1_p_ordering" in tables:  # holds: yes / no where decided over the seeds, else why not
         order = tables["stage1_p_ordering"]
-        out["p_ordering_holds"] = bool(order["holds"].all())
+        marks = set(order["holds"])
+        out["p_ordering_holds"] = False if "no" in marks else (True if marks == {"yes"} else None)
         out["p_ranking"] = max(order["expected"], key=lambda chain: chain.count(">"))
         out["p_ordering_breaks"] = [
             {"d": plain(r["d"]), "R": plain(r["R"]), "ranking": r["ranking"]}
-            for _, r in order[~order["holds"]].iterrows()
+            for _, r in order[order["holds"] == "no"].iterrows()
         ]
+        out["p_ordering_undecided"] = int((~order["holds"].isin(["yes", "no"])).sum())
     if "stage1_variance" in tables:
         shares = tables["stage1_variance"].set_index("d")[["share_P", "share_R"]]
         shares.columns = ["P", "R"]
@@ -84,17 +92,15 @@ def _stage2(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
 
 
 def _reversal(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
-    """Where the Stage-1 pick of R reverses in Stage 2, the Welch p-values, and the rank agreement."""
+    """Where Stage 2 reverses or confirms the Stage-1 pick of R over its seeds (decided), where it does
+    neither (undecided), the p-values, and the rank agreement."""
     out: Findings = {}
     if "reversal" in tables:
         rev = tables["reversal"]
-        out["reversed_widths"] = [plain(d) for d in rev.loc[rev["reversed"].fillna(False).astype(bool), "d"]]
-        out.update(
-            {
-                k: _by_width(rev, column)
-                for k, column in (("stage1_R", "stage1_R"), ("stage2_R", "stage2_R"), ("welch_p", "p_value"))
-            }
-        )
+        for key, mark in (("reversed_widths", "yes"), ("confirmed_widths", "no")):
+            out[key] = [plain(d) for d in rev.loc[rev["reversed"] == mark, "d"]]
+        out["undecided_widths"] = [plain(d) for d in rev.loc[~rev["reversed"].isin(["yes", "no"]), "d"]]
+        out.update({k: _by_width(rev, k) for k in ("stage1_R", "stage2_R", "p_value")})
     if "reversal_cells" in tables:
         cells = tables["reversal_cells"]
         out["spearman"] = plain(spearman(cells[f"stage1_{metric}"], cells[f"stage2_{metric}"]))
@@ -119,13 +125,13 @@ def _parity(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
 
 
 def _ablations(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
-    """Delta % per variant and set, and whether it clears 2 sigma of seed noise."""
+    """Delta % per variant and set, and the verdict over the seed noise (hurts, helps, or undecided)."""
     if "ablations" not in tables:
         return {}
     return {
         variant: {
             "delta_pct": dict(zip(g["metric"], map(plain, g["delta_pct"]), strict=True)),
-            "beyond_2sigma": dict(zip(g["metric"], g["beyond_2sigma"], strict=True)),
+            "verdict": dict(zip(g["metric"], g["verdict"], strict=True)),
         }
         for variant, g in tables["ablations"].groupby("variant")
     }
@@ -233,16 +239,19 @@ def _screen_limits(tables: dict[str, pd.DataFrame]) -> list[str]:
 
 
 def words(f: Findings, notes: list[str]) -> str:
-    """One paragraph saying what the findings are, in the order of the paper."""
+    """One paragraph saying what the findings are, in the order of the paper; every claim as its record
+    in f["decisions"] says, so an undecided one reads as undecided."""
     metric, parts = f["metric"], []
+    claims: dict[str, list[Findings]] = {}
+    for record in f.get("decisions", []):
+        claims.setdefault(record["claim"], []).append(record)
     s1 = f.get("stage1", {})
-    if "best_per_width" in s1:
-        best = "; ".join(f"d={d}: P={b['P']} R={b['R']} ({b['metric']:.4g})" for d, b in s1["best_per_width"].items())
-        parts.append(f"Stage 1, ranked by {metric} at the last step, picks {best}.")
+    parts += _best_words([c for c in claims.get("best_R", []) if c["role"] == SCREEN])
     if "p_ordering_holds" in s1:
-        breaks = len(s1["p_ordering_breaks"])
-        holds = "holds at every R and width" if s1["p_ordering_holds"] else f"breaks at {breaks} (d, R) cell(s)"
-        parts.append(f"The P ranking {s1['p_ranking']} {holds}.")
+        marks = {True: "holds at every R and width", False: f"breaks at {len(s1['p_ordering_breaks'])} (d, R) cell(s)"}
+        said = marks.get(s1["p_ordering_holds"], f"is undecided at {s1['p_ordering_undecided']} (d, R) cell(s)")
+        flat = any(c["method"] == "none" for c in claims.get("p_ordering", []))
+        parts.append(f"The P ranking {s1['p_ranking']} {said}" + (" (no seed spread)." if flat else "."))
     if "variance_share" in s1:
         share = s1["variance_share"]
         parts.append(
@@ -251,27 +260,14 @@ def words(f: Findings, notes: list[str]) -> str:
     if "r_benefit_pct" in s1:
         gains = ", ".join(f"d={d} {v:+.1f}%" for d, v in s1["r_benefit_pct"].items())
         parts.append(f"From the smallest to the largest R at the best P, {metric} changes by {gains}.")
-    if "stage2" in f:
-        best = ", ".join(f"d={d} R={r}" for d, r in f["stage2"]["best_R_per_width"].items())
-        parts.append(f"Stage 2 (mean over seeds) prefers {best}.")
+    parts += _best_words([c for c in claims.get("best_R", []) if c["role"] == CONFIRM])
+    parts += [sentences.reversal(c) for c in claims.get("reversal", [])]
     rev = f.get("reversal", {})
-    if "reversed_widths" in rev:
-        widths = ", ".join(map(str, rev["reversed_widths"])) or "no width"
-        parts.append(f"The Stage-1 choice of R reverses at {widths}.")
     if rev.get("spearman") is not None:
         parts.append(f"Spearman between the stages over {rev['spearman_cells']} shared cells: {rev['spearman']:.3f}.")
-    for name, p in f.get("parity", {}).items():
-        gaps = ", ".join(f"{m} {g:+.1f}%" for m, g in p["gap_pct"].items() if g is not None)
-        parts.append(
-            f"Dense with {p['n_layers']} layers ({name} parity, d={p['d']}) against CART: {gaps} "
-            "(negative = dense better)."
-        )
-    if "ablations" in f:
-        beyond = [v for v, a in f["ablations"].items() if a["beyond_2sigma"].get(metric) == "yes"]
-        parts.append(f"Ablations beyond 2 sigma of seed noise on {metric}: {', '.join(beyond) or 'none'}.")
-    for d, v in f.get("variable_r", {}).items():
-        best = v["best_R"].get(metric)
-        parts.append(f"Varying inference R at d={d} (trained R={v['trained_R']}): {metric} is best at R={best}.")
+    parts += _parity_words(f, claims.get("parity", []))
+    parts += _ablation_words(f, claims.get("ablation", []))
+    parts += [_inference_words(c, metric) for c in claims.get("trained_R_best", [])]
     for d, v in f.get("variable_r_bench", {}).items():
         best = ", ".join(f"{s.removeprefix('bench_')} at R={r}" for s, r in v["best_R"].items())
         parts.append(f"On the benchmarks at d={d} (trained R={v['trained_R']}), each is best: {best}.")
@@ -281,6 +277,48 @@ def words(f: Findings, notes: list[str]) -> str:
         parts.append(f"Final rho spans {lo:.3f}-{hi:.3f}; weight decay alone predicts {wlo:.3f}-{whi:.3f}.")
     parts += _screen_words(f.get("screen", {}))
     return " ".join(parts + notes)
+
+
+def _parity_words(f: Findings, claims: list[Findings]) -> list[str]:
+    """Per dense depth: the gap on each set, and which side is better where decided."""
+    by = {(c["cell"]["parity"], c["cell"]["metric"]): c for c in claims}
+    parts = []
+    for name, p in f.get("parity", {}).items():
+        gaps = ", ".join(
+            f"{m} {g:+.1f}% " + sentences.verdict(by[(name, m)], f"{sentences.SIDES[by[(name, m)]['choice']]} better")
+            for m, g in p["gap_pct"].items()
+            if g is not None
+        )
+        parts.append(f"Dense with {p['n_layers']} layers ({name} parity, d={p['d']}) against CART: {gaps}.")
+    return parts
+
+
+def _ablation_words(f: Findings, claims: list[Findings]) -> list[str]:
+    """Each switch on the ranking metric: its delta and whether it hurts, helps, or is undecided."""
+    if "ablations" not in f:
+        return []
+    metric = f["metric"]
+    said = [
+        f"{c['cell']['variant']} {f['ablations'][c['cell']['variant']]['delta_pct'][metric]:+.1f}% "
+        + sentences.verdict(c, str(c["choice"]))
+        for c in claims
+        if c["cell"]["metric"] == metric
+    ]
+    return [f"Ablations on {metric}: {'; '.join(said) or 'none'}."]
+
+
+def _inference_words(claim: Findings, metric: str) -> str:
+    """The best inference R at one width, and whether it is the trained R."""
+    trained, best = claim["cell"]["trained_R"], claim["choice"]
+    said = "the trained R" if best == trained else f"not the trained R={trained}"
+    how = f"decided, {sentences.evidence(claim)}" if claim["decided"] else f"undecided, {claim['why']}"
+    return f"Varying inference R at d={claim['d']}: {metric} is lowest at R={best} ({said}); {how}."
+
+
+def _best_words(records: list[Findings]) -> list[str]:
+    """A stage's best-R claims: the ones without seed spread in one sentence, each other one on its own."""
+    flat = [r for r in records if r["method"] == "none"]
+    return ([sentences.no_spread(flat)] if flat else []) + [sentences.best(r) for r in records if r not in flat]
 
 
 def _screen_words(screen: Findings) -> list[str]:

@@ -22,6 +22,11 @@ LATEX_SPECIAL = {
 }
 
 
+SIGNIFICANT = 4  # digits of a column's largest value; the column's other values get the same decimals
+SPREAD_SIGNIFICANT = 2  # a standard deviation is worth its first two digits
+LOWER_IS_BETTER = {"ppl", "bpb", "ce", "loss", "perplexity"}
+
+
 def cell(value: object) -> str:
     """One value as text: 5 significant digits, yes/no for booleans, empty for missing."""
     if isinstance(value, bool | np.bool_):
@@ -38,11 +43,97 @@ def _numeric(table: pd.DataFrame) -> list[bool]:
     return [pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t) for t in table.dtypes]
 
 
-def markdown(table: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table."""
+def direction(column: str) -> int:
+    """-1 where lower is better (PPL, BPB, CE, loss; `R=k`: a grid of the ranking metric), +1 for benchmark
+    scores, 0 for the rest (configuration, statistics, spreads): which columns get a best value marked."""
+    words = column.split("_")
+    if words[-1] in ("std", "pct") or column.startswith(("p_", "t_")):
+        return 0
+    if LOWER_IS_BETTER & set(words) or column.startswith("R="):
+        return -1
+    return 1 if words[0] == "bench" else 0
+
+
+def _is_metric(column: str) -> bool:
+    """A score or its spread (ppl_wiki_mean, ppl_wiki_std, bench_piqa_acc, stage1_ppl_wiki, R=4)."""
+    return direction(column.removesuffix("_std") + ("_mean" if column.endswith("_std") else "")) != 0
+
+
+def ranked_first(table: pd.DataFrame, metric: str | None) -> pd.DataFrame:
+    """The metric columns in their places, the ranking metric's own (its mean and s.d., its stage columns)
+    first among them; every other column stays where it is."""
+    if metric is None:
+        return table
+    columns = list(table.columns)
+    slots = [i for i, c in enumerate(columns) if _is_metric(str(c))]
+    ours = [columns[i] for i in slots if _mentions(str(columns[i]), metric)]
+    rest = [columns[i] for i in slots if columns[i] not in ours]
+    for slot, column in zip(slots, ours + rest, strict=True):
+        columns[slot] = column
+    return table[columns]
+
+
+def _mentions(column: str, metric: str) -> bool:
+    """Whether `column` is `metric` or built from it (ppl_wiki_mean, stage2_ppl_wiki; not ppl_wiki2)."""
+    return f"_{column}_".find(f"_{metric}_") >= 0
+
+
+def _decimals(values: pd.Series, digits: int) -> int:
+    """Decimals that give a column's largest value `digits` significant digits (none for whole numbers)."""
+    finite = values[np.isfinite(values)]
+    top = float(finite.abs().max()) if not finite.empty else 0.0
+    if top == 0 or (finite == finite.round()).all():
+        return 0
+    return max(0, digits - 1 - math.floor(math.log10(top)))
+
+
+def p_value(p: float) -> str:
+    """Every p-value in one notation: three decimals, `<0.001` below that."""
+    return "<0.001" if p < 1e-3 else f"{p:.3f}"
+
+
+def _best(table: pd.DataFrame, column: str) -> pd.Series:
+    """Where a metric column holds its best value: per width where the table has several rows of a width
+    (the R or P to pick there), else over the whole column."""
+    sign = direction(column)
+    values = pd.to_numeric(table[column], errors="coerce").astype(float) * sign  # the best is the largest
+    if not sign or values.isna().all():
+        return pd.Series(False, index=table.index)
+    if "d" in table and table["d"].duplicated().any():
+        return values == values.groupby(table["d"]).transform("max")
+    return values == values.max()
+
+
+def formatted(table: pd.DataFrame) -> list[tuple[list[str], list[bool], bool]]:
+    """Each column as text, with where its best values are and whether it holds numbers (math in LaTeX):
+    a fixed number of decimals per column, set by its largest value's significant digits."""
+    columns = []
+    for name, numeric in zip(table.columns, _numeric(table), strict=True):
+        values, best = table[name], _best(table, str(name)).tolist()
+        if name == "p_value":
+            columns.append(([p_value(float(v)) if pd.notna(v) else "" for v in values], best, True))
+        elif numeric:
+            floats = pd.to_numeric(values, errors="coerce").astype(float)
+            decimals = _decimals(floats, SPREAD_SIGNIFICANT if str(name).endswith("_std") else SIGNIFICANT)
+            columns.append((["" if np.isnan(v) else f"{v:.{decimals}f}" for v in floats], best, True))
+        else:
+            columns.append(([cell(v) for v in values], best, False))
+    return columns
+
+
+def _rows(columns: list[list[str]]) -> list[list[str]]:
+    return [list(row) for row in zip(*columns, strict=True)] if columns else []
+
+
+def markdown(table: pd.DataFrame, metric: str | None = None) -> str:
+    """A GitHub-flavoured Markdown table, the ranking metric's columns first, each column's best in bold."""
+    table = ranked_first(table, metric)
     rule = ["---:" if n else "---" for n in _numeric(table)]
-    body = ([cell(v).replace("|", r"\|") for v in row] for row in table.itertuples(False))
-    lines = [list(map(str, table.columns)), rule, *body]
+    cells = [
+        [f"**{t}**" if b and t else t.replace("|", r"\|") for t, b in zip(text, best, strict=True)]
+        for text, best, _ in formatted(table)
+    ]
+    lines = [list(map(str, table.columns)), rule, *_rows(cells)]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines) + "\n"
 
 
@@ -55,7 +146,7 @@ CAPTIONS = {  # what each table shows, in a sentence (its metric is named in its
     "stage1_variance": "Stage 1: share of the variance of the log-metric explained by $P$ and $R$.",
     "stage2_seeds": "Stage 2: mean and standard deviation over seeds of each full-length run.",
     "stage2_best": "Stage 2: the best $R$ per width (mean over seeds).",
-    "reversal": "Where Stage 1's choice of $R$ reverses in Stage 2, with Welch's $t$-test over seeds.",
+    "reversal": "Whether Stage 2 reverses or confirms Stage 1's choice of $R$, tested over Stage 2's seeds.",
     "reversal_cells": "The configurations both stages trained: Stage 1's metric against Stage 2's.",
     "parity": "Dense baselines at parameter parity with CART (stored and effective parameters).",
     "ablations": "Ablations against the base model, with the seed noise of the base.",
@@ -90,7 +181,6 @@ _EXACT = {
 }
 _WORDS = {"ppl": "PPL", "bpb": "BPB", "ce": "CE", "cart": "CART", "delta": "$\\Delta$"}
 _STATS = {"mean": "mean", "std": "s.d."}
-_DECIMALS = {"ppl": 2, "bpb": 3, "ce": 3, "pct": 1, "t": 2, "kendall_tau": 3, "spearman": 3, "rho": 3}
 
 
 def header(column: str) -> str:
@@ -112,44 +202,25 @@ def header(column: str) -> str:
     return text[:1].upper() + text[1:] + stat
 
 
-def _decimals(column: str, values: pd.Series) -> int:
-    """Decimals for every number of a column: by what it measures, else four significant digits of its largest."""
-    for key, decimals in _DECIMALS.items():
-        if column == key or column.startswith(f"{key}_") or column.endswith(f"_{key}") or f"_{key}_" in column:
-            return decimals
-    finite = values[np.isfinite(values)]
-    if finite.empty or (finite == finite.round()).all():
-        return 0
-    return max(0, 3 - math.floor(math.log10(max(finite.abs().max(), 1e-12))))
-
-
-def p_value(p: float) -> str:
-    """A p-value in math notation: $p<10^{-3}$ style below 0.001 (as $<10^{-k}$ in a $p$ column)."""
-    if p < 1e-3:
-        return f"$<10^{{{math.floor(math.log10(max(p, 1e-300))) + 1}}}$"
-    return f"${p:.3f}$"
-
-
 def _latex_cells(table: pd.DataFrame) -> list[list[str]]:
-    """Every cell as LaTeX: numbers at their column's fixed precision, p-values in math notation."""
-    columns = []
-    for name, numeric in zip(table.columns, _numeric(table), strict=True):
-        values = table[name]
-        if name == "p_value":
-            columns.append([p_value(float(v)) if pd.notna(v) else "" for v in values])
-        elif numeric:
-            floats = pd.to_numeric(values, errors="coerce").astype(float)
-            decimals = _decimals(str(name), floats)
-            columns.append(["" if np.isnan(v) else f"${v:.{decimals}f}$" for v in floats])
+    """Every cell as LaTeX: numbers (p-values too) in math, each column's best in bold."""
+    escape = str.maketrans(LATEX_SPECIAL)
+    cells = []
+    for text, best, numeric in formatted(table):
+        if numeric:
+            cells.append(
+                [(f"$\\mathbf{{{t}}}$" if b else f"${t}$") if t else "" for t, b in zip(text, best, strict=True)]
+            )
         else:
-            escape = str.maketrans(LATEX_SPECIAL)
-            columns.append([cell(v).translate(escape) for v in values])
-    return [list(row) for row in zip(*columns, strict=True)] if columns else []
+            cells.append([t.translate(escape) for t in text])
+    return _rows(cells)
 
 
-def latex(table: pd.DataFrame, name: str) -> str:
-    """A booktabs table float with caption and label (needs booktabs and graphicx). A table wider than the
-    text is scaled down to \\linewidth, never up: \\resizebox with \\width inside its own width argument."""
+def latex(table: pd.DataFrame, name: str, metric: str | None = None) -> str:
+    """A booktabs table float with caption and label (needs booktabs and graphicx), the ranking metric's
+    columns first, each column's best in bold. A table wider than the text is scaled down to \\linewidth,
+    never up: \\resizebox with \\width inside its own width argument."""
+    table = ranked_first(table, metric)
     spec = "".join("r" if n else "l" for n in _numeric(table))
     caption = CAPTIONS.get(name, name.replace("_", " ").capitalize() + ".")
     lines = [
@@ -170,12 +241,12 @@ def latex(table: pd.DataFrame, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(table: pd.DataFrame, out: Path, name: str, runs: str = "") -> list[Path]:
-    """<out>/<name>.csv, .md and .tex; the Markdown opens with `runs` (which runs it used) when given.
-    Returns the paths written."""
+def write_table(table: pd.DataFrame, out: Path, name: str, runs: str = "", metric: str | None = None) -> list[Path]:
+    """<out>/<name>.csv (every digit), .md and .tex, the ranking metric's columns first; the Markdown opens
+    with `runs` (which runs it used) when given. Returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
-    table.to_csv(paths[0], index=False)
-    paths[1].write_text(f"{runs}\n\n{markdown(table)}" if runs else markdown(table))
-    paths[2].write_text(latex(table, name))
+    ranked_first(table, metric).to_csv(paths[0], index=False)
+    paths[1].write_text(f"{runs}\n\n{markdown(table, metric)}" if runs else markdown(table, metric))
+    paths[2].write_text(latex(table, name, metric))
     return paths

@@ -11,6 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import stage_tables
+from analysis.claims import decide
+from analysis.decisions import ALPHA
 from analysis.figures import figure_jobs
 from analysis.findings import Findings, findings, plain, words
 from analysis.load import AnalysisError, Study, pick_metric
@@ -40,10 +42,13 @@ def _selected(names: list[str], only: list[str] | None) -> list[str]:
     return [n for n in names if any(n == w or n.startswith(w + "_") for w in only)]
 
 
-def run(study: Study, out: Path, metric: str | None = None, only: list[str] | None = None) -> Report:
+def run(
+    study: Study, out: Path, metric: str | None = None, only: list[str] | None = None, alpha: float = ALPHA
+) -> Report:
     """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`.
 
     Without `only`, what the inputs cannot give is skipped with its reason; with `only`, it is an error.
+    A claim is decided at the error rate `alpha` (analysis.decisions).
     """
     final = study.final()
     if final.empty:
@@ -53,7 +58,7 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
     figures = figure_jobs(study, metric)
     own = stage_tables.names(study)
     chosen = _selected([*TABLES, *SCREEN_TABLES, *own, *figures], only)
-    report, tables = Report(), {}
+    report, tables, decisions = Report(), {}, []
     out.mkdir(parents=True, exist_ok=True)
     for name in chosen:
         try:
@@ -67,17 +72,20 @@ def run(study: Study, out: Path, metric: str | None = None, only: list[str] | No
                 tables[name] = (
                     TABLES[name](final, metric) if name in TABLES else SCREEN_TABLES[name](study.evals, metric)
                 )
-            report.written += write_table(tables[name], out, name, runs_used(study, name))
+                tables[name], claims = decide(name, tables[name], final, metric, alpha)
+                decisions += claims
+            report.written += write_table(tables[name], out, name, runs_used(study, name), metric)
         except AnalysisError as error:
             if only:
                 raise
             report.skipped[name] = str(error)
     selection = {"selection": {s: chosen.as_json() for s, chosen in study.selection.items()}} if study.selection else {}
     best = plain(stage_tables.best_rows({n: t for n, t in tables.items() if n in own}))
-    report.findings = {"input": _input(study, final), **selection, **findings(tables, metric), "stages": best}
+    findings_ = findings(tables, metric, decisions)
+    report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
     report.summary = words(report.findings, _notes(study, note, report.skipped))
     (out / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
-    (out / "report.md").write_text(_markdown_report(tables, report, study))
+    (out / "report.md").write_text(_markdown_report(tables, report, study, metric))
     report.written += [out / "findings.json", out / "report.md"]
     return report
 
@@ -121,14 +129,14 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> li
     return notes
 
 
-def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study) -> str:
+def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str) -> str:
     """The runs used, every table and figure on one page, then the findings in words."""
     parts = ["# CART study: regenerated tables\n"]
     if study.selection:
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
     parts += [
-        f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table)
+        f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table, metric)
         for name, table in tables.items()
     ]
     parts += [f"![{p.stem}]({p.name})\n" for p in report.written if p.suffix == ".png"]

@@ -1,4 +1,4 @@
-"""The statistics the paper lacks: variance shares, the P-ordering check, seed-aware tests, and the
+"""The statistics the paper lacks: variance shares, the P-ordering check, and the
 value of rho that weight decay alone predicts."""
 
 from __future__ import annotations
@@ -79,15 +79,6 @@ def variance_shares(y: pd.Series, factors: pd.DataFrame, within: pd.Series | Non
 def ordering(values: pd.Series, levels: pd.Series) -> list:
     """The levels sorted best (lowest value) first."""
     return list(levels.iloc[np.argsort(values.to_numpy(), kind="stable")])
-
-
-def welch_less(a: pd.Series, b: pd.Series) -> tuple[float, float, str]:
-    """One-sided Welch t-test that a's mean is below b's: (t, p, note); NaN where a side has < 2 seeds."""
-    a, b = a.dropna(), b.dropna()
-    if min(len(a), len(b)) < 2:
-        return math.nan, math.nan, f"too few seeds for a test ({len(a)} vs {len(b)})"
-    result = stats.ttest_ind(a, b, equal_var=False, alternative="less")
-    return float(result.statistic), float(result.pvalue), f"Welch, {len(a)} vs {len(b)} seeds"
 
 
 def spearman(a: pd.Series, b: pd.Series) -> float:

@@ -3,7 +3,6 @@ returns a DataFrame, or raises AnalysisError naming what the input lacks."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -11,7 +10,7 @@ import pandas as pd
 
 from analysis.load import AnalysisError, bench_sets, ppl_sets, require
 from analysis.stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
-from analysis.stats import ordering, recipe_of, variance_shares, wd_only_rho, welch_less
+from analysis.stats import ordering, recipe_of, variance_shares, wd_only_rho
 
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "n_layers": "L"}
 CONFIG = ["d_model", "n_prelude", "n_loops"]
@@ -94,13 +93,19 @@ def _stage1_factorial(final: pd.DataFrame, metric: str, table: str) -> pd.DataFr
     return cells.assign(log=np.log(cells[metric].astype(float)))
 
 
-def stage1_p_ordering(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Does the ranking of P hold at every R and width? The reference ranking is the pooled one
-    (P's mean log-metric after removing each width's mean)."""
+def p_reference(final: pd.DataFrame, metric: str) -> list:
+    """The pooled ranking of P, best first: P's mean log-metric after removing each width's mean."""
     cells = _stage1_factorial(final, metric, "stage1_p_ordering")
     centred = cells["log"] - cells.groupby("d")["log"].transform("mean")
     pooled = centred.groupby(cells["P"]).mean()
-    reference = ordering(pooled, pd.Series(pooled.index))
+    return ordering(pooled, pd.Series(pooled.index))
+
+
+def stage1_p_ordering(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Does the ranking of P hold at every R and width (against `p_reference`)? Whether it holds over the
+    seeds is the `p_ordering` claim's (analysis.claims marks `holds` here)."""
+    cells = _stage1_factorial(final, metric, "stage1_p_ordering")
+    reference = p_reference(final, metric)
     rows = []
     for (d, r), g in cells.groupby(["d", "R"]):
         ranking = ordering(g[metric], g["P"])
@@ -138,41 +143,13 @@ def stage2_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def reversal(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per width: the Stage-1 pick of R (at the stage-2 P), the Stage-2 best R, and whether the
-    Stage-2 winner beats the Stage-1 pick over seeds (one-sided Welch t-test)."""
-    seeds = rows_of(final, (CONFIRM,), "reversal")
-    best2 = stage2_best(final, metric)
+    """Per width: the Stage-1 pick of R (at the stage-2 P) and the Stage-2 best R. Whether Stage 2 reverses
+    or confirms the pick, over its seeds, is the `reversal` claim's (analysis.claims marks it here)."""
+    rows_of(final, (CONFIRM,), "reversal")
+    best2 = stage2_best(final, metric)[["d", "P", "R"]].rename(columns={"R": "stage2_R"})
     cells1 = stage1_cells(final, metric, "reversal")
-    rows = []
-    for _, b in best2.iterrows():
-        d, p, r2 = b["d"], b["P"], b["R"]
-        at_p = cells1[(cells1["d"] == d) & (cells1["P"] == p)]
-        r1 = at_p.loc[at_p[metric].idxmin(), "R"] if not at_p.empty else pd.NA
-        t = pval = math.nan
-        if pd.isna(r1):
-            note = f"no stage-1 runs at d={d} P={p}"
-        elif r1 == r2:
-            note = "same R in both stages"
-        else:
-            cell = matching(seeds, pd.Series({"d_model": d, "n_prelude": p}))
-            picked = cell.loc[cell["n_loops"] == r1, metric]
-            t, pval, note = welch_less(cell.loc[cell["n_loops"] == r2, metric], picked)
-            if picked.empty:
-                note = f"stage-1 pick R={r1} was not run in stage 2"
-        reversed_ = pd.NA if pd.isna(r1) else bool(r1 != r2)
-        rows.append(
-            {
-                "d": d,
-                "P": p,
-                "stage1_R": r1,
-                "stage2_R": r2,
-                "reversed": reversed_,
-                "t": t,
-                "p_value": pval,
-                "note": note,
-            }
-        )
-    return pd.DataFrame(rows)
+    picks = cells1.loc[cells1.groupby(["d", "P"])[metric].idxmin(), ["d", "P", "R"]].rename(columns={"R": "stage1_R"})
+    return best2.merge(picks, on=["d", "P"], how="left")[["d", "P", "stage1_R", "stage2_R"]]
 
 
 def reversal_cells(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -193,7 +170,7 @@ def parity(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     require(dense, ["d_model", "n_layers", metric], "parity")
     rows = []
     for d, at_d in dense.groupby("d_model"):
-        cart, source = _parity_cart(final, metric, d)
+        cart, source = parity_cart(final, metric, d)
         depths = sorted(at_d["n_layers"].unique())
         names = ["stored", "effective"] if len(depths) == 2 else [f"L{n}" for n in depths]
         for name, depth in zip(names, depths, strict=True):
@@ -218,7 +195,7 @@ def parity(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _parity_cart(final: pd.DataFrame, metric: str, d: int) -> tuple[pd.DataFrame, str]:
+def parity_cart(final: pd.DataFrame, metric: str, d: int) -> tuple[pd.DataFrame, str]:
     """The CART runs dense is measured against at width d, and where they came from."""
     cart = select(final, (PARITY,))
     cart = cart[cart["d_model"] == d] if not cart.empty else cart
@@ -234,9 +211,9 @@ def _parity_cart(final: pd.DataFrame, metric: str, d: int) -> tuple[pd.DataFrame
     return cart, f"stage 2 P={p} R={r}"
 
 
-def ablations(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Each ablation against the baseline: delta % (positive = worse) and whether it lies beyond 2 sigma
-    of the baseline's seed noise (from stage 2 or parity CART runs of the same config)."""
+def ablation_runs(final: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(every ablations run, the base runs each variant is measured against, the runs that measure the
+    base's seed noise: stage 2 or parity CART runs of the base's config, same recipe)."""
     rows = rows_of(final, (ABLATIONS,), "ablations", base_only=False)
     require(rows, [*CONFIG, metric], "ablations")
     base = rows[rows["variant"] == "base"]
@@ -245,12 +222,17 @@ def ablations(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     reference = base if not base.empty else noise
     if reference.empty:
         raise AnalysisError("table 'ablations' needs a 'base' run in stage ablations, 2 or parity")
+    return rows, reference, noise
+
+
+def ablations(final: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Each ablation against the baseline: delta % (positive = worse) and the base's seed s.d. Whether a
+    switch hurts is the `ablation` claim's (analysis.claims marks it here)."""
+    rows, reference, noise = ablation_runs(final, metric)
     out = []
     for variant, g in rows[rows["variant"] != "base"].groupby("variant"):
         for s in ppl_sets(g):
             ref, value = reference[s].mean(), g[s].mean()
-            sigma = noise[s].std() if noise[s].count() >= 2 else math.nan
-            beyond = "unknown" if math.isnan(sigma) else ("yes" if abs(value - ref) > 2 * sigma else "no")
             out.append(
                 {
                     "variant": variant,
@@ -258,8 +240,7 @@ def ablations(final: pd.DataFrame, metric: str) -> pd.DataFrame:
                     "base": ref,
                     "value": value,
                     "delta_pct": (value - ref) / ref * 100,
-                    "base_seed_std": sigma,
-                    "beyond_2sigma": beyond,
+                    "base_seed_std": noise[s].std(),
                 }
             )
     return pd.DataFrame(out)
@@ -275,15 +256,20 @@ def variable_r_bench(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     return _by_inference_r(final, metric, "variable_r_bench", bench_sets)
 
 
-def _by_inference_r(
-    final: pd.DataFrame, metric: str, name: str, columns: Callable[[pd.DataFrame], list[str]]
-) -> pd.DataFrame:
+def inference_runs(final: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The variable-R evaluations with R (the inference loop count) and trained_R (the model's own)."""
     rows = rows_of(final, (VARIABLE_R,), name)
     has_eval = "eval_n_loops" in rows and rows["eval_n_loops"].notna().any()
     trained = "trained_n_loops" if "trained_n_loops" in rows else ("n_loops" if has_eval else None)
-    rows = rows.assign(
+    return rows.assign(
         R=rows["eval_n_loops"] if has_eval else rows["n_loops"], trained_R=rows[trained] if trained else pd.NA
     )
+
+
+def _by_inference_r(
+    final: pd.DataFrame, metric: str, name: str, columns: Callable[[pd.DataFrame], list[str]]
+) -> pd.DataFrame:
+    rows = inference_runs(final, name)
     require(rows, ["d_model", "n_prelude", "R", metric], name)
     if not columns(rows):
         raise AnalysisError(f"table {name!r} needs lm-eval results (bench_* columns); these runs have none")

@@ -207,3 +207,30 @@ def test_a_launch_s_objective_is_its_metric_and_recipe_not_where_or_which_cells(
     assert Stage([*base, "trainer.steps=20"]).objective() != objective
     assert Stage([*base, "sweep.metric=ppl_bible"]).objective() != objective
     assert Stage(["stage=1", "model.d_model=256", "model.n_prelude=2"]).objective() != objective  # scale=paper
+
+
+@pytest.mark.slow
+def test_a_multirun_without_a_stage_runs_as_an_anonymous_stage_over_the_swept_keys(tmp_path, data_cache):
+    runs = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "cart_sweeps", "-m", *TINY, "model.n_loops=2,4", "launcher.slots=2"],
+        env=env(runs),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (stage,) = [p.name for p in runs.iterdir()]
+    assert re.fullmatch(r"adhoc-[0-9a-f]{8}", stage) and (runs / stage / "ledger.db").is_file()
+    analysis(runs, tmp_path / "out")
+    assert sorted(pd.read_csv(tmp_path / "out" / f"runs_{stage}.csv")["R"]) == [2, 4]
+    again = command(runs, "cart_sweeps", "-m", *TINY, "model.n_loops=2,4", "launcher.slots=2")
+    assert again.returncode == 0 and "2 done, skipped" in again.stdout  # the same keys: the same stage
+
+
+def test_a_multirun_that_sweeps_nothing_is_one_line(tmp_path):
+    done = command(tmp_path / "runs", "cart_sweeps", "-m", "scale=tiny", "trainer.steps=4")
+    assert done.returncode == 2 and done.stderr == (
+        "error: a multirun sweeps some key (model.n_loops=2,4) or runs a stage (stage=<name>); "
+        "without either, drop -m to train one run\n"
+    )

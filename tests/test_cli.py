@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -121,9 +122,77 @@ def test_a_setting_the_schema_lacks_is_one_line():
         Stage(["stage=1", "scale=tiny", "+trainer.warmup=5"])
 
 
-def test_hydra_shell_completion_installs(tmp_path):
-    proc = cli("cart_sweeps", "-sc", "install=bash", runs=tmp_path)
-    assert proc.returncode == 0 and "hydra_bash_completion" in proc.stdout, proc.stderr
+def test_shell_completion_completes_both_spellings(tmp_path):
+    """`-sc install=bash` from `python -m cart_sweeps`; bash then completes it and `cart-sweeps` alike."""
+    script = cli("cart_sweeps", "-sc", "install=bash", runs=tmp_path).stdout
+    app = Path(sys.executable).parent / "cart-sweeps"
+    ask = "COMP_LINE='{}'; COMP_WORDS=($COMP_LINE); COMP_CWORD=${{#COMP_WORDS[@]}}; COMP_CWORD=$((COMP_CWORD-1)); "
+    ask += 'COMP_POINT=${{#COMP_LINE}}; _cart_sweeps_complete; echo "${{COMPREPLY[*]}}"'
+    lines = [
+        f"{sys.executable} -m cart_sweeps model.n_l",
+        f"{sys.executable} -m cart_sweeps stage=",
+        f"{app} trainer.st",
+    ]
+    done = subprocess.run(
+        ["bash", "-c", "\n".join([script, *(ask.format(line) for line in lines)])],
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.stdout.splitlines() == [
+        "model.n_layers= model.n_loops=",
+        "stage=1 stage=2 stage=ablations stage=adhoc stage=benchmarks stage=lr stage=parity stage=variable_r",
+        "trainer.steps=",
+    ], done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["stage=1", "hydra.sweep.dir=elsewhere"],
+            "hydra.sweep.dir=elsewhere: a stage's runs go to "
+            "<paths.runs>/<stage>/<label>-<id>; set paths.runs=DIR instead (its runs then land in DIR/1/)",
+        ),
+        (["--cfg", "job", "model.n_loop=6"], "model.n_loop: model has no setting n_loop; did you mean model.n_loops?"),
+        (
+            ["stage=paritty"],
+            "In 'config': Could not find 'stage/paritty'; did you mean stage=parity? "
+            "(available: 1, 2, ablations, adhoc, benchmarks, lr, parity, variable_r)",
+        ),
+    ],
+)
+def test_hydra_mistakes_are_one_line_with_advice(tmp_path, args, says):
+    """Under a stage or not, with --cfg or not: one line, exit 2; a misspelling gets its likely meaning."""
+    proc = cli("cart_sweeps", "scale=tiny", *args, runs=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {says}\n")
+
+
+def test_the_stage_view_prints_a_command_that_runs_and_honours_p(tmp_path):
+    """`--cfg job` under a stage ends in the plan command, which runs as printed; `-p model` shows each run's."""
+    stage = ["stage=1", "scale=tiny", "model.d_model=32", "model.n_prelude=2", "model.n_loops=range(2,3)"]
+    shown = cli("cart_sweeps", *stage, "--cfg", "job", "--resolve", runs=tmp_path).stdout.splitlines()
+    assert "# its 1 run (label-id: the overrides each run receives)" in shown
+    command = shown[-1].removeprefix("# cost and ledger status: ")
+    assert (
+        command
+        == "python -m cart_sweeps.plan stage=1 scale=tiny model.d_model=32 model.n_prelude=2 'model.n_loops=range(2,3)'"
+    )
+    planned = subprocess.run(
+        [sys.executable, *shlex.split(command)[1:]], env=env(tmp_path), capture_output=True, text=True, cwd=tmp_path
+    )
+    assert planned.returncode == 0 and re.search(r"stage 1 at scale=tiny: 1 run\s", planned.stdout), planned.stderr
+    model = cli("cart_sweeps", *stage, "--cfg", "job", "-p", "model", "--resolve", runs=tmp_path).stdout
+    assert re.match(r"# d32-P2-R2-s42-\w{8}: model\nname: cart\nd_model: 32\n", model) and "vocab_size: 4096" in model
+
+
+def test_help_names_the_program_and_lists_options_only(tmp_path):
+    """`cart_sweeps is powered by Hydra` (not __main__), launchers without their schemas, plan's every stage."""
+    shown = cli("cart_sweeps", "--help", runs=tmp_path).stdout
+    assert shown.startswith("cart_sweeps is powered by Hydra.") and "\nlauncher: local, slurm\n" in shown
+    assert "1|2|ablations|adhoc|benchmarks|lr|parity|variable_r" in cli("cart_sweeps.plan", "--help", runs=tmp_path).stdout
 
 
 def test_widths_at_the_scale_read_back_to_the_papers():

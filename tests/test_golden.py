@@ -54,7 +54,7 @@ EVAL_RTOL = 0.0 if EXACT else 1e-5
 ABLATION_MIN_DIFF = 1e-4
 
 MODEL_GOLDEN = torch.load(golden.MODEL_FILE, weights_only=True)
-TRAIN_GOLDEN = json.loads(golden.TRAIN_FILE.read_text())
+TRAIN_GOLDEN = {curve: json.loads(path.read_text()) for curve, (path, _) in golden.CURVES.items()}
 FIX = (
     "If it was meant to be a refactor, the refactor changed the computation: fix it. Only for an intended "
     f"numerical change: regenerate with `{golden.REGENERATE}` (see its docstring) and name the change in the commit."
@@ -170,16 +170,20 @@ def test_more_loops_at_inference_change_the_logits(name, outputs):
     assert diff > ABLATION_MIN_DIFF, f"{name}: running R={golden.LOOPED[name][1]} gives the trained R's logits"
 
 
-@pytest.fixture(scope="module")
-def training(tmp_path_factory, data_cache, one_thread) -> dict:
-    """The golden tiny run, trained now through the real trainer (execute) on the embedded corpus."""
-    return golden.train_golden(tmp_path_factory.mktemp("golden-run") / "run")
+@pytest.fixture(scope="module", params=list(golden.CURVES))
+def training(request, tmp_path_factory, data_cache, one_thread) -> tuple[str, Path, dict]:
+    """A golden tiny run (AdamW, AdamW8bit), trained now through the real trainer (execute) on the embedded
+    corpus: its name, its run folder, what it logged."""
+    run_dir = tmp_path_factory.mktemp("golden-run") / "run"
+    return request.param, run_dir, golden.train_golden(run_dir, request.param)
 
 
 def test_training_data_is_the_golden_data(training):
-    assert training["data_sha256"] == TRAIN_GOLDEN["data_sha256"], (
+    curve, _, now = training
+    ref = TRAIN_GOLDEN[curve]["data_sha256"]
+    assert now["data_sha256"] == ref, (
         "the prepared embedded corpus (tokenizer or bins) is not the one the golden curve was trained on: "
-        f"now {training['data_sha256']}, golden {TRAIN_GOLDEN['data_sha256']}. A data change moves the loss "
+        f"now {now['data_sha256']}, golden {ref}. A data change moves the loss "
         "curve too; regenerate only if the data recipe changed on purpose: " + golden.REGENERATE
     )
 
@@ -197,17 +201,19 @@ def _mismatches(now: list[dict], ref: list[dict], kind: str, rtol: dict[str, flo
 
 
 def test_training_curve_is_the_golden_one(training):
-    assert training["status"] == "completed"
-    steps = [r["step"] for r in training["train"]], [r["step"] for r in training["eval"]]
-    assert steps == ([r["step"] for r in TRAIN_GOLDEN["train"]], [r["step"] for r in TRAIN_GOLDEN["eval"]])
-    problems = _mismatches(training["train"], TRAIN_GOLDEN["train"], "train", TRAIN_RTOL)
-    problems += _mismatches(training["eval"], TRAIN_GOLDEN["eval"], "eval", {})
-    data = "same as" if training["data_sha256"] == TRAIN_GOLDEN["data_sha256"] else "DIFFERENT FROM"
+    curve, _, now = training
+    ref = TRAIN_GOLDEN[curve]
+    assert now["status"] == "completed"
+    steps = [r["step"] for r in now["train"]], [r["step"] for r in now["eval"]]
+    assert steps == ([r["step"] for r in ref["train"]], [r["step"] for r in ref["eval"]])
+    problems = _mismatches(now["train"], ref["train"], "train", TRAIN_RTOL)
+    problems += _mismatches(now["eval"], ref["eval"], "eval", {})
+    data = "same as" if now["data_sha256"] == ref["data_sha256"] else "DIFFERENT FROM"
     more = f"\n  ... {len(problems) - 12} more" if len(problems) > 12 else ""
     assert not problems, (
-        f"the golden 20-step run ({' '.join(golden.TRAIN_OVERRIDES)}) left its golden curve "
+        f"the golden 20-step run {curve} ({' '.join(golden.CURVES[curve][1])}) left its golden curve "
         f"(tolerance: relative {EVAL_RTOL}, lr {TRAIN_RTOL['lr']}); the data bins are {data} the golden ones. "
         "First divergence first:\n" + "\n".join(problems[:12]) + more + "\n" + FIX
     )
-    if (training["train"], training["eval"]) != (TRAIN_GOLDEN["train"], TRAIN_GOLDEN["eval"]):
-        warnings.warn("the golden training curve is within tolerance but not bit for bit", stacklevel=1)
+    if (now["train"], now["eval"]) != (ref["train"], ref["eval"]):
+        warnings.warn(f"the golden training curve {curve} is within tolerance but not bit for bit", stacklevel=1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,43 @@ def test_bad_model_args_are_one_line(tiny_run, tmp_path):
         CartLM(run_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="--batch_size auto"):
         CartLM(run_dir=str(tiny_run), batch_size="auto")
+
+
+def harness_cli(*args: str, first: str = "") -> subprocess.CompletedProcess[str]:
+    """`python -m cart_sweeps.harness ARGS`; with `first`, that code runs before it in the same process."""
+    module = "import runpy; runpy.run_module('cart_sweeps.harness', run_name='__main__')"
+    command = ["-c", f"{first}\n{module}"] if first else ["-m", "cart_sweeps.harness"]
+    return subprocess.run([sys.executable, *command, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_harness_help_and_missing_lm_eval_are_ours():
+    """--help opens with the cart model's arguments; without lm-eval, one line naming the extra to install."""
+    shown = harness_cli("--help")
+    assert shown.returncode == 0 and "--model_args run_dir=DIR[,n_loops=R]" in shown.stdout
+    assert "--model hf" not in shown.stdout
+    missing = harness_cli("--tasks", "cart_tiny", first="import sys; sys.modules['lm_eval'] = None")  # not importable
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        "error: python -m cart_sweeps.harness needs lm-eval: pip install 'cart_sweeps[eval]'\n",
+    )
+
+
+@pytest.mark.slow
+def test_harness_cli_defaults_to_cart_and_names_its_output_after_the_run(tiny_run, tmp_path):
+    """No --model, no --device: the cart model on the run's own device, no device line, and lm-eval's results
+    in <output_path>/<label>-<id>/ (lm-eval names that folder after `pretrained`, which cart has not)."""
+    done = harness_cli(
+        "--model_args",
+        f"run_dir={tiny_run},n_loops=2",
+        "--tasks",
+        "cart_lastword",
+        "--limit",
+        "4",
+        "--output_path",
+        str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "--device" not in done.stdout + done.stderr
+    summary = json.loads((tiny_run / "summary.json").read_text())
+    (results,) = (tmp_path / f"{summary['label']}-{summary['run_id'][:8]}").glob("results_*.json")
+    assert json.loads(results.read_text())["config"]["model"] == "cart"

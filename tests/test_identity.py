@@ -25,6 +25,7 @@ from cart_sweeps.config import (
 )
 from cart_sweeps.identity import FROZEN_FIELDS, later_defaults
 from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.train.runfolder import checkpoint_path
 
 PINNED = Path(__file__).parent / "fixtures" / "run_ids.json"
 # The paper-scale runs pinned here trained torch AdamW, the paper scale's default until AdamW8bit (the
@@ -58,17 +59,29 @@ def current_ids(source: Path) -> dict[str, dict[str, str]]:
     """The run ids the code gives now: each stage's runs, single runs, variable R from `source`, a search point."""
     ids = {name: _stage_ids(args) for name, args in STAGES.items()}
     ids["single"] = {name: run_id(compose_config(args)) for name, args in SINGLES.items()}
-    source.mkdir(exist_ok=True)
-    OmegaConf.save(compose_config(["scale=tiny", "stage=2"]), source / "config.yaml", resolve=True)
+    completed_source(source)
     ids["variable_r"] = _stage_ids(["stage=variable_r", "scale=tiny", f"stage.source={source}"])
     search = Stage(["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2"])
     ids["lr_search"] = {str(lr): search.run({"trainer.lr": lr}).run_id for lr in (1e-4, 1e-3)}
     return ids
 
 
+def completed_source(source: Path) -> None:
+    """A trained run's folder as variable_r reads it: its config.yaml, a summary saying completed, and the
+    final checkpoint (fixed bytes: its digest is part of the evaluations' ids)."""
+    source.mkdir(exist_ok=True)
+    cfg = compose_config(["scale=tiny", "stage=2"])
+    OmegaConf.save(cfg, source / "config.yaml", resolve=True)
+    final = checkpoint_path(source, cfg.trainer.steps)
+    final.parent.mkdir(exist_ok=True)
+    final.write_bytes(b"the final checkpoint")
+    summary = {"status": "completed", "run_id": run_id(cfg), "step": cfg.trainer.steps}
+    (source / "summary.json").write_text(json.dumps(summary))
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
-    """A trained run's folder as variable_r reads it (its config.yaml only)."""
+    """A trained run's folder as variable_r reads it."""
     return tmp_path_factory.mktemp("source") / "d48-P6-R6-s42"
 
 

@@ -121,11 +121,12 @@ def test_no_loadable_checkpoint_starts_from_the_seeds_state(reference, tmp_path)
 
 
 def test_damaged_source_checkpoint_fails_an_evaluate_run_in_one_line(reference, tmp_path):
-    source = killed_copy(reference, tmp_path)
+    source = tmp_path / "source"
+    shutil.copytree(reference, source)
     os.truncate(source / "checkpoints" / "step_0000020.pt", 1000)
     before = checkpoint_times(source)
     cfg = compose_config([*TINY, "stage=variable_r", f"stage.source={source}", "stage.eval_n_loops=2"])
-    with pytest.raises(ConfigError, match="step_0000020.pt does not load.*relaunch the source run") as err:
+    with pytest.raises(ConfigError, match="step_0000020.pt is not the checkpoint its run saved.*relaunch the") as err:
         execute(cfg, tmp_path / "eval")
     assert "\n" not in str(err.value)
     assert checkpoint_times(source) == before  # the source run's files are left as they are

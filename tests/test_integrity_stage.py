@@ -11,13 +11,16 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
-from stages import env, sweep, sweep_cmd, trials, wait_for, with_fault
+from stages import env, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
+
+from cart_sweeps.sweep.expand import Stage
 
 pytestmark = pytest.mark.slow  # faults caused in real stages: the full tier (make test-full)
 
@@ -64,7 +67,7 @@ def test_a_deleted_run_folder_is_noticed_and_run_again(finished):
     proc = sweep(runs, *GRID)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "1 done, skipped" in proc.stdout
-    assert "1 runs the ledger holds as done have lost their run folder" in proc.stdout
+    assert "1 run the ledger holds as done lost their run folder" in proc.stdout
     assert summaries(runs)[gone.name]["status"] == "completed"
     assert {k: v for k, v in modified(runs).items() if k != gone.name} == kept  # the other run was not touched
     assert plan_status(plan(runs).stdout) == {"d32-P2-R2-s42": "completed", "d32-P2-R4-s42": "completed"}
@@ -112,9 +115,15 @@ def test_a_driver_killed_between_queueing_and_starting_a_run_leaves_one_attempt(
         (["launcher.poll_s=-1"], {}, "launcher.poll_s=-1.0 must be >= 0.001"),
         (["trainer.steps=-5,3000"], {}, "trainer.steps=-5 must be >= 1"),
         (["sweep.metric=ppl_wiki"], {}, "sweep.metric=ppl_wiki is not measured with data=embedded"),
-        (["trainer.optimizer=adamw8bit"], {"CUDA_VISIBLE_DEVICES": ""}, "adamw8bit needs a CUDA GPU"),
+        (["trainer.device=cuda"], {"CUDA_VISIBLE_DEVICES": ""}, "trainer.device=cuda needs a CUDA GPU"),
         (["data.cache_dir={tmp}/a-file/cache"], {}, "is not writable"),
         (["logger=wandb", "logger.mode=online"], {"WANDB_API_KEY": "", "HOME": "{tmp}"}, "needs a W&B login"),
+        (["trainer.eval_windows=0"], {}, "trainer.eval_windows=0 must be >= 1"),
+        (["trainer.eval_batch_size=0"], {}, "trainer.eval_batch_size=0 must be >= 1"),
+        (["trainer.lr=-1"], {}, "trainer.lr=-1.0 must be > 0"),
+        (["paths.runs={tmp}/a?x"], {}, "holds '?', which SQLite's URL cannot carry"),
+        (["hydra/sweeper=basic"], {}, "hydra/sweeper=basic: a stage runs through the cart_sweeps sweeper"),
+        (["launcher._target_=nowhere.Pool"], {}, "launcher._target_=nowhere.Pool is no importable class"),
     ],
 )
 def test_what_cannot_succeed_is_one_line_before_launch(tmp_path, bad, extra_env, says):
@@ -125,7 +134,7 @@ def test_what_cannot_succeed_is_one_line_before_launch(tmp_path, bad, extra_env,
     command = [sys.executable, "-m", "cart_sweeps", "-m", *GRID[:-1], *args]  # no defaults of these tests to win
     proc = subprocess.run(command, env=env(tmp_path, **extra), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-3000:]
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout, proc.stderr + proc.stdout  # no log lines
     assert not (tmp_path / "1").exists()
 
 
@@ -177,3 +186,102 @@ def test_a_full_disk_is_named_and_not_retried(tmp_path, data_cache):
         assert trial.user_attrs["status"] == "rejected" and "disk full at" in trial.user_attrs["error"]
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_source_still_training_is_not_evaluated(tmp_path, data_cache):
+    """Item 1: variable_r on a source still training recorded its newest checkpoint as the evaluation."""
+    mark, source = tmp_path / "mark", tmp_path / "source"
+    train = [sys.executable, "-m", "cart_sweeps", "scale=tiny", "model.d_model=32", "model.n_loops=2"]
+    train += ["model.n_prelude=2", "trainer.steps=20"]
+    train += ["trainer.ckpt_every=5", f"hydra.run.dir={source}"]
+    training = subprocess.Popen(train, env=with_fault(tmp_path, "step:pause:12", mark), stdout=subprocess.DEVNULL)
+    try:
+        wait_for(mark.exists, 120, "the source to reach its 12th step")
+        evaluate = ["stage=variable_r", "scale=tiny", f"stage.source={source}", "stage.eval_n_loops=2"]
+        proc = sweep(tmp_path / "runs", *evaluate, "harness.tasks=[]", "sweep.metric=ppl_austen")
+    finally:
+        training.kill()
+        training.wait(30)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-3000:]
+    assert f"stage.source={source} is running at step 10, not completed" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_status_in_the_ledger_is_one_line(finished):
+    """Item 5: a status this version does not know ('preempted', the ledger edited by hand) crashed plan and
+    the driver: the stage could not be relaunched until the ledger was fixed by hand."""
+    runs = finished
+    with sqlite3.connect(runs / "1" / "ledger.db") as db:
+        edit = "UPDATE trial_user_attributes SET value_json = ? WHERE key = 'status' AND trial_id = 1"
+        db.execute(edit, ('"preempted"',))
+    listed = plan(runs)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    unknown = [line for line in listed.stderr.splitlines() if "'preempted' is not one this version knows" in line]
+    assert len(unknown) == 1 and "Traceback" not in listed.stderr, listed.stderr
+    assert sorted(plan_status(listed.stdout).values()) == ["completed", "failed"]
+    proc = sweep(runs, *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 done, skipped" in proc.stdout and "'preempted' is not one this version knows" in proc.stderr
+
+
+def test_a_full_disk_under_the_ledger_is_one_line(tmp_path, data_cache):
+    """Item 6: a full disk under the ledger was a 105-line traceback ending in 'invalid data in the commit'."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=80m", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:  # room for a run (a run's pool calls less than 64 MiB free a full disk), then none
+        first = sweep(small, *GRID[:2], "model.d_model=256", "model.n_loops=2", "model.n_prelude=2", "trainer.steps=5")
+        assert first.returncode == 0, first.stderr[-3000:]
+        subprocess.run(["dd", "if=/dev/zero", f"of={small / 'filler'}", "bs=64k"], capture_output=True)
+        proc = sweep(small, *GRID[:2], "model.d_model=256", "model.n_loops=2", "model.n_prelude=2", "trainer.steps=6")
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-3000:]
+        assert f"ledger {small / '1' / 'ledger.db'} cannot be written (disk full at {small / '1'})" in proc.stderr
+        (small / "filler").unlink()
+        assert len(trials(small)) == 1  # what was recorded is kept
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_killed_controller_stops_its_worker(tmp_path, data_cache):
+    """Item 4: kill -9 of a worker's controller left its run training beside the slot's next worker, and an
+    orphaned worker outlived the driver."""
+    mark = tmp_path / "mark"
+    three = [*GRID[:2], "model.d_model=256", "model.n_loops=2,4,6", "model.n_prelude=2", "trainer.steps=20"]
+    driver = subprocess.Popen(
+        sweep_cmd(*three), env=with_fault(tmp_path, "step:pause:3:-R4-", mark), stderr=subprocess.PIPE, text=True
+    )
+    wait_for(mark.exists, 180, "R=4 to reach its third step")
+    run = int(mark.read_text())
+    os.kill(os.getpgid(run), signal.SIGKILL)  # the controller leads its job's process group
+    _, err = driver.communicate(timeout=180)
+    assert driver.returncode == 1, err[-3000:]
+    status = {
+        t.params["model.n_loops"]: (t.user_attrs["status"], t.user_attrs.get("error", "")) for t in trials(tmp_path)
+    }
+    assert status[2][0] == status[6][0] == "completed"
+    assert status[4][0] == "cancelled" and "controller" in status[4][1] and "was stopped" in status[4][1]
+    (r4,) = (tmp_path / "1").glob("d32-P2-R4-*")
+    assert json.loads((r4 / "summary.json").read_text())["status"] == "interrupted"  # stopped as on Ctrl-C
+    wait_until_gone(tmp_path, 10)
+
+
+def test_a_read_only_run_folder_is_named_and_not_retried(tmp_path, data_cache, monkeypatch):
+    """Item 11: a run folder on a read-only file system was retried, though no retry can write it."""
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    one_run = [*GRID[:2], "model.d_model=256", "model.n_loops=2", "model.n_prelude=2", "trainer.steps=5"]
+    (run,) = Stage(one_run).runs
+    run.run_dir.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "--bind", str(run.run_dir), str(run.run_dir)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip("a read-only bind mount needs root")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(run.run_dir)], check=True)
+        proc = sweep(tmp_path, *one_run, "sweep.max_retries=2")
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        (trial,) = trials(tmp_path)
+        assert trial.user_attrs["status"] == "rejected", trial.user_attrs
+        assert f"{run.run_dir} is not writable (read-only)" in trial.user_attrs["error"]
+    finally:
+        subprocess.run(["umount", "-l", str(run.run_dir)], check=False)

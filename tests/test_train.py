@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from cart_sweeps.bench import bench
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import ConfigError, run_id
 from cart_sweeps.dashboard import build_report, build_workspace, dashboard
 from cart_sweeps.model import build_model
-from cart_sweeps.train.logger import DRIVER_KEYS, check_credentials
+from cart_sweeps.train.logger import DRIVER_KEYS, check_credentials, wandb_id
 from cart_sweeps.train.optim import build_optimizer, lr_at
 from cart_sweeps.train.run import execute
 
@@ -137,7 +137,8 @@ def test_huge_lr_ends_diverged_with_one_line(tmp_path, data_cache):
     ("bad", "says"),
     [
         ("model.d_model=50", "model.d_model=50 must be a positive multiple of model.head_dim=16"),
-        ("+model.n_loop=4", "+model.n_loop: model has no such setting; check its spelling (no + to set one)"),
+        ("+model.n_loop=4", "+model.n_loop: model has no such setting; did you mean model.n_loops?"),
+        ("+model.xyz=4", "+model.xyz: model has no such setting; check its spelling (no + to set one)"),
     ],
 )
 def test_bad_override_is_one_line_before_anything_runs(tmp_path, bad, says):
@@ -167,6 +168,9 @@ def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
     records = [json.loads(line) for line in out.splitlines()]
     history = [r["history"]["item"] for r in records if r["type"] == "history"]
     assert {"train/loss", "rho", "step"} <= set().union(*history)
+    assert "train/mfu" not in set().union(*history)  # no MFU on the CPU: left out, not logged as null
+    assert all(value != "null" for row in history for value in row.values())
+    assert offline_run.name.endswith(f"-single-{run_id(compose_config([*TINY, 'trainer.steps=10']))}")
     steps = [int(row["step"]) for row in history]
     assert steps == sorted(steps) and steps[-1] == 10
     [run] = [r["run"] for r in records if r["type"] == "run"]
@@ -175,6 +179,16 @@ def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
     assert {"model", "trainer", "data", "stage", "scale", "seed"} <= config and not config & set(DRIVER_KEYS)
     best = {r["metric"].get("name"): r["metric"].get("summary") for r in records if r["type"] == "metric"}
     assert best["val/ppl_austen"] == best["val/bpb_austen"] == {"min": True, "last": True}
+
+
+def test_wandb_id_is_one_per_stage_and_run(compose):
+    """The run id hashes the configuration alone: the same configuration in two stages gets two W&B runs (their
+    resumed syncs would merge otherwise), and a relaunch composes the same id, so a resumed run continues."""
+    first = compose(["scale=tiny", "stage=1"])
+    second = compose(["scale=tiny", "stage=1"])
+    second.stage.name = "2"
+    assert run_id(first) == run_id(second) and wandb_id(first) != wandb_id(second)
+    assert wandb_id(first) == wandb_id(compose(["scale=tiny", "stage=1"])) == f"1-{run_id(first)}"
 
 
 def test_decay_all_false_spares_gate_hc_norms_and_lie(compose):

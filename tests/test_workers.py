@@ -86,7 +86,7 @@ def test_a_run_cancelled_out_of_time_or_orphaned_stops_as_on_ctrl_c_and_the_work
 
     timed_out = worker.give(tmp_path / "slow", *long)  # out of time: SIGINT, the run says interrupted
     record = worker.ended(timed_out, 60)
-    assert record == {"pid": record["pid"], "code": -2, "timed_out": True}
+    assert record == {"pid": record["pid"], "code": -2, "timed_out": True, "orphaned": False}
     assert status(tmp_path / "slow") == "interrupted"
 
     cancelled = worker.give(tmp_path / "pruned", *long)  # the same worker takes the next run

@@ -2,16 +2,19 @@
 
 A single run writes to hydra.run.dir (default runs/single/<label>) and resumes there when relaunched.
 Naming a stage makes the command a Hydra multirun (with or without -m): Hydra hands the overrides to the
-project's sweeper (hydra_plugins/cart_sweeps_plugins). Hydra's own flags (--config-dir, --config-name,
---cfg, --info, -sc) work as in any Hydra app.
+project's sweeper (hydra_plugins/cart_sweeps_plugins). A multirun naming no stage runs the anonymous stage
+`adhoc` over the keys it sweeps (sweeps/adhoc.yaml), with a ledger like any stage. Hydra's own flags
+(--config-dir, --config-name, --cfg, --info, -sc) work as in any Hydra app.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import shlex
 import sys
 from pathlib import Path
-from typing import cast
+from typing import NoReturn, cast
 
 import hydra
 from hydra._internal.utils import get_args_parser
@@ -21,12 +24,15 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from cart_sweeps import completion
 from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
 from cart_sweeps.config import CONF_DIR, ConfigError, check_settings, register_configs
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
+from cart_sweeps.text import count
 
 register_configs()
+SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plugins/cart_sweeps_plugins)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -45,19 +51,51 @@ def _run(cfg: DictConfig) -> None:
     print(f"{summary.label}: completed at step {summary.step}: {metrics}")
 
 
+def _refuse(message: str) -> NoReturn:
+    raise ConfigError(message)
+
+
 def parse(args: list[str]) -> argparse.Namespace:
-    """The command line as Hydra itself reads it: its flags, their values, and the overrides."""
-    return get_args_parser().parse_args(args)
+    """The command line as Hydra reads it (its flags, their values, the overrides), flags anywhere among the
+    overrides; a mistake is one line, as every other error here."""
+    parser = get_args_parser()
+    parser.error = _refuse  # type: ignore[method-assign]
+    return parser.parse_intermixed_args(args)
+
+
+def flags_first(args: list[str], overrides: list[str]) -> list[str]:
+    """The command line in the order Hydra's own parse needs: its flags, then the overrides."""
+    pending = list(overrides)
+    flags = [a for a in args if not (pending and a == pending[0] and pending.pop(0))]
+    return [*flags, *overrides]
 
 
 def named_stage(overrides: list[str]) -> str | None:
-    """The stage the overrides name (`stage=1`), if any: naming one runs it as a multirun."""
+    """The stage the overrides name (`stage=1`), if any: naming one runs it as a multirun (with our sweeper)."""
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as err:
         raise ConfigError(describe(err)) from err
     names = [o.value() for o in parsed if o.key_or_group == "stage" and not o.is_delete()]
-    return str(names[-1]) if names and names[-1] is not None else None
+    stage = str(names[-1]) if names and names[-1] is not None else None
+    sweepers = [str(o.value()) for o in parsed if o.key_or_group == "hydra/sweeper"]
+    if stage is not None and sweepers and sweepers[-1] != SWEEPER:  # another would run it without a ledger
+        raise ConfigError(f"hydra/sweeper={sweepers[-1]}: a stage runs through the {SWEEPER} sweeper; drop it")
+    return stage
+
+
+def adhoc_stage(overrides: list[str]) -> list[str]:
+    """A multirun naming no stage runs as the anonymous stage over the keys it sweeps: the overrides that
+    name it (`stage=adhoc stage.name=adhoc-<hash>`); one line when it sweeps nothing."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    swept = sorted(o.get_key_element() for o in parsed if o.is_sweep_override() and not o.is_hydra_override())
+    if not swept:
+        raise ConfigError(
+            "a multirun sweeps some key (model.n_loops=2,4) or runs a stage (stage=<name>); "
+            "without either, drop -m to train one run"
+        )
+    digest = hashlib.sha256(",".join(swept).encode()).hexdigest()[:8]
+    return ["stage=adhoc", f"stage.name=adhoc-{digest}"]
 
 
 def precheck(overrides: list[str]) -> None:
@@ -80,47 +118,82 @@ def precheck(overrides: list[str]) -> None:
     check_settings(compose_config(cast(list[str], single)))  # the parser records every override's text
 
 
-def show_stage(overrides: list[str], command: list[str]) -> None:
-    """`--cfg job` / `--help` under a stage: the stage as composed and its runs, not one run's config."""
+def refuse_placement(overrides: list[str], stage: str) -> None:
+    """Under a stage, Hydra's placement of jobs (hydra.sweep.dir, hydra.run.dir) is not where runs go: say so."""
+    for o in OverridesParser.create().parse_overrides(overrides):
+        key = o.get_key_element().lstrip("+~")
+        if key.startswith("hydra.sweep.") or key == "hydra.run.dir":
+            raise ConfigError(
+                f"{o.input_line}: a stage's runs go to <paths.runs>/<stage>/<label>-<id>; "
+                f"set paths.runs=DIR instead (its runs then land in DIR/{stage}/)"
+            )
+
+
+def plan_command(ns: argparse.Namespace) -> str:
+    """`python -m cart_sweeps.plan` with this command's config sources and overrides, quoted to run as printed."""
+    flags = [*(["--config-dir", ns.config_dir] if ns.config_dir else [])]
+    flags += ["--config-name", ns.config_name] if ns.config_name else []
+    return shlex.join(["python", "-m", "cart_sweeps.plan", *flags, *ns.overrides])
+
+
+def show_stage(ns: argparse.Namespace) -> None:
+    """`--cfg job` / `--help` under a stage: the stage as composed and its runs, not one run's config;
+    with `-p PACKAGE`, that package as each run has it."""
     from cart_sweeps.sweep.expand import Stage
 
     try:
-        stage = Stage(overrides)
+        stage = Stage(ns.overrides)
     except ConfigError as err:  # still show the stage as written, and what it lacks to run
-        print(OmegaConf.to_yaml(compose_config(overrides).stage), end="")
+        print(OmegaConf.to_yaml(compose_config(ns.overrides).stage), end="")
         print(f"# to run it: {err}")
+        return
+    if ns.package:
+        for run in stage.runs:
+            print(f"# {run.label}-{run.run_id[:8]}: {ns.package}")
+            print(OmegaConf.to_yaml(OmegaConf.select(run.cfg, ns.package), resolve=ns.resolve), end="")
         return
     print(f"# stage {stage.name} at scale={stage.base.scale.name} (paper numbers; see `scale` in README)")
     print(OmegaConf.to_yaml(stage.spec), end="")
     if stage.runs:
-        print(f"# its {len(stage.runs)} runs (label-id: the overrides each run receives)")
+        print(f"# its {count(len(stage.runs), 'run')} (label-id: the overrides each run receives)")
         for run in stage.runs:
             print(f"{run.label}-{run.run_id[:8]}: {' '.join(run.overrides[1:])}")
     else:
-        print(f"# a search: sweep.n_trials={stage.base.sweep.n_trials} runs, sampled as the stage runs")
-    shown = [a for a in command if a not in ("--help", "-h", "--cfg", "-c", "job", "all")]
-    print(f"# cost and ledger status: python -m cart_sweeps.plan {' '.join(shown)}")
+        trials = stage.base.sweep.n_trials
+        print(f"# a search: sweep.n_trials={trials}: {count(trials, 'run')}, sampled as the stage runs")
+    print(f"# cost and ledger status: {plan_command(parse(sys.argv[1:]))}")  # as typed: stage=1, not stage='1'
 
 
 def main() -> None:
     args = quote_stage(sys.argv[1:])
     try:
         ns = parse(args)
+        if ns.shell_completion:
+            if (script := completion.script(ns.overrides)) is not None:
+                print(script)
+                return
+            completion.name_the_program_once()
         use_config_sources(ns.config_dir, ns.config_name, ns.overrides)
         stage = named_stage(ns.overrides)
+        if stage is None and ns.multirun:
+            anonymous = adhoc_stage(ns.overrides)
+            ns.overrides += anonymous
+            args += anonymous
+            stage = named_stage(anonymous)
         if stage is not None:
             stage_roles()  # a role taken twice or unknown, in any config source: one line before composing
+            refuse_placement(ns.overrides, stage)
         if stage is not None and (ns.help or ns.cfg in ("job", "all")):
-            show_stage(ns.overrides, sys.argv[1:])
+            show_stage(ns)
             return
-        if not (ns.help or ns.hydra_help or ns.cfg or ns.info or ns.shell_completion):
+        if not (ns.hydra_help or ns.shell_completion):
             precheck(ns.overrides)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     if stage is not None and not (ns.multirun or ns.cfg or ns.info or ns.shell_completion or ns.hydra_help):
         args = ["-m", *args]  # naming a stage runs it: a Hydra multirun through the stage sweeper
-    sys.argv[1:] = args
+    sys.argv[1:] = flags_first(args, ns.overrides)
     _run()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cart_sweeps.config import CONF_DIR, ConfigError, register_configs
@@ -87,7 +88,51 @@ def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) ->
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             return compose(name, overrides=quote_stage(overrides), return_hydra_config=hydra_config)
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(describe(err)) from err
+        raise ConfigError(_unknown_setting(err, overrides) or describe(err)) from err
+
+
+_NOT_OVERRIDDEN = re.compile(r"Could not override '([^']+)'")
+
+
+def _unknown_setting(err: BaseException, overrides: Sequence[str]) -> str | None:
+    """`model.n_loop=6` -> `did you mean model.n_loops?`, found in the config the other overrides compose.
+
+    Hydra's own advice (`+model.n_loop=6 adds a new key`) would only lead to check_settings' refusal: the
+    schema types every group, so + adds keys only under free-form nodes, where Hydra's advice stays."""
+    if not (match := _NOT_OVERRIDDEN.search(str(err))):
+        return None
+    key = match.group(1)
+    try:
+        node = compose_config([o for o in overrides if not re.match(rf"^[+~]*{re.escape(key)}=", o)])
+    except ConfigError:
+        return None
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        names = [str(k) for k in node.keys()]
+        if part in names and isinstance(child := node._get_node(part), DictConfig):
+            node = child
+            continue
+        if part in names:  # a value, not a node: nothing can be set under it
+            return f"{key}: {'.'.join(parts[: i + 1])} is a value, not a group of settings"
+        where = ".".join(parts[:i])
+        if close := difflib.get_close_matches(part, names, n=1):
+            meant = ".".join([*parts[:i], close[0], *parts[i + 1 :]])
+            return f"{key}: {where or 'the config'} has no setting {part}; did you mean {meant}?"
+        if OmegaConf.get_type(node) in (dict, None):
+            return None  # a free-form node: + adds the key
+        listing = f"python -m cart_sweeps --cfg job{f' -p {where}' if where else ''}"
+        return f"{key}: {where or 'the config'} has no setting {part} (`{listing}` lists them)"
+    return None
+
+
+def _option_advice(text: str, options: list[str]) -> str:
+    """`stage=paritty` -> `did you mean stage=parity?`, then every option of the group."""
+    listing = "available: " + ", ".join(options)
+    if not (missing := re.search(r"Could not find '(?:.*/)?([^'/]+)/([^'/]+)'", text)):
+        return listing
+    group, name = missing.groups()
+    close = difflib.get_close_matches(name, options, n=1)
+    return f"did you mean {group}={close[0]}? ({listing})" if close else listing
 
 
 def first_line(err: BaseException) -> str:
@@ -105,7 +150,7 @@ def describe(err: BaseException) -> str:
     text = str(err)
     if "Available options" in text:
         options = text.split("Available options", 1)[1].split("Config search path", 1)[0]
-        parts.append("available: " + ", ".join(o.strip() for o in options.splitlines()[1:] if o.strip()))
+        parts.append(_option_advice(text, [o.strip() for o in options.splitlines()[1:] if o.strip()]))
     if "To append to your config use" in text:
         parts.append(text.split("To append to your config use", 1)[1].strip().splitlines()[0] + " adds a new key")
     return "; ".join(parts)

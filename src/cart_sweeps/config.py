@@ -8,11 +8,13 @@ name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identit
 
 from __future__ import annotations
 
+import difflib
 import functools
+import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import omegaconf.base
 from hydra.core.config_store import ConfigStore
@@ -55,7 +57,7 @@ class TokenizerKind(StrEnum):
 
 class Optimizer(StrEnum):
     adamw = "adamw"
-    adamw8bit = "adamw8bit"  # bitsandbytes, CUDA only
+    adamw8bit = "adamw8bit"  # bitsandbytes: CUDA, or the CPU from 0.50 (train/eightbit.py)
 
 
 class Precision(StrEnum):
@@ -124,19 +126,29 @@ GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # type: ignore[m
 ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
 
 
+def at_least(low: float) -> dict[str, float]:
+    """Field metadata: the smallest value the field accepts (`check_bounds`: before anything launches)."""
+    return {"at_least": low}
+
+
+def above(low: float) -> dict[str, float]:
+    """Field metadata: the field must be greater than `low` (`check_bounds`)."""
+    return {"above": low}
+
+
 @dataclass
 class ModelConfig:
     name: ModelName = ModelName.cart
-    d_model: int = 1024
-    head_dim: int = 64
-    n_prelude: int = 6
-    n_loops: int = 6
-    n_layers: int = 12  # dense only
-    vocab_size: int = 32000
-    max_seq_len: int = 1024
-    norm_eps: float = 1e-6
-    rope_base: float = 10000.0
-    init_std: float = 0.02
+    d_model: int = field(default=1024, metadata=at_least(1))
+    head_dim: int = field(default=64, metadata=at_least(2))
+    n_prelude: int = field(default=6, metadata=at_least(0))
+    n_loops: int = field(default=6, metadata=at_least(1))
+    n_layers: int = field(default=12, metadata=at_least(1))  # dense only
+    vocab_size: int = field(default=32000, metadata=at_least(2))
+    max_seq_len: int = field(default=1024, metadata=at_least(1))
+    norm_eps: float = field(default=1e-6, metadata=above(0))
+    rope_base: float = field(default=10000.0, metadata=above(0))
+    init_std: float = field(default=0.02, metadata=at_least(0))
     gate_init: float = 0.9  # sigmoid(a) at init
     core_update: CoreUpdate = CoreUpdate.reference
     # Ablation switches (REFERENCE.md section 4): a run with any of them on is labelled by them.
@@ -194,11 +206,11 @@ class TokenizerConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING
-    cache_dir: str = "${oc.env:CART_SWEEPS_CACHE,.cache/cart_sweeps}/data"
+    cache_dir: str = "${cache_home:}/data"
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     sources: list[SourceConfig] = field(default_factory=list)
     validation: list[ValSetConfig] = field(default_factory=list)
-    chunk_tokens: int = 1024
+    chunk_tokens: int = field(default=1024, metadata=at_least(1))
     train_tokens: int | None = None  # stop the interleave here (None: when a source runs out)
     streaming: bool = True
 
@@ -208,29 +220,29 @@ IN_STEPS = {"in_steps": True}  # field metadata: a count of steps, shrunk with t
 
 @dataclass
 class TrainerConfig:
-    steps: int = field(default=30_500, metadata=IN_STEPS)
-    seq_len: int = 1024
-    micro_batch_size: int = 8
-    grad_accum: int = 4
+    steps: int = field(default=30_500, metadata=IN_STEPS | at_least(1))
+    seq_len: int = field(default=1024, metadata=at_least(1))
+    micro_batch_size: int = field(default=8, metadata=at_least(1))
+    grad_accum: int = field(default=4, metadata=at_least(1))
     optimizer: Optimizer = Optimizer.adamw
-    lr: float = 3e-4
-    min_lr: float = 3e-5
-    warmup_steps: int = field(default=100, metadata=IN_STEPS)
+    lr: float = field(default=3e-4, metadata=above(0))
+    min_lr: float = field(default=3e-5, metadata=at_least(0))
+    warmup_steps: int = field(default=100, metadata=IN_STEPS | at_least(0))
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    weight_decay: float = 0.1
+    weight_decay: float = field(default=0.1, metadata=at_least(0))
     decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
-    grad_clip: float = 1.0
+    grad_clip: float = field(default=1.0, metadata=above(0))
     precision: Precision = Precision.auto
     compile: bool | None = None  # null: compile on CUDA (the paper scale), not on the CPU
     device: Device = Device.auto
-    threads: int = 0  # torch CPU threads; 0 leaves torch's default
+    threads: int = field(default=0, metadata=at_least(0))  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
-    eval_every: int = field(default=500, metadata=IN_STEPS)
-    eval_windows: int = 50
-    eval_batch_size: int = 8
-    log_every: int = field(default=50, metadata=IN_STEPS)
-    ckpt_every: int = field(default=5000, metadata=IN_STEPS)
-    keep_checkpoints: int = 2  # newest checkpoints kept per run; 0 keeps all
+    eval_every: int = field(default=500, metadata=IN_STEPS | at_least(1))
+    eval_windows: int = field(default=50, metadata=at_least(1))
+    eval_batch_size: int = field(default=8, metadata=at_least(1))
+    log_every: int = field(default=50, metadata=IN_STEPS | at_least(1))
+    ckpt_every: int = field(default=5000, metadata=IN_STEPS | at_least(1))
+    keep_checkpoints: int = field(default=2, metadata=at_least(0))  # newest checkpoints kept per run; 0 keeps all
 
 
 @dataclass
@@ -239,11 +251,6 @@ class LoggerConfig:
     project: str = "cart-sweeps"
     entity: str | None = None
     mode: LoggerMode = LoggerMode.offline  # never prompts
-
-
-def at_least(low: float) -> dict[str, float]:
-    """Field metadata: the smallest value the field accepts (checked before a stage launches)."""
-    return {"at_least": low}
 
 
 @dataclass
@@ -376,12 +383,22 @@ class PathsConfig:
 class HarnessConfig:
     """lm-eval benchmarks run by evaluate stages beside perplexity (src/cart_sweeps/harness); [] for none.
 
-    Not part of a run's identity: like the throughput fields, they say what else is measured of the run.
+    `tasks` and `limit` are part of an evaluate run's identity (what it measures); `batch_size` is not.
     """
 
     tasks: list[str] = field(default_factory=lambda: ["hellaswag", "arc_challenge", "lambada_openai", "piqa"])
-    limit: int | None = None  # questions per task (None: all)
-    batch_size: int = 8  # the paper's
+    limit: int | None = field(default=None, metadata=at_least(1))  # questions per task (None: all)
+    batch_size: int = field(default=8, metadata=at_least(1))  # the paper's
+
+
+@dataclass
+class EvaluatedConfig:
+    """The checkpoint an evaluate run reads, filled in from stage.source (runfolder.with_source), never by hand:
+    part of the evaluation's identity, so another checkpoint of the source is another evaluation."""
+
+    run_id: str | None = None  # the source run's id
+    step: int = MISSING  # its final step
+    sha256: str = MISSING  # that checkpoint file's digest
 
 
 @dataclass
@@ -399,6 +416,7 @@ class Config:
     plan: PlanConfig = field(default_factory=PlanConfig)
     seed: int = 42
     harness: HarnessConfig = field(default_factory=HarnessConfig)
+    evaluated: EvaluatedConfig | None = None  # evaluate stages: set from stage.source
 
 
 def register_configs() -> None:
@@ -408,38 +426,44 @@ def register_configs() -> None:
     """
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    cs.store(group="launcher", name="local_schema", node=LocalLauncherConfig)
-    cs.store(group="launcher", name="slurm_schema", node=SlurmLauncherConfig)
+    cs.store(name="launcher_local_schema", node=LocalLauncherConfig)  # outside the group: no option of it
+    cs.store(name="launcher_slurm_schema", node=SlurmLauncherConfig)
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):
         stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
 
 
+def check_bounds(node: Any, path: str) -> None:
+    """The bounds the schema declares on a group's fields (`at_least`, `above` metadata): one line for the
+    first value that cannot succeed. One walk for every group, so a bounded field needs no check of its own."""
+    schema = type(node) if is_dataclass(node) else OmegaConf.get_type(node)
+    if schema is None or not is_dataclass(schema):
+        return
+    for f in fields(schema):
+        value = getattr(node, f.name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        if (low := f.metadata.get("at_least")) is not None and value < low:
+            raise ConfigError(f"{path}.{f.name}={value} must be >= {low:g}")
+        if (low := f.metadata.get("above")) is not None and not value > low:
+            raise ConfigError(f"{path}.{f.name}={value} must be > {low:g}")
+
+
 def validate_model(m: DictConfig | ModelConfig) -> None:
     """Value checks on a model config, one clear line per problem."""
-    if m.head_dim < 1 or m.d_model < 1 or m.d_model % m.head_dim:
+    check_bounds(m, "model")
+    if m.d_model % m.head_dim:
         raise ConfigError(f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}")
     if m.head_dim % 2:
         raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates half of each head)")
-    if m.vocab_size < 2:
-        raise ConfigError(f"model.vocab_size={m.vocab_size} must be at least 2")
     if m.name == ModelName.dense:
-        if m.n_layers < 1:
-            raise ConfigError(f"model.n_layers={m.n_layers} must be >= 1 for the dense model")
         return
     if m.d_model % 4:
         raise ConfigError(f"model.d_model={m.d_model} must be a multiple of 4 (the K/V latent is d/4 wide)")
     if not 0 < m.gate_init < 1:
         raise ConfigError(f"model.gate_init={m.gate_init} must be in (0, 1): it is sigmoid(a) at init")
-    if m.n_prelude < 0:
-        raise ConfigError(f"model.n_prelude={m.n_prelude} must be >= 0")
-    high = MAX_LOOPS if not m.disable_lie else 10**6
-    if not 1 <= m.n_loops <= high:
-        raise ConfigError(
-            f"model.n_loops={m.n_loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)"
-            if not m.disable_lie
-            else f"model.n_loops={m.n_loops} must be >= 1"
-        )
+    if m.n_loops > MAX_LOOPS and not m.disable_lie:
+        raise ConfigError(f"model.n_loops={m.n_loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
     if m.self_attn_core and not m.unshare_core:
         raise ConfigError("model.self_attn_core=true needs model.unshare_core=true (the paper's ablation)")
     if m.self_attn_core and m.unfreeze_kv:
@@ -464,17 +488,20 @@ def check_settings(cfg: DictConfig) -> None:
     """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in) is one line, before anything reads it."""
     for group in ("model", "data", "trainer"):
         if unknown := _unknown_key(cfg[group], group):
-            raise ConfigError(f"+{unknown}: {group} has no such setting; check its spelling (no + to set one)")
+            parent, _, name = unknown.rpartition(".")
+            known = [str(k) for k in cast(DictConfig, OmegaConf.select(cfg, parent)).keys() if k != name]
+            close = difflib.get_close_matches(name, known, n=1)
+            advice = f"did you mean {parent}.{close[0]}?" if close else "check its spelling (no + to set one)"
+            raise ConfigError(f"+{unknown}: {parent} has no such setting; {advice}")
 
 
 def validate(cfg: DictConfig) -> None:
     """Checks across the whole composed config that the schema's types cannot express."""
     check_settings(cfg)
     validate_model(cfg.model)
+    for group in ("trainer", "data", "harness"):
+        check_bounds(cfg[group], group)
     t = cfg.trainer
-    for key in ("steps", "seq_len", "micro_batch_size", "grad_accum", "eval_every", "log_every", "ckpt_every"):
-        if t[key] < 1:
-            raise ConfigError(f"trainer.{key}={t[key]} must be >= 1")
     if t.seq_len > cfg.model.max_seq_len:
         raise ConfigError(
             f"trainer.seq_len={t.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
@@ -567,7 +594,16 @@ def run_folder(cfg: DictConfig, label: str, id_: str) -> Path:
     return Path(cfg.paths.runs) / cfg.stage.name / f"{label}-{id_[:8]}"
 
 
+def cache_home() -> str:
+    """$CART_SWEEPS_CACHE, else the per-user cache ($XDG_CACHE_HOME/cart_sweeps or ~/.cache/cart_sweeps), as
+    HF datasets and torch keep theirs: every working folder shares one prepared copy of each recipe."""
+    if root := os.environ.get("CART_SWEEPS_CACHE"):
+        return root
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cart_sweeps")
+
+
 OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
+OmegaConf.register_new_resolver("cache_home", cache_home, replace=True)
 
 # OmegaConf parses an interpolation's text (with ANTLR, 0.1-0.2 ms) each time it resolves it, and naming,
 # validating and costing a stage's runs resolve the same few texts thousands of times (model.vocab_size,

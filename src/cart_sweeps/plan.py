@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cart_sweeps.compose import run_cli
-from cart_sweeps.config import LABEL_SHOWS, ConfigError
+from cart_sweeps.config import LABEL_SHOWS, SWEEPS_DIR, ConfigError
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import folder_holds_result
@@ -29,15 +29,17 @@ from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.sweep.pool import pool_class
 from cart_sweeps.sweep.runset import stage_runs
+from cart_sweeps.text import count
 
-USAGE = """usage: python -m cart_sweeps.plan stage=<name> [overrides]
+STAGES = "|".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))  # the shipped stage files
+USAGE = f"""usage: python -m cart_sweeps.plan stage=<name> [overrides]
 
 Lists the runs of a stage without launching any, in the order the driver launches them (longest
 first): run id, model, seed, variant, parameters, training tokens and FLOPs, estimated GPU-hours (at the
 throughput measured on finished runs of the same width where there are any), and the ledger's status;
 then the simulated makespan on the stage's slots beside its lower bound.
 
-  stage=1|2|parity|ablations|variable_r|lr   the stage (sweeps/<name>.yaml)
+  stage=<name>                               the stage (sweeps/<name>.yaml): {STAGES}
   plan.gpu=rtx3090|rtx4090|a100|h100|h200    GPU for the estimate (peak dense bf16 FLOP/s)
   plan.mfu=0.35                              assumed model FLOPs utilisation
   plan.format=table|csv                      output
@@ -182,7 +184,7 @@ def makespan_line(slots: int, table_rows: list[dict[str, Any]]) -> str:
     bound, ordered = makespan_bound(hours, slots), makespan(hours, slots)
     ratio = (lambda h: f"{h / bound:.3f}x") if bound > 0 else (lambda h: "-")
     return (
-        f"makespan on {slots} slots: {ordered:,.2f} h in launch order ({ratio(ordered)} the lower bound "
+        f"makespan on {count(slots, 'slot')}: {ordered:,.2f} h in launch order ({ratio(ordered)} the lower bound "
         f"{bound:,.2f} h = max(total / slots, longest run)); grid order: {makespan(by_grid, slots):,.2f} h "
         f"({ratio(makespan(by_grid, slots))})"
     )
@@ -211,7 +213,7 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
     p = stage.base.plan
     total_flops = sum(r["train_flops"] for r in table_rows)
     total_hours = sum(r["gpu_hours"] for r in table_rows)
-    title = f"stage {stage.name} at scale={stage.base.scale.name}: {len(table_rows)} runs"
+    title = f"stage {stage.name} at scale={stage.base.scale.name}: {count(len(table_rows), 'run')}"
     table = Table(title=title, header_style="bold")
     shown = columns(stage)
     for key in shown:

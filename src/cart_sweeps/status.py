@@ -19,6 +19,14 @@ class RunStatus(StrEnum):
     REJECTED = "rejected"  # cannot succeed as given (a setting this machine cannot run, a busy folder): not retried
     PRUNED = "pruned"  # stopped early by a search's pruner (sweep.pruner): its learning curve is its result
 
+    @classmethod
+    def read(cls, value: object, fallback: RunStatus) -> tuple[RunStatus, str | None]:
+        """A status as another writer left it (a ledger edited by hand, a newer version's summary.json):
+        a known one, or `fallback` and one line saying what was not known."""
+        if isinstance(value, str) and value in cls._value2member_map_:
+            return cls(value), None
+        return fallback, f"status {value!r} is not one this version knows; read as {fallback.value}"
+
     @property
     def is_result(self) -> bool:
         """A relaunch keeps it: the run is done, one way or the other (a pruned run on purpose)."""

@@ -63,8 +63,7 @@ class RunSummary:
         """Take a flat mapping's values: its fields, its metrics, and the rest into `details`."""
         for key, value in values.items():
             if key == "status":
-                known = value in RunStatus._value2member_map_
-                self.status = RunStatus(value) if known else RunStatus.FAILED
+                self.status = RunStatus.read(value, RunStatus.FAILED)[0]
             elif is_metric(key):
                 self.metrics[key] = value
             elif key in _FIELDS:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from cart_sweeps.config import ConfigError
 
-class DataError(ValueError):
-    """A user-fixable data problem; its message is one line naming the problem and the fix."""
+
+class DataError(ConfigError):
+    """A user-fixable data problem; its message is one line naming the problem and the fix. A ConfigError:
+    a run that meets one is rejected, not retried (it would meet it again)."""

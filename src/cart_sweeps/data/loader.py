@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from cart_sweeps.config import DataConfig
 from cart_sweeps.data.errors import DataError
-from cart_sweeps.data.manifest import TOKENIZER, check_bin, read_manifest
+from cart_sweeps.data.manifest import TOKENIZER, bins, checked_bins, read_manifest
 from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
 
 log = logging.getLogger(__name__)
@@ -45,15 +45,20 @@ class Prepared:
         return {name: entry["bytes_per_token"] for name, entry in self.manifest["validation"].items()}
 
     @property
+    def digests(self) -> dict[str, str]:
+        """'train' and each validation set -> its bin's sha256 (checked on load): what a run read, in its summary."""
+        return {name: entry["sha256"] for name, entry in bins(self.manifest).items()}
+
+    @property
     def tokenizer_path(self) -> Path:
         return self.folder / TOKENIZER
 
 
-def load_prepared(data_cfg: DictConfig | DataConfig, verify_hash: bool = False) -> Prepared:
+def load_prepared(data_cfg: DictConfig | DataConfig) -> Prepared:
     """Memory-map the recipe's bins, preparing them first if this recipe has never been prepared.
 
-    A folder that is there but damaged (bins missing or truncated, a manifest of another recipe) raises
-    DataError naming the fix; `verify_hash` also checks every bin's sha256 (seconds for 1B tokens).
+    A folder that is there but damaged (bins missing, truncated or overwritten, a manifest of another
+    recipe) raises DataError naming the fix: every bin's sha256 is checked once per process.
     """
     cfg = as_config(data_cfg)
     digest = recipe_hash(cfg)
@@ -63,12 +68,10 @@ def load_prepared(data_cfg: DictConfig | DataConfig, verify_hash: bool = False) 
 
         prepare(cfg)
     manifest = read_manifest(folder, cfg.name, digest)
-
-    def mmap(entry: dict[str, Any]) -> np.memmap:
-        return np.memmap(check_bin(folder, entry, cfg.name, verify_hash), dtype=np.uint16, mode="r")
-
-    val = {name: mmap(entry) for name, entry in manifest["validation"].items()}
-    return Prepared(folder, manifest, mmap(manifest["train"]), val)
+    paths = checked_bins(folder, manifest, cfg.name)
+    memmaps = {name: np.memmap(path, dtype=np.uint16, mode="r") for name, path in paths.items()}
+    train = memmaps.pop("train")
+    return Prepared(folder, manifest, train, memmaps)
 
 
 def train_batch(

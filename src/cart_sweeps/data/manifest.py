@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -38,8 +39,9 @@ def bins(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"train": manifest["train"], **manifest["validation"]}
 
 
-def check_bin(folder: Path, entry: dict[str, Any], recipe: str, verify_hash: bool = False) -> Path:
-    """The bin's path, after checking it exists and holds exactly the manifest's tokens (and hash)."""
+def check_bin(folder: Path, entry: dict[str, Any], recipe: str) -> Path:
+    """The bin's path, after checking it exists and holds exactly the manifest's tokens and sha256 (a bin
+    overwritten in place keeps its size: only its hash tells)."""
     path = folder / entry["file"]
     if not path.is_file():
         raise DataError(f"data={recipe}: {path} is missing; {rebuild_hint(recipe, folder)}")
@@ -49,11 +51,30 @@ def check_bin(folder: Path, entry: dict[str, Any], recipe: str, verify_hash: boo
             f"data={recipe}: {path} is truncated or corrupt ({size:,} bytes, the manifest says "
             f"{entry['tokens']:,} uint16 tokens); {rebuild_hint(recipe, folder)}"
         )
-    if verify_hash and file_sha256(path) != entry["sha256"]:
-        raise DataError(f"data={recipe}: {path} does not match its sha256; {rebuild_hint(recipe, folder)}")
+    if stored_sha256(path) != entry["sha256"]:
+        raise DataError(
+            f"data={recipe}: {path} is not what was prepared (its sha256 differs from the manifest's); "
+            f"{rebuild_hint(recipe, folder)}"
+        )
     return path
+
+
+def checked_bins(folder: Path, manifest: dict[str, Any], recipe: str) -> dict[str, Path]:
+    """'train' and every validation set -> its bin's path, each checked against the manifest."""
+    return {name: check_bin(folder, entry, recipe) for name, entry in bins(manifest).items()}
 
 
 def file_sha256(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+@functools.cache
+def _sha256(path: Path, device: int, inode: int, size: int, mtime_ns: int) -> str:
+    return file_sha256(path)
+
+
+def stored_sha256(path: Path) -> str:
+    """`file_sha256(path)`, hashed once per process per version of the file (seconds for 1B tokens)."""
+    st = path.stat()
+    return _sha256(path.resolve(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

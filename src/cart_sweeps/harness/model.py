@@ -29,6 +29,7 @@ from cart_sweeps.model.dense import Dense
 from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.evaluate import load_trained
 from cart_sweeps.train.loop import autocast
+from cart_sweeps.train.runfolder import read_summary
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_GEN_TOKS = 64  # generate_until's length when a task names none (lm-eval's own default is 256)
@@ -45,9 +46,17 @@ def saved_config(run_dir: Path) -> DictConfig:
     return cfg
 
 
+def run_name(run_dir: Path) -> str:
+    """`<label>-<run id[:8]>` from the run's summary (as a stage names its folders), else the folder's name."""
+    summary = read_summary(run_dir)
+    if summary is None or not (summary.label and summary.run_id):
+        return run_dir.resolve().name
+    return f"{summary.label}-{summary.run_id[:8]}"
+
+
 def _device(asked: str | None, run_default: str) -> torch.device:
-    """lm-eval's --device (its default is cuda:0, like its own HF model it falls back to the CPU where
-    no GPU is visible), else where the run itself computed."""
+    """The --device asked for (like lm-eval's HF model, the CPU where no GPU is visible, said in one line),
+    else where the run itself computed (our CLI passes that when --device is not given)."""
     if asked and asked.startswith("cuda") and not torch.cuda.is_available():
         log.warning("--device %s: no CUDA GPU is visible; evaluating on the CPU", asked)
         asked = None
@@ -89,13 +98,14 @@ class CartLM(TemplateLM):
         batch_size: int | str | None = 8,
         max_batch_size: int | None = None,
         device: str | None = None,
+        step: int | None = None,  # the checkpoint to read (None: the newest)
     ) -> None:
         super().__init__()
         self.run_dir = Path(run_dir)
         self.cfg = saved_config(self.run_dir)
         self._device = _device(device, self.cfg.trainer.device)
         self.amp = amp_dtype(self.cfg.trainer.precision, self._device)
-        self.model, self.step = load_trained(self.run_dir, self.cfg.model, self._device, "run_dir")
+        self.model, self.step = load_trained(self.run_dir, self.cfg.model, self._device, "run_dir", step)
         self.n_loops = _loops(n_loops, self.model)
         data = load_prepared(self.cfg.data)
         self.tok = Tokenizer.from_file(str(data.tokenizer_path))

@@ -25,11 +25,12 @@ from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
-from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of
+from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of, writing
 from cart_sweeps.sweep.pool import Pool, Task, pool_class
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.sweep.runset import StageRecord
+from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
 from cart_sweeps.train.runfolder import read_summary
 
@@ -193,17 +194,20 @@ class StageDriver:
         """Run everything left; the exit code: 0, 1 when a run failed, 130 when interrupted."""
         s = self.stage
         print(
-            f"stage {s.name}: {len(self.known) if s.runs else self.sweep.n_trials} runs; "
+            f"stage {s.name}: {count(len(self.known) if s.runs else self.sweep.n_trials, 'run')}; "
             f"{self.skipped} done, skipped; {len(self.attached)} still queued or running; "
             f"{sum(a.trial is not None for a in self.queue)} cut off, resumed; "
             f"-> {s.sweep_dir}",
             flush=True,
         )
         if self.recovered:
-            print(f"stage {s.name}: {self.recovered} results recorded in the ledger from their run folders", flush=True)
+            print(
+                f"stage {s.name}: {count(self.recovered, 'result')} recorded in the ledger from their run folders",
+                flush=True,
+            )
         if self.lost:
             print(
-                f"stage {s.name}: {len(self.lost)} runs the ledger holds as done have lost their run folder "
+                f"stage {s.name}: {count(len(self.lost), 'run')} the ledger holds as done lost their run folder "
                 f"(first: {self.lost[0].run_dir}); running them again",
                 flush=True,
             )
@@ -251,21 +255,23 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     try:
         # grid trials have fixed params: the sampler is unused there
         sampler = optuna.samplers.TPESampler(seed=stage.base.seed, n_startup_trials=sweep.startup_trials)
-        ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner, stage.objective())
-        if ledger.study.study_name != stage.name and not ledger.study.trials:
-            print(
-                f"stage {stage.name}: this launch ranks by {sweep.metric} with its recipe as given, which its ledger's "
-                f"earlier study does not; it records in a study of its own ({ledger.study.study_name}), beside it",
-                flush=True,
-            )
-        ledger.name_objective(sweep.metric)
-        StageRecord(
-            stage.name, stage.spec.role, sweep.storage, sweep.metric, list(stage.varied), search=not stage.runs
-        ).write(stage.sweep_dir)
-        pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
-        driver = StageDriver(stage, ledger, pool)
-        ledger.record_launch([run.run_id for run in driver.known], list(arguments))
-        return driver.launch()
+        with writing(ledger_path(stage.sweep_dir, sweep.storage)):
+            ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner, stage.objective())
+            if ledger.study.study_name != stage.name and not ledger.study.trials:
+                print(
+                    f"stage {stage.name}: this launch ranks by {sweep.metric} with its recipe as given, which its "
+                    f"ledger's earlier study does not; it records in a study of its own ({ledger.study.study_name}), "
+                    "beside it",
+                    flush=True,
+                )
+            ledger.name_objective(sweep.metric)
+            StageRecord(
+                stage.name, stage.spec.role, sweep.storage, sweep.metric, list(stage.varied), search=not stage.runs
+            ).write(stage.sweep_dir)
+            pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
+            driver = StageDriver(stage, ledger, pool)
+            ledger.record_launch([run.run_id for run in driver.known], list(arguments))
+            return driver.launch()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

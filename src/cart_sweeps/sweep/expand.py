@@ -108,6 +108,7 @@ class Stage:
         self.args: Arguments = split_arguments(arguments, list(self.spec.grid))
         self.args.axes = {k: [to_paper(k, v, self.base.scale) for v in vs] for k, vs in self.args.axes.items()}
         self.train = self.spec.kind == "train"
+        self.option = first.stage  # the stage file (its `name:` may differ: the ad-hoc stage, stage.name=...)
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
         self._recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
@@ -185,7 +186,7 @@ class Stage:
         mine = [f"{k}={format_value(v)}" for k, v in values.items() if k not in self.args.passed]
         shown = [k for k in self.varied if k not in LABEL_SHOWS]
         tags = [f"stage.varied={format_value(shown)}"] if shown else []
-        return [f"stage={format_value(self.name)}", *mine, *tags, *self.args.passed.values()]
+        return [f"stage={format_value(self.option)}", *mine, *tags, *self.args.passed.values()]
 
     def _source(self) -> RunSet:
         """The runs of stage zoom_from that its conclusions use (as the analysis tables them), all done."""

@@ -15,12 +15,14 @@ together (`Ledger.read_all`, `merged_attempts`, `merged_launches`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import sys
 import warnings
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,17 +51,67 @@ class LedgerDamaged(ConfigError):
     """A stage's ledger file does not open; the next launch rebuilds it from the run folders."""
 
 
+class LedgerUnwritable(ConfigError):
+    """The disk under a stage's ledger is full or read-only: no write can succeed until that is fixed."""
+
+
+_UNWRITABLE = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system"}
+_SQLITE_UNWRITABLE = {"database or disk is full": "disk full", "readonly database": "read-only file system"}
+
+
+def unwritable(err: BaseException) -> str | None:
+    """Why a ledger operation failed when the disk is the cause (Optuna's own message, 'invalid data in the
+    commit', hides it): found in the exception's chain of causes."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _UNWRITABLE:
+            return _UNWRITABLE[seen.errno]
+        why = next((v for k, v in _SQLITE_UNWRITABLE.items() if k in str(seen)), None)
+        if why:
+            return why
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Ledger writes in the block: a full or read-only disk under `path` is one line (LedgerUnwritable)."""
+    try:
+        yield
+    except LedgerUnwritable:
+        raise
+    except (*DAMAGED, OSError) as err:
+        if why := unwritable(err):
+            raise LedgerUnwritable(
+                f"ledger {path} cannot be written ({why} at {path.parent}): free space or make it writable, "
+                "then relaunch (what is recorded is kept)"
+            ) from err
+        raise
+
+
 def ledger_path(sweep_dir: Path, storage: str) -> Path:
     return sweep_dir / LEDGER_FILES[storage]
+
+
+def sqlite_url(path: Path) -> str:
+    """SQLAlchemy's URL of a SQLite file. A path with URL characters would be misread (after a '?' comes a
+    query: the ledger would land in another folder, shared by other roots), so it is refused in one line."""
+    if bad := next((c for c in "?#" if c in str(path)), None):
+        raise ConfigError(
+            f"paths.runs: the ledger's folder {path.parent} holds {bad!r}, which SQLite's URL cannot carry; "
+            "choose paths.runs without it, or sweep.storage=journal"
+        )
+    return f"sqlite:///{path}"
 
 
 def _storage(path: Path, kind: str) -> BaseStorage:
     """The ledger's storage; a SQLite file is only ever opened once its schema is whole."""
     if kind == "journal":
         return JournalStorage(JournalFileBackend(str(path)))
+    url = sqlite_url(path)
     if not path.exists():
         _create_sqlite(path)
-    return RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 60}}, skip_table_creation=True)
+    return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}, skip_table_creation=True)
 
 
 def _create_sqlite(path: Path) -> None:
@@ -68,7 +120,7 @@ def _create_sqlite(path: Path) -> None:
     starting while `plan`, the dashboard or a test polls) make one of them fail: "table already exists"."""
     tmp = path.with_name(f".{path.name}.new{os.getpid()}")
     try:
-        fresh = RDBStorage(f"sqlite:///{tmp}")
+        fresh = RDBStorage(sqlite_url(tmp))
         fresh.remove_session()
         fresh.engine.dispose()
         with contextlib.suppress(FileExistsError):  # another process made it first: keep theirs
@@ -120,10 +172,19 @@ def stage_studies(storage: BaseStorage, stage: str) -> list[str]:
     return [n for n in optuna.get_all_study_names(storage) if n == stage or n.startswith(f"{stage}~")]
 
 
+_unknown_said: set[tuple[int, str]] = set()  # (trial number, status) already named: one line each
+
+
 def status_of(trial: FrozenTrial) -> RunStatus:
-    """How the attempt stands; a trial that never recorded one is running (no result yet) or failed."""
+    """How the attempt stands; a trial that never recorded one is running (no result yet) or failed, and
+    one whose status this version does not know (a ledger edited by hand) is failed: its run runs again."""
     fallback = RunStatus.RUNNING if trial.state == TrialState.RUNNING else RunStatus.FAILED
-    return RunStatus(trial.user_attrs.get("status", fallback))
+    status, unknown = RunStatus.read(trial.user_attrs.get("status", fallback.value), RunStatus.FAILED)
+    if unknown and (said := (trial.number, repr(trial.user_attrs["status"]))) not in _unknown_said:
+        _unknown_said.add(said)
+        label = trial.user_attrs.get("label", f"trial {trial.number}")
+        print(f"warning: ledger: {label}: {unknown} (a relaunch runs it again)", file=sys.stderr, flush=True)
+    return status
 
 
 class Ledger:
@@ -154,7 +215,10 @@ class Ledger:
         pruner = pruner or optuna.pruners.NopPruner()
         objective = objective or {}
         try:
-            study = _create(path, stage, storage, sampler, pruner, objective)
+            with writing(path):
+                study = _create(path, stage, storage, sampler, pruner, objective)
+        except LedgerUnwritable:  # a full disk is no damage
+            raise
         except DAMAGED as err:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
             set_aside = path.rename(path.with_name(f"{path.name}.damaged-{stamp}"))

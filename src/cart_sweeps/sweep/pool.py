@@ -9,6 +9,7 @@ and one config class (config.py, conf/launcher/), and changes no file here.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import signal
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 import submitit
-from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
@@ -81,9 +81,11 @@ def _why(err: Exception) -> str:
     return (lines[-1] if len(parts) > 2 else lines[0]) if lines else repr(err)
 
 
-def _disk_full(run_dir: Path, error: str) -> str | None:
-    """Why a run died when its disk is the cause (a full disk fails every retry the same way)."""
+def _disk_problem(run_dir: Path, error: str) -> str | None:
+    """Why a run died when its disk is the cause (a full disk or a read-only folder fails every retry the same way)."""
     folder = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("/"))
+    if "Read-only file system" in error or not os.access(folder, os.W_OK):
+        return f"{folder} is not writable (read-only): make it writable or choose paths.runs, then relaunch"
     free = shutil.disk_usage(folder).free
     if "No space left on device" in error or free < _LOW_DISK_BYTES:
         return f"disk full at {folder} ({free / 2**20:.0f} MiB free): free some space, then relaunch"
@@ -143,7 +145,7 @@ class Pool(ABC, Generic[Item]):
             status, why = self.ending(job) or (RunStatus.FAILED, "")
             error = recorded.error if recorded.status == RunStatus.FAILED else None
             error = error or why or _why(err)
-            if disk := _disk_full(run_dir, error):
+            if disk := _disk_problem(run_dir, error):
                 status, error = RunStatus.REJECTED, disk
             return RunSummary(status, run_id=recorded.run_id, label=recorded.label, step=recorded.step, error=error)
 
@@ -213,9 +215,10 @@ def make_pool(cfg: DictConfig, folder: Path) -> Pool[Any]:
 
 
 def pool_class(launcher: DictConfig) -> type[Pool[Any]]:
-    try:
-        cls = get_class(launcher._target_)
-    except Exception as err:  # Hydra raises ImportError or ValueError with a multi-line message
+    module, _, name = str(launcher._target_).rpartition(".")
+    try:  # not hydra.utils.get_class: it logs its own multi-line error before raising
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as err:
         raise ConfigError(f"launcher._target_={launcher._target_} is no importable class: check its spelling") from err
     if not (isinstance(cls, type) and issubclass(cls, Pool)):
         raise ConfigError(f"launcher._target_={launcher._target_} is not a pool (a subclass of {Pool.__qualname__})")

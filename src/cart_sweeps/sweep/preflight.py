@@ -2,7 +2,7 @@
 
 Each problem is one line naming the key and the fix (a ConfigError): the driver's own settings, the sweep
 metric against the validation sets the data measures, and what this machine must offer the runs (a CUDA
-GPU and bitsandbytes for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage
+GPU, or bitsandbytes' CPU kernels, for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage
 that cannot succeed is refused whole, rather than launched and retried run by run.
 """
 
@@ -10,28 +10,26 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
-from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import ConfigError, check_bounds
+from cart_sweeps.data.manifest import checked_bins, read_manifest
+from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
 from cart_sweeps.hardware import gpu_memory_bytes
 from cart_sweeps.summary import metric_names
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.sweep.ledger import ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import pool_class
+from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
 
 
 def check_launcher(launcher: DictConfig) -> None:
-    """The bounds the launcher's schema declares (`at_least` field metadata), and that its pool exists."""
-    schema = OmegaConf.get_type(launcher)
-    assert schema is not None and is_dataclass(schema)  # every launcher group has a schema dataclass
-    for f in fields(schema):
-        low = f.metadata.get("at_least")
-        if low is not None and launcher[f.name] < low:
-            raise ConfigError(f"launcher.{f.name}={launcher[f.name]} must be >= {low:g}")
+    """The bounds the launcher's schema declares (field metadata), and that its pool exists."""
+    check_bounds(launcher, "launcher")
     pool_class(launcher)
 
 
@@ -53,16 +51,24 @@ def check_writable(folder: str, key: str) -> None:
         raise ConfigError(f"{key}={folder} is not writable ({err.strerror}); point {key} at a writable folder") from err
 
 
+def check_data(data: DictConfig) -> None:
+    """A prepared cache whose bins changed since they were prepared (overwritten, truncated) is refused
+    before launch; one never prepared is prepared by the first run."""
+    cfg = as_config(data)
+    digest = recipe_hash(cfg)
+    folder = recipe_dir(cfg, digest)
+    if folder.exists():
+        checked_bins(folder, read_manifest(folder, cfg.name, digest), cfg.name)
+
+
 def check_machine(cfg: DictConfig, gpus: list[str] | None) -> None:
     """What one run config needs of the machines it runs on; `gpus` are the local pool's (None on SLURM)."""
     t, lc = cfg.trainer, cfg.launcher
     no_gpu = not gpus if gpus is not None else OmegaConf.select(lc, "gpus_per_task", default=1) == 0
     where = "this machine has none visible" if gpus is not None else "launcher.gpus_per_task=0"
     if t.optimizer == "adamw8bit" and cfg.stage.kind == "train":  # an evaluate stage steps no optimizer
-        if no_gpu:
-            raise ConfigError(f"trainer.optimizer=adamw8bit needs a CUDA GPU and {where}; use trainer.optimizer=adamw")
-        if importlib.util.find_spec("bitsandbytes") is None:
-            raise ConfigError("trainer.optimizer=adamw8bit needs bitsandbytes: pip install 'cart_sweeps[hub]'")
+        if problem := adamw8bit_problem(cuda=not no_gpu and t.device != "cpu"):
+            raise ConfigError(problem)
     if t.device == "cuda" and no_gpu:
         raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {where}; use trainer.device=auto")
     check_credentials(cfg.logger)
@@ -99,6 +105,8 @@ def check_packing(runs_per_gpu: int, need: int, gpu_memory: int | None) -> None:
 def preflight(stage: Stage, gpus: list[str] | None) -> None:
     """Every check above, for every run of the stage (each distinct setting once)."""
     check_launcher(stage.base.launcher)
+    if stage.base.sweep.storage == "sqlite":
+        sqlite_url(ledger_path(stage.sweep_dir, "sqlite"))
     runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
     seen = set()
     for run in runs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
@@ -109,8 +117,9 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
             seen.add(key)
             check_metric(stage.base.sweep.metric, c.data)
             check_writable(c.data.cache_dir, "data.cache_dir")
+            check_data(c.data)
             check_machine(c, gpus)
     if gpus and stage.base.launcher.runs_per_gpu > 1:  # the largest run's need against the smallest GPU
-        memory = [m for m in map(gpu_memory_bytes, gpus) if m is not None]
+        memory = [m for m in gpu_memory_bytes(gpus) if m is not None]
         need = max(memory_need_bytes(run.cfg) for run in runs)
         check_packing(stage.base.launcher.runs_per_gpu, need, min(memory, default=None))

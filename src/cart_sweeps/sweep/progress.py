@@ -61,7 +61,7 @@ class Progress:
         eta = _duration(elapsed / done * (self.to_run - done)) if done else "?"
         return (
             f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
-            f"{done - self.counts[RunStatus.COMPLETED] - self.counts[RunStatus.PRUNED]} failed, {left} left, ETA {eta}"
+            f"{sum(self.counts[s] for s in FINAL if not s.is_result)} failed, {left} left, ETA {eta}"
             + (f"; {self.why_waiting}" if self.why_waiting else "")
         )
 

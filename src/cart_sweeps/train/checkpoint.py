@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from cart_sweeps.train.runfolder import atomic_write
+from cart_sweeps.data.manifest import file_sha256
+from cart_sweeps.train.runfolder import CKPT_DIR, atomic_write, checkpoint_path
 
-CKPT_DIR = "checkpoints"
 CORRUPT = ".corrupt"
 
 
@@ -41,12 +41,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int) -> Path:
-    """Write checkpoint `step` atomically (meta last, so a meta always points at a whole file)."""
-    folder = run_dir / CKPT_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"step_{step:07d}.pt"
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
-    meta = {**meta, "step": step, "file": path.name}
+    """Write checkpoint `step` atomically (meta last, so a meta always points at a whole file; it holds the sha256)."""
+    path = checkpoint_path(run_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest: list[str] = []
+
+    def write(tmp: Path) -> None:
+        torch.save(state, tmp)
+        digest.append(file_sha256(tmp))  # an evaluation of this run names the checkpoint by it
+
+    atomic_write(path, write)
+    meta = {**meta, "step": step, "file": path.name, "sha256": digest[0]}
     atomic_write(path.with_suffix(".json"), lambda tmp: tmp.write_text(json.dumps(meta, indent=2)))
     if keep > 0:
         for old in list_checkpoints(run_dir)[:-keep]:

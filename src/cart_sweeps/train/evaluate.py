@@ -1,14 +1,15 @@
-"""Variable-R inference: evaluate a trained run's newest checkpoint at another loop count, no training."""
+"""Variable-R inference: evaluate a trained run's final checkpoint at another loop count, no training."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
+from cart_sweeps.data.manifest import file_sha256
 from cart_sweeps.model import build_model
 from cart_sweeps.model.cart import CART
 from cart_sweeps.model.dense import Dense
@@ -16,18 +17,21 @@ from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.device import pick_device
-from cart_sweeps.train.loop import evaluate_sets
-from cart_sweeps.train.runfolder import base_summary, write_summary
+from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged
+from cart_sweeps.train.runfolder import base_summary, checkpoint_path, write_summary
 
 
-def load_trained(run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str) -> tuple[CART | Dense, int]:
-    """The model of `run_dir`'s newest checkpoint on `device`, and its step; `key` names the setting in errors.
+def load_trained(
+    run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str, step: int | None = None
+) -> tuple[CART | Dense, int]:
+    """The model of `run_dir`'s checkpoint at `step` (None: its newest) on `device`, and its step; `key`
+    names the setting in errors.
 
     Shared by variable-R inference and the benchmark harness, so both read a trained run the same way.
     """
-    found = ckpt.list_checkpoints(run_dir)
-    if not found:
-        raise ConfigError(f"{key}={run_dir} has no checkpoint yet; train it first")
+    found = ckpt.list_checkpoints(run_dir) if step is None else [checkpoint_path(run_dir, step)]
+    if not found or not found[-1].is_file():
+        raise ConfigError(f"{key}={run_dir} has no checkpoint{f' at step {step}' if step else ''}; train it first")
     model = build_model(model_cfg).to(device)
     try:
         state = ckpt.restore(found[-1], device, lambda state: model.load_state_dict(state["model"]))
@@ -41,28 +45,43 @@ def load_trained(run_dir: Path, model_cfg: DictConfig, device: torch.device, key
 
 
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:
-    """Evaluate `stage.source`'s newest checkpoint at R = stage.eval_n_loops (perplexity, and the lm-eval tasks
-    of `harness.tasks`); write and return the summary."""
+    """Evaluate the checkpoint `evaluated` names (`stage.source`'s final one) at R = stage.eval_n_loops
+    (perplexity, and the lm-eval tasks of `harness.tasks`); write and return the summary."""
     device = pick_device(cfg.trainer.device)
-    model, step = load_trained(Path(cfg.stage.source), cfg.model, device, "stage.source")
+    source, step = Path(cfg.stage.source), cfg.evaluated.step
+    path = checkpoint_path(source, step)
+    if file_sha256(path) != cfg.evaluated.sha256:  # the bytes themselves: a damaged copy, a file replaced
+        raise ConfigError(
+            f"stage.source: {path} is not the checkpoint its run saved (its sha256 differs); relaunch the source "
+            "run so it rewrites it (remove its summary.json first)"
+        )
+    model, _ = load_trained(source, cfg.model, device, "stage.source", step)
     r = cfg.stage.eval_n_loops
     summary = base_summary(cfg)
+    data = load_prepared(cfg.data)
+    metrics = evaluate_sets(model, data, cfg.trainer, device, n_loops=r)
     summary.update(
         {
             "status": RunStatus.COMPLETED,
             "step": step,
             "eval_n_loops": r,
             "trained_n_loops": cfg.model.n_loops,
-            "source": str(cfg.stage.source),
+            "source": str(source),
+            "evaluated": OmegaConf.to_container(cfg.evaluated),
+            "data_sha256": data.digests,
             "rho": model.rho(),
-            **evaluate_sets(model, load_prepared(cfg.data), cfg.trainer, device, n_loops=r),
+            **metrics,
         }
     )
-    if cfg.harness.tasks:
+    try:
+        raise_if_diverged(metrics, f"at R={r}")
+    except Diverged as err:
+        summary.status, summary.error = RunStatus.DIVERGED, str(err)
+    if cfg.harness.tasks and summary.status == RunStatus.COMPLETED:
         from cart_sweeps.harness.bench import run_benchmarks  # lm-eval takes seconds to import: only when asked
 
         h, shots = cfg.harness, cfg.stage.num_fewshot
         summary.details["num_fewshot"] = shots
-        summary.update(run_benchmarks(Path(cfg.stage.source), r, list(h.tasks), run_dir, shots, h.limit, h.batch_size))
+        summary.update(run_benchmarks(source, r, list(h.tasks), run_dir, shots, h.limit, h.batch_size, step))
     write_summary(run_dir, summary)
     return summary

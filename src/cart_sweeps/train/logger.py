@@ -49,8 +49,14 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
     return {k: v for k, v in full.items() if k not in DRIVER_KEYS}
 
 
+def wandb_id(cfg: DictConfig) -> str:
+    """The W&B run id: one per (stage, run id), the same at every relaunch, so a resumed run continues its
+    W&B run and one configuration trained in two stages keeps two (the run id hashes the configuration only)."""
+    return f"{cfg.stage.name}-{run_id(cfg)}"
+
+
 class WandbLogger:
-    """One W&B run per training run; the run id is the config hash, so a resumed run continues it.
+    """One W&B run per training run (`wandb_id`), continued when the run resumes.
 
     W&B conventions: job_type is the stage, tags carry stage and scale, and each validation set's PPL and
     bits per byte keep their best (min) value in the summary besides their last.
@@ -68,7 +74,7 @@ class WandbLogger:
             entity=lg.entity,
             mode=lg.mode,  # explicit: an unset mode prompts for a login and waits forever
             dir=str(run_dir),
-            id=run_id(cfg),
+            id=wandb_id(cfg),
             resume="allow",
             group=f"stage-{cfg.stage.name}",
             job_type=cfg.stage.name,
@@ -90,7 +96,11 @@ class WandbLogger:
 
     def log(self, row: dict[str, Any], step: int) -> None:
         prefix = "val/" if row.get("kind") == "eval" else "train/"
-        data = {("rho" if k == "rho" else prefix + k): v for k, v in row.items() if k not in ("kind", "step")}
+        data = {  # a figure this device cannot measure (MFU, peak memory on the CPU) is left out, not null
+            ("rho" if k == "rho" else prefix + k): v
+            for k, v in row.items()
+            if k not in ("kind", "step") and v is not None
+        }
         self.run.log({**data, "step": step}, step=step)
 
     def finish(self, status: str) -> None:

@@ -114,9 +114,25 @@ def evaluate_windows(model: nn.Module, windows: torch.Tensor, batch_size: int, n
     return torch.cat(per_window).mean().item()
 
 
+class Diverged(RuntimeError):
+    """The model's loss stopped being finite (in training, or as an evaluation's perplexity): a result."""
+
+
+_MAX_EXP = math.log(float.fromhex("0x1.fffffffffffffp+1023"))  # the largest CE whose exp is a float
+
+
 def eval_metrics(mean_ce: float, bytes_per_token: float) -> dict[str, float]:
     """CE (nats/token), perplexity and bits per byte from a mean CE: summary.METRIC_KINDS, each."""
-    return {"ce": mean_ce, "ppl": math.exp(mean_ce), "bpb": mean_ce / math.log(2) / bytes_per_token}
+    ppl = math.exp(mean_ce) if mean_ce <= _MAX_EXP else math.inf  # math.exp raises past a float's range
+    return {"ce": mean_ce, "ppl": ppl, "bpb": mean_ce / math.log(2) / bytes_per_token}
+
+
+def raise_if_diverged(metrics: dict[str, float], at: str) -> None:
+    """An evaluation whose perplexity is not finite is the model's divergence, not an error to retry."""
+    bad = next((k for k, v in metrics.items() if k.startswith("ppl_") and not math.isfinite(v)), None)
+    if bad is not None:
+        ce = metrics["ce_" + bad.removeprefix("ppl_")]
+        raise Diverged(f"{bad} is {metrics[bad]} (mean CE {ce:.4g}) {at}; lower trainer.lr")
 
 
 def evaluate_sets(model: nn.Module, data: Any, t: Any, device: torch.device, n_loops: int | None = None) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -14,6 +15,19 @@ import torch
 from cart_sweeps.config import REPO_ROOT
 from cart_sweeps.hardware import peak_for_device_name
 from cart_sweeps.train.runfolder import atomic_write
+
+# The packages whose versions a run records (bitsandbytes: AdamW8bit's kernels).
+PACKAGES = (
+    "torch",
+    "bitsandbytes",
+    "hydra-core",
+    "optuna",
+    "submitit",
+    "wandb",
+    "datasets",
+    "tokenizers",
+    "cart_sweeps",
+)
 
 
 class MetricsLog:
@@ -62,7 +76,8 @@ def peak_mem_mb(device: torch.device) -> float | None:
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    """What produced a run: code version, packages, hardware."""
+    """What produced a run: code version, packages, hardware, and the GPU its launcher gave it
+    (CUDA_VISIBLE_DEVICES as set for its process: runs packed onto one GPU record the same one)."""
     try:
         sha = (
             subprocess.run(
@@ -73,7 +88,7 @@ def environment(device: torch.device) -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         sha = None
     packages: dict[str, str | None] = {}
-    for name in ("torch", "hydra-core", "optuna", "submitit", "wandb", "datasets", "tokenizers", "cart_sweeps"):
+    for name in PACKAGES:
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -85,4 +100,5 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "threads": torch.get_num_threads(),
         "host": platform.node(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }

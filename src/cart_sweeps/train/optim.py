@@ -1,4 +1,5 @@
-"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit), warm-up then cosine (`schedule.lr_at`)."""
+"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit, on CUDA or the CPU), warm-up then cosine
+(`schedule.lr_at`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 
 from cart_sweeps.config import ConfigError, TrainerConfig
 from cart_sweeps.schedule import lr_at
+from cart_sweeps.train.eightbit import adamw8bit_problem
 
 if TYPE_CHECKING:
     from cart_sweeps.model import LanguageModel
@@ -31,14 +33,10 @@ def build_optimizer(model: LanguageModel, t: TrainerConfig, device: torch.device
     groups = param_groups(model, t)
     kwargs: dict[str, Any] = {"lr": t.lr, "betas": tuple(t.betas)}
     if t.optimizer == "adamw8bit":
-        if device.type != "cuda":
-            raise ConfigError(
-                "trainer.optimizer=adamw8bit needs a CUDA GPU (bitsandbytes); use trainer.optimizer=adamw"
-            )
-        try:
-            import bitsandbytes as bnb
-        except ImportError as err:
-            raise ConfigError("trainer.optimizer=adamw8bit needs bitsandbytes: pip install bitsandbytes") from err
+        if problem := adamw8bit_problem(cuda=device.type == "cuda"):
+            raise ConfigError(problem)
+        import bitsandbytes as bnb
+
         return bnb.optim.AdamW8bit(groups, **kwargs)
     return torch.optim.AdamW(groups, fused=device.type == "cuda", **kwargs)
 

@@ -26,7 +26,7 @@ from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.evaluate import evaluate_run
 from cart_sweeps.train.logger import Logger, make_logger
-from cart_sweeps.train.loop import evaluate_sets, train_step
+from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
 from cart_sweeps.train.optim import lr_at
 from cart_sweeps.train.progress import RunProgress
@@ -40,10 +40,6 @@ from cart_sweeps.train.runfolder import (
     write_summary,
 )
 from cart_sweeps.train.setup import build_state, configure_torch
-
-
-class Diverged(RuntimeError):
-    """The training loss stopped being finite."""
 
 
 @functools.cache
@@ -125,6 +121,7 @@ class Trainer:
         self.flops_per_token = train_flops_per_token(cfg.model, self.t.seq_len)
         self.tokens_per_step = self.t.micro_batch_size * self.t.grad_accum * self.t.seq_len
         self.summary = base_summary(cfg)
+        self.summary.details["data_sha256"] = self.data.digests  # what it trained and evaluated on
         self._first_bad = torch.zeros((), dtype=torch.long, device=self.device)  # step of the first non-finite loss
         self._bad_loss = torch.zeros((), device=self.device)
         self._last: tuple[torch.Tensor, torch.Tensor, float] | None = None  # the last step's loss, grad norm, lr
@@ -215,6 +212,7 @@ class Trainer:
         """The eval row of `step`: PPL, bits per byte and CE on each validation set, and rho."""
         metrics = evaluate_sets(self.model, self.data, self.t, self.device)
         self._record({"step": step, "kind": "eval", **metrics, "rho": self.model.rho()})
+        raise_if_diverged(metrics, f"at step {step}")
 
     def checkpoint(self, step: int) -> None:
         """Save the state at `step` and say so in the summary (with the wall time so far)."""

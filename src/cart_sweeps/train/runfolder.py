@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, config_id, run_id, run_label, variant
+from cart_sweeps.config import ConfigError, EvaluatedConfig, config_id, run_id, run_label, variant
+from cart_sweeps.data.manifest import file_sha256
 from cart_sweeps.model import param_counts
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
 
 SUMMARY = "summary.json"
+CKPT_DIR = "checkpoints"
 METRICS = "metrics.jsonl"  # one JSON object per logged event (train.metrics.MetricsLog)
 LOCK = ".run.lock"
 
@@ -65,6 +69,40 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    """Where a run keeps its checkpoint of `step` (train/checkpoint.py writes it, with a JSON meta beside it)."""
+    return run_dir / CKPT_DIR / f"step_{step:07d}.pt"
+
+
+@functools.cache
+def _digest(path: Path, size: int, mtime_ns: int) -> str:
+    return file_sha256(path)
+
+
+def checkpoint_digest(path: Path) -> str:
+    """The checkpoint's sha256: its meta's (written at save time), else hashed once per file version."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return str(json.loads(path.with_suffix(".json").read_text())["sha256"])
+    stat = path.stat()
+    return _digest(path, stat.st_size, stat.st_mtime_ns)
+
+
+def source_checkpoint(source: Path) -> dict[str, Any]:
+    """What an evaluation of `source` reads: its run id, final step and that checkpoint's digest (part of the
+    evaluation's identity). A source not completed, or whose final checkpoint is gone, is one line."""
+    summary = read_summary(source)
+    if summary is None or summary.status != RunStatus.COMPLETED or summary.step is None:
+        how = f"{summary.status} at step {summary.step}" if summary else "without a summary.json"
+        raise ConfigError(f"stage.source={source} is {how}, not completed; evaluate it once its training has completed")
+    path = checkpoint_path(source, summary.step)
+    if not path.is_file():
+        raise ConfigError(
+            f"stage.source={source}: its final checkpoint {path.name} (step {summary.step}) is gone; "
+            "train the source again (remove its summary.json, then relaunch it) or evaluate another run"
+        )
+    return {"run_id": summary.run_id, "step": summary.step, "sha256": checkpoint_digest(path)}
+
+
 def read_summary(run_dir: Path) -> RunSummary | None:
     """The summary, or None where there is none or it does not parse (the run resumes from its checkpoints)."""
     try:
@@ -105,6 +143,7 @@ def with_source(cfg: DictConfig) -> DictConfig:
 
     What is evaluated is the source's model, so those groups come from its saved config; the stage
     contributes only the inference R (`stage.eval_n_loops`) and what else to measure (`harness`, `stage.num_fewshot`).
+    `evaluated` names the source's final checkpoint, so an evaluation is of that checkpoint and no other.
     """
     source = cfg.stage.source
     if not source:
@@ -115,4 +154,6 @@ def with_source(cfg: DictConfig) -> DictConfig:
     if cfg.stage.eval_n_loops is None:
         raise ConfigError("an evaluate stage needs the inference R: stage.eval_n_loops=<R>")
     trained = OmegaConf.masked_copy(cast(DictConfig, OmegaConf.load(saved)), ["model", "data", "trainer", "seed"])
-    return cast(DictConfig, OmegaConf.merge(cfg, trained))
+    out = cast(DictConfig, OmegaConf.merge(cfg, trained))
+    out.evaluated = EvaluatedConfig(**source_checkpoint(Path(source)))
+    return out

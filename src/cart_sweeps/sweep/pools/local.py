@@ -78,11 +78,11 @@ _SIGNAL_ENDINGS = {
 
 def visible_gpus() -> list[str]:
     """The GPUs this driver may hand out: CUDA_VISIBLE_DEVICES as given (indices, GPU UUIDs, MIG ids)
-    when set, else every GPU nvidia-smi lists."""
+    when set, else every device nvidia-smi lists (a GPU's index, or its MIG devices' UUIDs)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [g.strip() for g in env.split(",") if g.strip()]
-    return nvidia_gpus()
+    return [gpu.id for gpu in nvidia_gpus()]
 
 
 @dataclass(eq=False)
@@ -92,6 +92,11 @@ class WarmWorker:
     job: LocalJob
     mailbox: Path
     given: int = 0  # runs handed to it so far: the next one's number in the mailbox
+
+    def gone(self) -> bool:
+        """Its controller has ended and so has every process of its group (a worker orphaned by a killed
+        controller included): only then may another worker take its slot."""
+        return self.job.done() and not _group_alive(int(self.job.job_id))
 
 
 @dataclass
@@ -114,7 +119,7 @@ class ForkedRun:
         return f"{self.worker.job.job_id}.{self.n}"
 
     def done(self) -> bool:
-        return exit_path(self.worker.mailbox, self.n).exists() or self.worker.job.done()
+        return exit_path(self.worker.mailbox, self.n).exists() or self.worker.gone()
 
     def result(self) -> RunSummary:
         try:
@@ -153,6 +158,7 @@ class LocalPool(Pool[Item]):
         self.executor.update_parameters(timeout_min=_WORKER_LIFETIME_MIN, setup=list(lc.setup))
         self.folder = folder
         self.slot_of: dict[ForkedRun, Slot] = {}
+        self.workers: list[WarmWorker] = []  # every worker started, so that none outlives the driver
 
     @staticmethod
     def capacity_of(launcher: DictConfig) -> int:
@@ -171,7 +177,10 @@ class LocalPool(Pool[Item]):
         for task in tasks:
             slot = self.free.pop(0)
             if slot.worker is None or slot.worker.job.done():
+                if slot.worker is not None:
+                    _end(slot.worker)
                 slot.worker = self._start_worker(slot.gpu)
+                self.workers.append(slot.worker)
             run = ForkedRun(slot.worker, slot.worker.given)
             slot.worker.given += 1
             _hand_over(task, task_path(slot.worker.mailbox, run.n))
@@ -195,6 +204,11 @@ class LocalPool(Pool[Item]):
         record = run.exit_record()
         if record is None:
             return _worker_ending(run.worker.job, self.folder)
+        if record.get("orphaned"):
+            return RunStatus.CANCELLED, (
+                f"its worker's controller (pid {run.worker.job.job_id}) was killed from outside the driver; "
+                "the run was stopped as on Ctrl-C (a relaunch resumes it)"
+            )
         if record["timed_out"]:
             limit = f"launcher.timeout_min={self.run_timeout_s / 60:g}"
             return RunStatus.CANCELLED, f"ran longer than {limit}: raise it (a relaunch resumes the run)"
@@ -215,10 +229,9 @@ class LocalPool(Pool[Item]):
         _stop_workers([cast(ForkedRun, job).worker.job for job in jobs if not job.done()])
 
     def close(self) -> None:
-        """End the workers: no run is left in them (`cancel` has stopped those still going)."""
-        for slot in self.slots:
-            if slot.worker is not None:
-                _kill_group(slot.worker.job)
+        """End every worker started: no run is left in them (`cancel` has stopped those still going)."""
+        for worker in self.workers:
+            _kill_group(worker.job)
 
 
 _WORKER_LIFETIME_MIN = 60 * 24 * 365  # the controller's limit on its worker; each run has launcher.timeout_min
@@ -247,6 +260,31 @@ def _worker_ending(worker: LocalJob, folder: Path) -> tuple[RunStatus, str]:
     if ending := _code_ending(code):
         return ending[0], f"its worker was {ending[1]}"
     return RunStatus.FAILED, f"its worker ended (exit code {code}); its log: {worker.paths.stderr}"
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies, which no one may have reaped, do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError):
+            continue
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
+
+
+def _end(worker: WarmWorker) -> None:
+    """Wait for a worker whose controller ended to be gone (an orphan stops its run within the grace
+    period), then end whatever is left of its group: never two workers on one slot."""
+    deadline = time.monotonic() + GRACE_S + 5
+    while not worker.gone() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _kill_group(worker.job)
 
 
 def _wait_done(jobs: Sequence[Job]) -> None:

@@ -13,8 +13,8 @@ The driver and a worker talk through files in the worker's mailbox folder, reada
     <n>.cancel   the driver asks for run n to stop: SIGINT (the run records itself interrupted), then
                  SIGKILL after GRACE_S
     <n>.result   ("success", RunSummary) or ("error", one line), written by the run's process
-    <n>.exit     {"pid": the run's process, "code": its exit code (negative: the signal), "timed_out": ...},
-                 written by the worker
+    <n>.exit     {"pid": the run's process, "code": its exit code (negative: the signal), "timed_out": ...,
+                 "orphaned": stopped because the worker lost its controller}, written by the worker
 """
 
 from __future__ import annotations
@@ -87,6 +87,16 @@ def _end_with(worker: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _end_with_controller(controller: int, orphaned: threading.Event) -> None:
+    """A worker outlives no controller (its parent, which ties it to the driver): when the controller is gone
+    (kill -9), the worker stops its run as on Ctrl-C and exits, so the driver's next worker for this slot
+    never runs beside it."""
+    while os.getppid() == controller:
+        time.sleep(0.2)
+    orphaned.set()
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def _run(task: Task, result: Path, worker: int) -> None:
     """The forked process of one run: the Task, as a cold job would call it; its outcome beside it."""
     threading.Thread(target=_end_with, args=(worker,), daemon=True).start()
@@ -113,6 +123,8 @@ class Worker:
         os.environ.update(self.env, PYTORCH_NVML_BASED_CUDA_CHECK="1")  # before torch is imported (see _preload)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the controller's stop: see `serve`
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self.orphaned = threading.Event()
+        threading.Thread(target=_end_with_controller, args=(os.getppid(), self.orphaned), daemon=True).start()
         _preload()
         self.serve(Path(self.mailbox))
 
@@ -134,7 +146,7 @@ class Worker:
         except KeyboardInterrupt:
             if child is not None and child.pid is not None:
                 _stop(child)
-                _record_exit(mailbox, n, child, timed_out=False)
+                _record_exit(mailbox, n, child, timed_out=False, orphaned=self.orphaned.is_set())
 
     def watch(self, child: BaseProcess, mailbox: Path, n: int) -> bool:
         """Wait for the run to end, stopping it when cancelled or out of time; whether it ran out of time."""
@@ -158,6 +170,6 @@ def _stop(child: BaseProcess) -> None:
     child.join()
 
 
-def _record_exit(mailbox: Path, n: int, child: BaseProcess, timed_out: bool) -> None:
-    record = {"pid": child.pid, "code": child.exitcode, "timed_out": timed_out}
+def _record_exit(mailbox: Path, n: int, child: BaseProcess, timed_out: bool, orphaned: bool = False) -> None:
+    record = {"pid": child.pid, "code": child.exitcode, "timed_out": timed_out, "orphaned": orphaned}
     atomic_write(exit_path(mailbox, n), lambda tmp: tmp.write_text(json.dumps(record)))

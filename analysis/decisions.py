@@ -1,0 +1,258 @@
+"""How sure each finding is: one record per claim the report makes in words, decided only where the seeds
+tell the choice from every other option at the error rate alpha, multiple comparisons included.
+
+The test (README, "How sure is a finding"): options are compared on log-metric (seed noise on a perplexity
+scales with its level, and a log difference is a ratio), with the seed noise pooled over the options
+compared (equal noise assumed), else over every cell of the stage, else measured in another stage and said so.
+A stage with one seed per configuration and no other noise estimate decides nothing ("no seed spread").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+ALPHA = 0.05
+SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "eval_n_loops": "R", "R": "R", "n_layers": "L"}
+NO_SPREAD = "no seed spread"
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Seed noise of the log-metric: a pooled s.d., its degrees of freedom, and where it was measured."""
+
+    sd: float
+    df: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option's runs: the mean metric (what the tables rank by), the mean log-metric (what is tested)."""
+
+    level: Any
+    mean: float
+    log_mean: float
+    log_var: float  # NaN for one seed
+    seeds: int
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How far `over` lies from the choice, in % of the choice's metric, with its (1 - alpha) interval."""
+
+    over: Any
+    pct: float
+    ci_pct: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One claim: the choice the data point to, whether it is decided at alpha, and what it rests on."""
+
+    claim: str  # best_R, best, reversal, p_ordering, ablation, parity, trained_R_best
+    stage: str
+    cell: dict[str, Any]  # what the claim is about beside its options, e.g. {"d_model": 256, "n_prelude": 6}
+    axis: str  # the column whose levels are the options
+    choice: Any
+    decided: bool
+    why: str
+    tied: list[Any] = field(default_factory=list)  # options the data cannot tell from the choice
+    margin: Margin | None = None
+    p_value: float | None = None  # the largest Holm-adjusted p of the comparisons the claim needs
+    method: str = ""
+    seeds: dict[str, int] = field(default_factory=dict)  # seeds behind each option
+    means: dict[str, float] = field(default_factory=dict)  # each option's mean metric
+    noise: Noise | None = None  # the seed noise the tests used
+    alpha: float = ALPHA
+    role: str | None = None  # the part of the paper's study the stage plays (screen, confirm, ...)
+
+    @property
+    def d(self) -> Any:
+        return self.cell.get("d_model")
+
+    def as_json(self) -> dict[str, Any]:
+        out = {"claim": self.claim, "stage": self.stage, "d": _plain(self.d), **asdict(self)}
+        out["cell"] = {k: _plain(v) for k, v in self.cell.items()}
+        out["choice"], out["tied"] = _plain(self.choice), [_plain(t) for t in self.tied]
+        if self.margin:
+            out["margin"] = {**out["margin"], "over": _plain(self.margin.over), "ci_pct": list(self.margin.ci_pct)}
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python ones (JSON)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def label(axis: str, level: Any) -> str:
+    """An option as the report writes it: R=8, P=6, dense."""
+    return f"{SHORT[axis]}={_plain(level)}" if axis in SHORT else str(level)
+
+
+def and_(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 2 else items)
+
+
+def where(stage: str, cell: dict[str, Any]) -> str:
+    """'Stage 2, d=768 P=6': the claim's place."""
+    at = " ".join(label(k, v) for k, v in cell.items() if k in SHORT)
+    return f"Stage {stage}" + (f", {at}" if at else "")
+
+
+def grouped_options(rows: pd.DataFrame, metric: str, axis: str, cell: list[str]) -> dict[tuple, list[Option]]:
+    """Every cell's options (one groupby for the whole frame), best (lowest mean metric, as the tables
+    rank) first; rows without the metric are left out."""
+    rows = rows[rows[metric].notna()]
+    values = rows[metric].astype(float)
+    frame = pd.DataFrame({"v": values, "log": np.log(values)})
+    groups = frame.groupby([rows[c] for c in [*cell, axis]], dropna=False, sort=True)
+    stats_ = pd.concat(
+        {"mean": groups["v"].mean(), "log_mean": groups["log"].mean(), "log_var": groups["log"].var(ddof=1)}, axis=1
+    ).assign(seeds=groups["v"].count())
+    index = stats_.index.to_frame(index=False)
+    keys = list(zip(*(index[c].tolist() for c in cell), strict=True)) if cell else [()] * len(index)
+    columns = (stats_[c].tolist() for c in ("mean", "log_mean", "log_var", "seeds"))
+    out: dict[tuple, list[Option]] = {}
+    for key, level, *numbers in zip(keys, index[axis].tolist(), *columns, strict=True):
+        out.setdefault(key, []).append(Option(level, *numbers))
+    return {key: sorted(opts, key=lambda o: o.mean) for key, opts in out.items()}
+
+
+def options(rows: pd.DataFrame, metric: str, axis: str) -> list[Option]:
+    """The options of one claim, best first."""
+    return grouped_options(rows, metric, axis, []).get((), [])
+
+
+def pool(opts: list[Option], source: str) -> Noise | None:
+    """The seed s.d. of log-metric pooled over the options that have several seeds; None where none has."""
+    df = sum(o.seeds - 1 for o in opts)
+    if df == 0:
+        return None
+    return Noise(math.sqrt(sum((o.seeds - 1) * o.log_var for o in opts if o.seeds > 1) / df), df, source)
+
+
+def pooled_noise(rows: pd.DataFrame, metric: str, cell: list[str], source: str) -> Noise | None:
+    """`pool` over every configuration (the values of `cell`) of `rows`."""
+    groups = grouped_options(rows, metric, cell[-1], cell[:-1])
+    return pool([o for opts in groups.values() for o in opts], source)
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values: reject where <= alpha controls the family's error at alpha."""
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adjusted
+    return out
+
+
+def _t(better: Option, worse: Option, noise: Noise) -> tuple[float, float]:
+    """(log difference worse - better, its standard error) under the pooled noise."""
+    return worse.log_mean - better.log_mean, noise.sd * math.sqrt(1 / better.seeds + 1 / worse.seeds)
+
+
+def margin(better: Option, worse: Option, noise: Noise, alpha: float) -> Margin:
+    """`worse`'s metric against `better`'s in %, with a two-sided (1 - alpha) t interval."""
+    diff, se = _t(better, worse, noise)
+    half = float(stats.t.ppf(1 - alpha / 2, noise.df)) * se
+    pct = [100 * math.expm1(x) for x in (diff, diff - half, diff + half)]
+    return Margin(worse.level, round(pct[0], 6), (round(pct[1], 6), round(pct[2], 6)))
+
+
+def p_better(better: Option, worse: Option, noise: Noise) -> float:
+    """One-sided p that `better` has the lower mean log-metric (a direction fixed before the data)."""
+    diff, se = _t(better, worse, noise)
+    return float(stats.t.sf(diff / se, noise.df)) if se > 0 else float(diff <= 0)
+
+
+def seeds_text(opts: list[Option]) -> str:
+    """'3 seeds each' or '3/3/1 seeds'."""
+    n = [o.seeds for o in opts]
+    return f"{n[0]} seed{'s' * (n[0] > 1)} each" if len(set(n)) == 1 else f"{'/'.join(map(str, n))} seeds"
+
+
+def method_text(noise: Noise, what: str) -> str:
+    return f"{what}; pooled t on log-metric, seed s.d. {noise.sd:.3g} ({noise.df} df, {noise.source})"
+
+
+def best(
+    rows: pd.DataFrame,
+    metric: str,
+    axis: str,
+    cell: list[str],
+    *,
+    stage: str,
+    claim: str = "best",
+    alpha: float = ALPHA,
+    noise: Noise | None = None,
+) -> list[Decision]:
+    """One best-of-k decision per cell of `rows` (a stage's final rows; `cell` the columns that define a
+    claim beside its options, `axis` the column whose levels are the options; lower metric is better).
+
+    The choice is the option with the lowest mean. It is decided when, for every other option, the test
+    that the two differ rejects at alpha after Holm's correction over the k - 1 comparisons; each test is
+    two-sided (the one-sided p doubled), since the data chose which option is on top. `noise` is used
+    only where neither the options nor the stage's other cells have several seeds.
+    """
+    groups = grouped_options(rows, metric, axis, cell)
+    stage_noise = pool([o for opts in groups.values() for o in opts], f"the seeds of stage {stage}") or noise
+    return [
+        best_of(
+            opts,
+            pool(opts, "the options' seeds") or stage_noise,
+            claim,
+            stage,
+            dict(zip(cell, key, strict=True)),
+            axis,
+            alpha,
+        )
+        for key, opts in groups.items()
+    ]
+
+
+def best_of(
+    opts: list[Option], noise: Noise | None, claim: str, stage: str, cell: dict[str, Any], axis: str, alpha: float
+) -> Decision:
+    """The best-of-k decision over `opts` (best first); see `best`."""
+    choice, others = opts[0], opts[1:]
+    base = Decision(claim, stage, cell, axis, choice.level, False, "", alpha=alpha)
+    base = replace(
+        base,
+        seeds={str(_plain(o.level)): o.seeds for o in opts},
+        means={str(_plain(o.level)): round(o.mean, 6) for o in opts},
+        noise=noise,
+    )
+    name = label(axis, choice.level)
+    if not others:
+        return replace(base, why=f"{name} is the only option: nothing to compare")
+    if noise is None:
+        why = f"{NO_SPREAD}: one seed per option and no noise measured in the stage, so {name} is a point pick"
+        return replace(base, tied=[o.level for o in others], why=why, method="none")
+    p = np.array([min(1.0, 2 * p_better(choice, o, noise)) for o in others])
+    adjusted = holm(p)
+    runner = min(others, key=lambda o: o.log_mean)
+    tied = [o.level for o, a in zip(others, adjusted, strict=True) if a > alpha]
+    decided = not tied
+    worst = float(adjusted.max())
+    if decided:
+        why = f"{name} beats {', '.join(label(axis, o.level) for o in others)} at alpha={alpha:g} (Holm)"
+    else:
+        names = and_([name, *(label(axis, t) for t in tied)])
+        why = f"{names} are not distinguishable with {seeds_text(opts)} (p={worst:.2g})"
+    return replace(
+        base,
+        decided=decided,
+        tied=tied,
+        why=why,
+        margin=margin(choice, runner, noise, alpha),
+        p_value=worst,
+        method=method_text(noise, f"two-sided, Holm over {len(others)} comparison{'s' * (len(others) > 1)}"),
+    )

@@ -1,0 +1,64 @@
+"""Each claim in words, from its record in findings.json: a decided claim with its margin and p, an
+undecided one as undecided (the options the data cannot tell apart), never an undecided one as a fact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis.decisions import NO_SPREAD, label, where
+
+Record = dict[str, Any]  # a Decision as findings.json holds it (Decision.as_json)
+SIDES = {"cart": "CART", "dense": "dense"}  # a parity claim's options, as written
+
+
+def seeds(record: Record) -> str:
+    """'3 seeds each' or '3/3/1 seeds' (R=6/8/10)."""
+    n = list(record["seeds"].values())
+    if len(set(n)) == 1:
+        return f"{n[0]} seed{'s' * (n[0] > 1)} each"
+    return f"{'/'.join(map(str, n))} seeds ({'/'.join(record['seeds'])})"
+
+
+def evidence(record: Record) -> str:
+    """The margin with its interval and the p: '1.9% [1.4, 2.4] worse than R=8, p=2e-05'."""
+    m, level = record["margin"], round(100 * (1 - record["alpha"]))
+    lo, hi = m["ci_pct"]
+    return (
+        f"{label(record['axis'], m['over'])} is {m['pct']:.2f}% worse ({level}% CI {lo:.2f} to {hi:.2f}), "
+        f"p={record['p_value']:.2g} with {seeds(record)}"
+    )
+
+
+def best(record: Record) -> str:
+    """A best-of-k claim: decided with its margin over the runner-up, or the options it cannot tell apart."""
+    place, choice = where(record["stage"], record["cell"]), label(record["axis"], record["choice"])
+    if record["decided"]:
+        return f"{place}: {choice} is best; {evidence(record)}."
+    return f"{place}: undecided, {record['why']}."
+
+
+def no_spread(records: list[Record]) -> str:
+    """Best-of-k claims a stage without seed spread makes, in one sentence: point picks, undecided."""
+    picks = ", ".join(
+        f"{where('', r['cell']).removeprefix('Stage , ')} {label(r['axis'], r['choice'])} "
+        f"({r['means'][str(r['choice'])]:.4g})"
+        for r in records
+    )
+    stage = records[0]["stage"]
+    return f"Stage {stage} runs one seed per configuration ({NO_SPREAD}), so its picks are undecided: {picks}."
+
+
+def reversal(record: Record) -> str:
+    """Stage 1's pick at one width: reversed, confirmed, or neither, and why."""
+    d = record["d"]
+    if not record["decided"]:
+        return f"d={d}: undecided, Stage 2 neither reverses nor confirms Stage 1's pick of R: {record['why']}."
+    said = "reverses" if record["choice"] == "reversed" else "confirms"
+    return f"d={d}: Stage 2 {said} Stage 1's pick ({record['why']}); {evidence(record)}."
+
+
+def verdict(record: Record, decided: str) -> str:
+    """'hurts (p=0.001)' or 'undecided (no seed spread)' or 'undecided (p=0.4)'."""
+    if record["decided"]:
+        return f"{decided} (p={record['p_value']:.2g})"
+    return f"undecided ({NO_SPREAD})" if record["method"] == "none" else f"undecided (p={record['p_value']:.2g})"
