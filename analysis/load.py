@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.errors import AnalysisError
-from analysis.select import Chosen, StageSelection, choose
+from analysis.select import NOT_FINITE, Chosen, StageSelection, choose
 from analysis.stages import roles_of
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.runset import UNREADABLE, StageRun
@@ -154,7 +154,7 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
         selection = choice.selection
         axes[stage] = _stage_axes(choice)
         left_out.update(selection.pending)
-        ended = (RunStatus.DIVERGED, RunStatus.PRUNED, UNREADABLE)
+        ended = (RunStatus.DIVERGED, RunStatus.PRUNED, UNREADABLE, NOT_FINITE)
         left_out.update(e.kind for e in selection.excluded if e.kind in ended)
         for run in choice.runs:
             assert run.summary is not None  # a used run holds its result

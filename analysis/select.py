@@ -9,6 +9,7 @@ Whatever is left out is listed, never dropped silently.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -117,13 +118,25 @@ def _narrow(runs: RunSet, role: str | None, filters: dict[str, tuple[str, Any]])
     selection.excluded = [Exclusion(o.label, o.run, o.kind, o.reason, o.differs) for o in runs.left_out]
     kept = []
     for run in runs.used:
-        if failed := [t for t, (k, v) in filters.items() if _value(run, k) != v]:
-            where = f"{runs.stage}/{run.folder.name}"
+        where = f"{runs.stage}/{run.folder.name}"
+        if bad := _not_finite(run):
+            selection.excluded.append(Exclusion(run.label, where, NOT_FINITE, f"{bad} is not a finite number", []))
+        elif failed := [t for t, (k, v) in filters.items() if _value(run, k) != v]:
             selection.excluded.append(Exclusion(run.label, where, "filtered", f"not {', '.join(failed)}", []))
         else:
             kept.append(run)
     selection.runs = len(kept)
     return Chosen(selection, kept, runs.record)
+
+
+NOT_FINITE = "not finite"  # a completed run whose summary holds a NaN or infinite metric: listed, never tabled
+
+
+def _not_finite(run: StageRun) -> str | None:
+    """The first of a run's recorded metrics that is not a finite number ('ppl_austen=nan'), if any."""
+    metrics = run.summary.metrics if run.summary else {}
+    bad = [f"{k}={v}" for k, v in metrics.items() if not isinstance(v, int | float) or not math.isfinite(v)]
+    return bad[0] if bad else None
 
 
 def _config(run: StageRun) -> dict[str, Any]:

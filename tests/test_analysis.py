@@ -4,6 +4,7 @@ tree (the trainer's layout) gives every table and figure. Fast: no torch, no tra
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from functools import partial
@@ -349,3 +350,21 @@ def test_figures_hold_their_legends_and_only_panels_with_data(run_tree, tmp_path
     assert all(ax.lines for ax in screen.axes)  # stage 2 ranks two configurations; variable_r, benchmarks: no log
     narrow, wide = stage1_ppl_vs_r(study, "ppl_austen").axes
     assert not narrow.get_shared_y_axes().joined(narrow, wide) and narrow.get_ylim() != wide.get_ylim()
+
+
+def test_a_null_summary_and_a_nan_metric_are_listed_not_tabled(run_tree, tmp_path, capsys):
+    """What a reader does not expect of a run folder (summary.json holding `null`, a metric that is NaN) is one
+    line each in the output and a listed exclusion; the tables are built from the rest."""
+    root = tmp_path / "runs"
+    shutil.copytree(run_tree, root)
+    (root / "1" / "d32-P1-R2-s1" / "summary.json").write_text("null")
+    nan = root / "1" / "d32-P1-R4-s1" / "summary.json"
+    nan.write_text(nan.read_text().replace('"ppl_austen": ', '"ppl_austen": NaN, "was": '))
+    assert main(["--runs", str(root), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "left out 1/d32-P1-R2-s1: unreadable" in printed
+    assert "left out 1/d32-P1-R4-s1: ppl_austen=nan is not a finite number" in printed
+    findings = json.loads((tmp_path / "out" / "findings.json").read_text())
+    assert findings["input"]["not_completed"] == {"failed": 1, "not finite": 1, "running": 1, "unreadable": 2}
+    grid = pd.read_csv(tmp_path / "out" / "stage1_grid.csv")
+    assert grid.notna().all().all() and len(grid) == 3  # both runs of d=32 P=1 left out: its row is gone, no NaN

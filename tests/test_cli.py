@@ -192,7 +192,9 @@ def test_help_names_the_program_and_lists_options_only(tmp_path):
     """`cart_sweeps is powered by Hydra` (not __main__), launchers without their schemas, plan's every stage."""
     shown = cli("cart_sweeps", "--help", runs=tmp_path).stdout
     assert shown.startswith("cart_sweeps is powered by Hydra.") and "\nlauncher: local, slurm\n" in shown
-    assert "1|2|ablations|adhoc|benchmarks|lr|parity|variable_r" in cli("cart_sweeps.plan", "--help", runs=tmp_path).stdout
+    assert (
+        "1|2|ablations|adhoc|benchmarks|lr|parity|variable_r" in cli("cart_sweeps.plan", "--help", runs=tmp_path).stdout
+    )
 
 
 def test_widths_at_the_scale_read_back_to_the_papers():
