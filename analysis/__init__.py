@@ -4,6 +4,6 @@ Reads what runs wrote (summary.json, metrics.jsonl) or a tidy CSV with pandas, c
 cart_sweeps defines (cart_sweeps.sweep.runset); imports no torch.
 """
 
-from analysis.load import AnalysisError, Study, load_csv, load_runs
+from .load import AnalysisError, Study, load_csv, load_runs
 
 __all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]

@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from analysis.decisions import ALPHA
-from analysis.load import AnalysisError, load_csv, load_runs
-from analysis.report import run
+from .decisions import ALPHA
+from .load import AnalysisError, load_csv, load_runs
+from .report import run
 
 CURRENT = "current"
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.decisions import (
+from .decisions import (
     NO_SPREAD,
     Decision,
     best,
@@ -28,10 +28,10 @@ from analysis.decisions import (
     pooled_noise,
     seeds_text,
 )
-from analysis.load import ppl_sets
-from analysis.sentences import SIDES
-from analysis.stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
-from analysis.tables import CONFIG, ablation_runs, inference_runs, p_reference, parity_cart, rows_of, select
+from .load import ppl_sets
+from .sentences import SIDES
+from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
+from .tables import CONFIG, ablation_runs, inference_runs, p_reference, parity_cart, rows_of, select
 
 Claims = Callable[[pd.DataFrame, pd.DataFrame, str, float], list[Decision]]
 Mark = Callable[[pd.DataFrame, list[Decision]], pd.DataFrame]

@@ -11,10 +11,10 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis.load import AnalysisError, Study
-from analysis.screen import screen_agreement
-from analysis.stats import recipe_of, wd_only_rho
-from analysis.tables import stage1_cells
+from .load import AnalysisError, Study
+from .screen import screen_agreement
+from .stats import recipe_of, wd_only_rho
+from .tables import stage1_cells
 
 FigureJob = Callable[[Path], list[Path]]  # takes the path without suffix, returns the files written
 Draw = Callable[[], Figure]

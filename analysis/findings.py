@@ -8,11 +8,11 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from analysis import sentences
-from analysis.decisions import Decision
-from analysis.screen import shortest_screen
-from analysis.stages import CONFIRM, SCREEN
-from analysis.stats import spearman
+from . import sentences
+from .decisions import Decision
+from .screen import shortest_screen
+from .stages import CONFIRM, SCREEN
+from .stats import spearman
 
 Findings = dict[str, Any]
 

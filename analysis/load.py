@@ -14,11 +14,12 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.errors import AnalysisError
-from analysis.select import NOT_FINITE, Chosen, StageSelection, choose
-from analysis.stages import roles_of
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.runset import UNREADABLE, StageRun
+
+from .errors import AnalysisError
+from .select import NOT_FINITE, Chosen, StageSelection, choose
+from .stages import roles_of
 
 INT_COLUMNS = (
     "d_model",

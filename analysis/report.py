@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import stage_tables
-from analysis.claims import decide
-from analysis.decisions import ALPHA
-from analysis.figures import figure_jobs
-from analysis.findings import Findings, findings, plain, words
-from analysis.load import AnalysisError, Study, pick_metric
-from analysis.render import markdown, write_table
-from analysis.screen import READS as SCREEN_READS
-from analysis.screen import TABLES as SCREEN_TABLES
-from analysis.tables import READS, TABLES
+from . import stage_tables
+from .claims import decide
+from .decisions import ALPHA
+from .figures import figure_jobs
+from .findings import Findings, findings, plain, words
+from .load import AnalysisError, Study, pick_metric
+from .render import markdown, write_table
+from .screen import READS as SCREEN_READS
+from .screen import TABLES as SCREEN_TABLES
+from .tables import READS, TABLES
 
 
 @dataclass

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.load import CELL, AnalysisError, require
-from analysis.stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
+from .load import CELL, AnalysisError, require
+from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 
 KEY = [c for c in CELL if c != "d_model"]  # what a ranking within one width ranks
 MIN_RANKED = 3  # fewer configurations make Kendall's tau and Spearman's rho +-1 by construction

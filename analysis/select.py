@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import AnalysisError
-from analysis.stages import roles_of
 from cart_sweeps.sweep.ledger import LEDGER_FILES, LedgerDamaged
 from cart_sweeps.sweep.runset import RunSet, StageRecord, StageRun, stage_runs
+
+from .errors import AnalysisError
+from .stages import roles_of
 
 
 @dataclass

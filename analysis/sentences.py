@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.decisions import NO_SPREAD, label, where
+from .decisions import NO_SPREAD, label, where
 
 Record = dict[str, Any]  # a Decision as findings.json holds it (Decision.as_json)
 SIDES = {"cart": "CART", "dense": "dense"}  # a parity claim's options, as written

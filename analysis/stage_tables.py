@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.errors import AnalysisError
-from analysis.load import StageAxes, Study, ppl_sets
+from .errors import AnalysisError
+from .load import StageAxes, Study, ppl_sets
 
 PREFIX = "runs_"  # runs_<stage>
 SHORT = {"model.d_model": "d", "model.n_prelude": "P", "model.n_loops": "R", "model.n_layers": "L"}

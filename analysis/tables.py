@@ -8,9 +8,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.load import AnalysisError, bench_sets, ppl_sets, require
-from analysis.stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
-from analysis.stats import ordering, recipe_of, variance_shares, wd_only_rho
+from .load import AnalysisError, bench_sets, ppl_sets, require
+from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
+from .stats import ordering, recipe_of, variance_shares, wd_only_rho
 
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "n_layers": "L"}
 CONFIG = ["d_model", "n_prelude", "n_loops"]

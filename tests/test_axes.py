@@ -83,6 +83,9 @@ def test_every_key_a_stage_varies_names_its_runs_and_is_tabled(mine, tmp_path):
     assert findings["selection"]["mine"]["runs"] == 4 and findings["stages"]["mine"]["lr"] == table["lr"][0]
     summaries = [json.loads(p.read_text()) for p in (runs / "mine").glob("*/summary.json")]
     assert sorted(s["label"] for s in summaries) == labels  # the run's own record names it as the folder does
+    dashboard = command(runs, "cart_sweeps.dashboard", "--config-dir", str(cfg), "stage=mine", *TINY)
+    assert dashboard.returncode == 0 and "the stage's tables: runs_mine" in dashboard.stdout, dashboard.stderr
+    assert "grouped by trainer.lr, model.n_loops" in dashboard.stdout
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ def test_an_installed_wheel_plans_a_stage_from_any_folder(tmp_path):
     (wheel,) = wheels.glob("cart_sweeps-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "cart_sweeps/conf/config.yaml" in names and "cart_sweeps/sweeps/1.yaml" in names
+    assert "cart_sweeps/analysis/load.py" in names  # the analysis, for the dashboard and python -m
     assert not [n for n in names if n.startswith("analysis/")]  # no generic top-level name claimed
 
     env_dir = tmp_path / "venv"
@@ -56,3 +57,13 @@ def test_an_installed_wheel_plans_a_stage_from_any_folder(tmp_path):
         cwd=folder,
     )
     assert where.stdout.strip() == str(site / "cart_sweeps" / "conf")
+    dashboard = subprocess.run(
+        [str(python), "-m", "cart_sweeps.dashboard", "stage=1", "scale=tiny"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=folder,
+    )
+    assert dashboard.returncode == 0 and "W&B report: those panels and the stage's tables" in dashboard.stdout, (
+        dashboard.stderr[-3000:]
+    )

@@ -53,11 +53,11 @@ def group_keys(cfg: DictConfig) -> list[str]:
 def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
     """The analysis tables that read this stage, from the runs its conclusions use (none where it has no
     finished runs): its own table, and the paper's tables of its role."""
-    from analysis import stage_tables as own
-    from analysis.load import AnalysisError, load_runs, pick_metric
-    from analysis.screen import READS as SCREEN_READS
-    from analysis.screen import TABLES as SCREEN_TABLES
-    from analysis.tables import READS, TABLES
+    from cart_sweeps.analysis import stage_tables as own
+    from cart_sweeps.analysis.load import AnalysisError, load_runs, pick_metric
+    from cart_sweeps.analysis.screen import READS as SCREEN_READS
+    from cart_sweeps.analysis.screen import TABLES as SCREEN_TABLES
+    from cart_sweeps.analysis.tables import READS, TABLES
 
     try:
         study = load_runs(Path(cfg.paths.runs))
@@ -85,7 +85,7 @@ def build_report(cfg: DictConfig, entity: str, tables: dict[str, pd.DataFrame]) 
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 
-    from analysis.render import markdown
+    from cart_sweeps.analysis.render import markdown
 
     runs = wr.Runset(
         entity=entity,
