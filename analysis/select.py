@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cart_sweeps.sweep.ledger import LEDGER_FILES, LedgerDamaged
-from cart_sweeps.sweep.runset import RunSet, StageRecord, StageRun, stage_runs
+from cart_sweeps.sweep.runset import RECORD, RunSet, StageRecord, StageRun, stage_runs
 
 from .errors import AnalysisError
 from .stages import roles_of
@@ -74,13 +74,14 @@ def parse_where(text: str) -> tuple[str, Any]:
 
 
 def stage_folders(root: Path) -> list[str]:
-    """The stages under `root`: folders holding a ledger or a run's summary.json."""
+    """The stages under `root`: folders holding a ledger, a stage record or a run's summary.json."""
     if not root.is_dir():
         return []
+    marks = [*LEDGER_FILES.values(), RECORD]
     return sorted(
         p.name
         for p in root.iterdir()
-        if p.is_dir() and (any((p / f).exists() for f in LEDGER_FILES.values()) or next(p.rglob("summary.json"), None))
+        if p.is_dir() and (any((p / f).exists() for f in marks) or next(p.rglob("summary.json"), None))
     )
 
 

@@ -237,3 +237,21 @@ def test_a_multirun_that_sweeps_nothing_is_one_line(tmp_path):
         "error: a multirun sweeps some key (model.n_loops=2,4) or runs a stage (stage=<name>); "
         "without either, drop -m to train one run\n"
     )
+
+
+@pytest.mark.slow
+def test_stages_may_share_one_storage_one_study_each(tmp_path, data_cache):
+    """sweep.storage=<file>.db: one SQLite file for the whole study (optuna-dashboard shows every stage), a
+    study per stage; plan and the analysis read each stage's runs from it."""
+    runs, shared = tmp_path / "runs", tmp_path / "study.db"
+    screen = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2", "model.n_loops=2,4"]
+    assert sweep(runs, *screen, f"sweep.storage={shared}").returncode == 0
+    assert sweep(runs, "stage=parity", *TINY, "seed=42", f"sweep.storage={shared}").returncode == 0
+    assert optuna.get_all_study_names(f"sqlite:///{shared}") == ["1", "parity"]
+    assert not list(runs.rglob("ledger.db"))
+    plan = command(runs, "cart_sweeps.plan", *screen, f"sweep.storage={shared}", "plan.format=csv")
+    assert set(pd.read_csv(StringIO(plan.stdout))["status"]) == {"completed"}, plan.stderr
+    findings = analysis(runs, tmp_path / "out")
+    assert findings["selection"]["1"]["runs"] == 2 and findings["selection"]["parity"]["runs"] == 3
+    bad = command(runs, "cart_sweeps", *screen, "sweep.storage=ledger")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: sweep.storage=ledger: use sqlite or journal")

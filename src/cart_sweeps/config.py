@@ -109,11 +109,6 @@ class Sampler(StrEnum):
     tpe = "tpe"
 
 
-class Storage(StrEnum):
-    sqlite = "sqlite"
-    journal = "journal"  # Optuna's JournalStorage: for file systems where SQLite locking is unsafe
-
-
 class PlanFormat(StrEnum):
     table = "table"
     csv = "csv"
@@ -355,7 +350,9 @@ class SweepConfig:
     pruner: Pruner = Pruner.none  # tpe only
     metric: str = "ppl_wiki"
     max_retries: int = 1
-    storage: Storage = Storage.sqlite
+    # sqlite: runs/<stage>/ledger.db; journal: Optuna's JournalStorage (file systems where SQLite locking is
+    # unsafe); or one storage several stages share, one study per stage: a SQLite file (study.db) or a URL
+    storage: str = "sqlite"
 
 
 @dataclass

@@ -25,7 +25,7 @@ from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
-from cart_sweeps.sweep.ledger import Ledger, ledger_path, status_of, writing
+from cart_sweeps.sweep.ledger import Ledger, check_storage, ledger_path, status_of, writing
 from cart_sweeps.sweep.pool import Pool, Task, pool_class
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
@@ -228,7 +228,8 @@ class StageDriver:
                 )
             except KeyboardInterrupt:
                 interrupted = True
-            self.progress.close(self.skipped, str(ledger_path(s.sweep_dir, self.sweep.storage)), interrupted)
+            where = ledger_path(s.sweep_dir, self.sweep.storage) or self.sweep.storage
+            self.progress.close(self.skipped, str(where), interrupted)
         return 130 if interrupted else int(self.failed_finally > 0)
 
 
@@ -265,8 +266,9 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                     flush=True,
                 )
             ledger.name_objective(sweep.metric)
+            storage = check_storage(sweep.storage)  # a shared SQLite file, absolute: readers start elsewhere
             StageRecord(
-                stage.name, stage.spec.role, sweep.storage, sweep.metric, list(stage.varied), search=not stage.runs
+                stage.name, stage.spec.role, storage, sweep.metric, list(stage.varied), search=not stage.runs
             ).write(stage.sweep_dir)
             pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
             driver = StageDriver(stage, ledger, pool)

@@ -74,14 +74,14 @@ def unwritable(err: BaseException) -> str | None:
 
 
 @contextlib.contextmanager
-def writing(path: Path) -> Iterator[None]:
+def writing(path: Path | None) -> Iterator[None]:
     """Ledger writes in the block: a full or read-only disk under `path` is one line (LedgerUnwritable)."""
     try:
         yield
     except LedgerUnwritable:
         raise
     except (*DAMAGED, OSError) as err:
-        if why := unwritable(err):
+        if (why := unwritable(err)) and path is not None:
             raise LedgerUnwritable(
                 f"ledger {path} cannot be written ({why} at {path.parent}): free space or make it writable, "
                 "then relaunch (what is recorded is kept)"
@@ -89,8 +89,35 @@ def writing(path: Path) -> Iterator[None]:
         raise
 
 
-def ledger_path(sweep_dir: Path, storage: str) -> Path:
-    return sweep_dir / LEDGER_FILES[storage]
+def shared(storage: str) -> bool:
+    """Whether `sweep.storage` names a storage several stages share (a SQLite file, an RDB URL), one study
+    per stage, rather than the stage's own ledger file (sqlite, journal)."""
+    return storage not in LEDGER_FILES
+
+
+def check_storage(storage: str) -> str:
+    """`sweep.storage` as the ledger opens it (a shared SQLite file made absolute), or one line naming the forms."""
+    if not shared(storage):
+        return storage
+    if "://" in storage:
+        try:
+            sqlalchemy.engine.make_url(storage)
+        except sqlalchemy.exc.ArgumentError as err:
+            raise ConfigError(f"sweep.storage={storage}: not a database URL ({first_line(err)})") from err
+        return storage
+    if Path(storage).suffix not in (".db", ".sqlite", ".sqlite3"):
+        raise ConfigError(
+            f"sweep.storage={storage}: use sqlite or journal (each stage's own ledger), a SQLite file several "
+            "stages share (study.db), or a database URL (postgresql://...)"
+        )
+    return str(Path(storage).resolve())
+
+
+def ledger_path(sweep_dir: Path, storage: str) -> Path | None:
+    """The ledger's file: the stage's own, a shared SQLite file, or None for a database URL."""
+    if not shared(storage):
+        return sweep_dir / LEDGER_FILES[storage]
+    return None if "://" in storage else Path(check_storage(storage))
 
 
 def sqlite_url(path: Path) -> str:
@@ -104,8 +131,10 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-def _storage(path: Path, kind: str) -> BaseStorage:
+def _storage(path: Path | None, kind: str) -> BaseStorage:
     """The ledger's storage; a SQLite file is only ever opened once its schema is whole."""
+    if path is None:  # a database URL several stages share
+        return RDBStorage(kind, engine_kwargs={"pool_pre_ping": True})
     if kind == "journal":
         return JournalStorage(JournalFileBackend(str(path)))
     url = sqlite_url(path)
@@ -130,7 +159,7 @@ def _create_sqlite(path: Path) -> None:
 
 
 def _create(
-    path: Path,
+    path: Path | None,
     stage: str,
     storage: str,
     sampler: optuna.samplers.BaseSampler | None,
@@ -220,6 +249,8 @@ class Ledger:
         except LedgerUnwritable:  # a full disk is no damage
             raise
         except DAMAGED as err:
+            if path is None or shared(storage):  # a storage other stages share is never set aside
+                raise ConfigError(f"sweep.storage={storage} does not open ({first_line(err)})") from err
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
             set_aside = path.rename(path.with_name(f"{path.name}.damaged-{stamp}"))
             print(f"ledger {path} does not open ({first_line(err)}); set aside as {set_aside.name}, starting afresh")
@@ -241,7 +272,7 @@ class Ledger:
         Raises LedgerDamaged (one line) when the file does not open.
         """
         path = ledger_path(sweep_dir, storage)
-        if not path.exists():
+        if path is not None and not path.exists():
             return []
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:

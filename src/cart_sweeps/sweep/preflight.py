@@ -21,7 +21,7 @@ from cart_sweeps.hardware import gpu_memory_bytes
 from cart_sweeps.summary import metric_names
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ledger import ledger_path, sqlite_url
+from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import pool_class
 from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
@@ -105,8 +105,9 @@ def check_packing(runs_per_gpu: int, need: int, gpu_memory: int | None) -> None:
 def preflight(stage: Stage, gpus: list[str] | None) -> None:
     """Every check above, for every run of the stage (each distinct setting once)."""
     check_launcher(stage.base.launcher)
-    if stage.base.sweep.storage == "sqlite":
-        sqlite_url(ledger_path(stage.sweep_dir, "sqlite"))
+    storage = check_storage(stage.base.sweep.storage)
+    if (path := ledger_path(stage.sweep_dir, storage)) is not None and storage != "journal":
+        sqlite_url(path)
     runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
     seen = set()
     for run in runs:  # an evaluate stage's runs carry their source's data, so each run's config is checked

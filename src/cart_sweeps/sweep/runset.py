@@ -28,9 +28,10 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
-from cart_sweeps.sweep.ledger import LEDGER_FILES, Ledger, LedgerDamaged, merged_attempts, merged_launches
+from cart_sweeps.sweep.ledger import LEDGER_FILES, Ledger, LedgerDamaged, merged_attempts, merged_launches, shared
 from cart_sweeps.train.runfolder import read_summary
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
@@ -111,17 +112,20 @@ def stage_runs(root: Path, stage: str, launch: int | None = None) -> RunSet:
     """The runs the conclusions of `stage` under `root` use (see the module's rule); `launch` N (1 = the
     first): only the runs launch N stood for, each cell still on one configuration.
 
-    Every ledger file of the stage is read (a stage moved to `sweep.storage=journal` keeps the launches its
-    SQLite ledger recorded), its launches merged in time order.
+    Every ledger of the stage is read, its launches merged in time order: its own files (a stage moved to
+    `sweep.storage=journal` keeps the launches its SQLite ledger recorded) and the shared storage its
+    newest launch recorded.
     """
     sweep_dir = root / stage
+    record = StageRecord.read(sweep_dir)
+    kinds = [*LEDGER_FILES, *([record.storage] if record and shared(record.storage) else [])]
     ledgers: list[Ledger] = []
     damaged = []
-    for kind in LEDGER_FILES:
+    for kind in kinds:
         try:
             ledgers += Ledger.read_all(sweep_dir, stage, kind)
-        except LedgerDamaged:
-            damaged.append(LEDGER_FILES[kind])
+        except (LedgerDamaged, ConfigError):
+            damaged.append(kind)
     if not ledgers:
         if launch is not None:
             raise LedgerDamaged(f"stage {stage} has no readable ledger in {sweep_dir}")
@@ -129,7 +133,7 @@ def stage_runs(root: Path, stage: str, launch: int | None = None) -> RunSet:
         out = _folders_only(root, stage, f"all runs of the folder ({why}, so no launches to choose from)")
     else:
         out = _from_ledger(root, stage, ledgers, launch)
-    out.record = StageRecord.read(sweep_dir)
+    out.record = record
     return out
 
 
