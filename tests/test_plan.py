@@ -19,6 +19,7 @@ from cart_sweeps.config import run_id
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import Ledger
+from cart_sweeps.train.runfolder import write_summary
 
 # REFERENCE section 5: Stage 1 PPL_wiki at step 3,000 with P=6 (d -> R -> ppl).
 STAGE1_P6 = {
@@ -125,13 +126,18 @@ def test_table_reports_totals(runs_dir, capsys):
 
 @pytest.mark.slow  # a 64-trial ledger written, then Stage 2 expanded from it
 def test_zoom_selects_from_the_stage1_ledger(runs_dir):
-    """Stage-1 results (the paper's, P=6 best) in a real Optuna ledger -> the author's zoom candidates."""
+    """Stage-1 results (the paper's, P=6 best) in a real Optuna ledger and the run folders it names -> the
+    author's zoom candidates."""
     s1 = Stage(["stage=1"])
     ledger = Ledger.open(s1.sweep_dir, "1", "sqlite", sampler=None)
     for run in s1.runs:
         d, r, p = (run.params[k] for k in ("model.d_model", "model.n_loops", "model.n_prelude"))
-        trial = ledger.start(run.params, s1.dists(run.params), {"run_id": run.run_id})
-        summary = RunSummary.from_dict({"status": "completed", "ppl_wiki": STAGE1_P6[d][r] + (6 - p) * 10})
+        attrs = {"run_id": run.run_id, "label": run.label, "run_dir": str(run.run_dir)}
+        trial = ledger.start(run.params, s1.dists(run.params), attrs)
+        ppl = STAGE1_P6[d][r] + (6 - p) * 10
+        summary = RunSummary.from_dict({"status": "completed", "run_id": run.run_id, "ppl_wiki": ppl})
+        run.run_dir.mkdir(parents=True)
+        write_summary(run.run_dir, summary)
         ledger.finish(trial, summary, "ppl_wiki")
     zoom = Stage(["stage=2", "stage.select=zoom"])
     points = {(r.cfg.model.d_model, r.cfg.model.n_loops, r.cfg.model.n_prelude) for r in zoom.runs}
