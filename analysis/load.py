@@ -39,8 +39,6 @@ TRAINER_KEYS = ("steps", "lr", "min_lr", "warmup_steps", "weight_decay", "decay_
 MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "eval_n_loops", "num_fewshot")  # per stage
-# The columns a results CSV's stage may vary in (its axes, for the stage's own table), the seed aside.
-CSV_AXES = CELL
 VARIANT_AXIS = "stage.variant"  # the column of a stage's named variants (`variant` is the ablation label)
 
 __all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]
@@ -137,7 +135,7 @@ def _csv_axes(frame: pd.DataFrame) -> dict[str, StageAxes]:
     """Per stage of a results CSV, the columns its rows differ in (the seed last)."""
     out = {}
     for stage, rows in frame.groupby("stage"):
-        varied = [c for c in (*CSV_AXES, "seed") if c in rows and rows[c].nunique(dropna=True) > 1]
+        varied = [c for c in (*CELL, "seed") if c in rows and rows[c].nunique(dropna=True) > 1]
         out[str(stage)] = StageAxes(varied)
     return out
 

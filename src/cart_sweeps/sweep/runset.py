@@ -102,11 +102,6 @@ class RunSet:
     pending: list[StageRun] = field(default_factory=list)  # cells' runs without a result yet (failed, running, ...)
     record: StageRecord | None = None
 
-    @property
-    def complete(self) -> bool:
-        """Whether every cell's newest configuration has its result (nothing pending, nothing lost)."""
-        return not self.pending and not self.missing
-
 
 def stage_runs(root: Path, stage: str, launch: int | None = None) -> RunSet:
     """The runs the conclusions of `stage` under `root` use (see the module's rule); `launch` N (1 = the
@@ -159,13 +154,14 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
     for group in cells.values():
         _choose_cell(root, group, out)
     named = {run.folder for run in runs}
+    by_id = {run.run_id: run for run in runs}
     for folder, summary in _folders(root, stage):
         if folder in named:
             continue
         if summary is None:
             out.left_out.append(LeftOut(folder.name, _rel(root, folder), UNREADABLE, UNREADABLE))
             continue
-        owner = next((r for r in runs if r.run_id == summary.run_id), None)
+        owner = by_id.get(summary.run_id or "")
         label, where = summary.label or folder.name, _rel(root, folder)
         if owner:
             copy = f"a copy of {owner.label}: its ledger names {_rel(root, owner.folder)}"
