@@ -171,7 +171,7 @@ def _create(
     study = optuna.create_study(
         storage=opened, study_name=name, sampler=sampler, pruner=pruner, direction="minimize", load_if_exists=True
     )
-    if OBJECTIVE not in study.user_attrs:
+    if objective and OBJECTIVE not in study.user_attrs:
         study.set_user_attr(OBJECTIVE, objective)
     return study
 
@@ -182,9 +182,9 @@ def _study_name(storage: BaseStorage, stage: str, objective: dict[str, Any]) -> 
     taken as meaning `objective` when its named metric agrees."""
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
     first = next((s for s in summaries if s.study_name == stage), None)
-    if first is None:
+    if first is None or not objective:
         return stage
-    recorded = first.user_attrs.get(OBJECTIVE)
+    recorded = first.user_attrs.get(OBJECTIVE)  # None also while its creator has yet to record it
     if recorded == objective or (recorded is None and _named_metric(storage, stage) in (None, objective["metric"])):
         return stage
     digest = hashlib.sha256(json.dumps(objective, sort_keys=True, default=str).encode()).hexdigest()[:8]
