@@ -87,7 +87,7 @@ def test_hydra_searchpath_reaches_every_composition(monkeypatch, user_configs):
     searchpath = f"hydra.searchpath=[file://{user_configs}]"
     use_config_sources(None, None, [searchpath])
     runs = Stage([searchpath, "stage=mine", "model=mycart"]).runs
-    assert [(r.label, r.cfg.model.init_std) for r in runs] == [("d256-P6-R2-s7", 0.03), ("d256-P6-R3-s7", 0.03)]
+    assert [(r.label, r.config.cfg.model.init_std) for r in runs] == [("d256-P6-R2-s7", 0.03), ("d256-P6-R3-s7", 0.03)]
 
 
 def test_a_primary_config_of_ones_own(monkeypatch, user_configs):
@@ -206,7 +206,7 @@ def test_widths_at_the_scale_read_back_to_the_papers():
         (512, 2, {"model.d_model": 48}),
         (512, 4, {"model.d_model": 48}),
     ]
-    assert [r.cfg.model.d_model for r in stage.runs] == [32, 32, 48, 48]
+    assert [r.config.cfg.model.d_model for r in stage.runs] == [32, 32, 48, 48]
     assert stage.runs[0].run_id == Stage(["stage=1", "scale=tiny", "model.d_model=256"]).runs[0].run_id
 
 

@@ -79,7 +79,7 @@ def test_a_slot_per_gpu_and_runs_per_gpu_slots_on_each(on_standin, tmp_path):
 
 def test_packing_beyond_a_gpus_memory_is_refused_before_launch(tmp_path):
     """The smallest GPU decides: two runs fit on GPU 0, not on the MIG device of GPU 1 beside it."""
-    need = max(memory_need_bytes(run.cfg) for run in Stage(GRID).runs)
+    need = max(memory_need_bytes(run.config.cfg) for run in Stage(GRID).runs)
     gb = -(-3 * need // 2 // 10**9)  # a MIG profile of 1.5 runs' need: room for one run, not two
     gpus = [gpu(0, memory_mib=4 * need // MIB), gpu(1, migs=(f"1g.{gb}gb",))]
     command = [sys.executable, "-m", "cart_sweeps", "-m", *GRID, "launcher.runs_per_gpu=2"]

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from cart_sweeps import plan
 from cart_sweeps.compose import compose_config
-from cart_sweeps.config import run_id
+from cart_sweeps.config import run_id, run_label
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import Ledger
@@ -37,17 +37,19 @@ def runs_dir(tmp_path, monkeypatch):
 
 
 def axis(stage: Stage, key: str) -> set:
-    return {OmegaConf.select(run.cfg, key) for run in stage.runs}
+    return {run.seed if key == "seed" else OmegaConf.select(run.config.cfg, key) for run in stage.runs}
 
 
 def test_stage1_is_the_papers_screen(runs_dir):
     stage = Stage(["stage=1"])
     assert len(stage.runs) == 64 == len({r.run_id for r in stage.runs}) == len({r.run_dir for r in stage.runs})
-    points = {(r.cfg.model.d_model, r.cfg.model.n_loops, r.cfg.model.n_prelude) for r in stage.runs}
+    points = {
+        (r.config.cfg.model.d_model, r.config.cfg.model.n_loops, r.config.cfg.model.n_prelude) for r in stage.runs
+    }
     assert points == set(itertools.product([256, 512, 768, 1024], [2, 4, 6, 8], [2, 3, 4, 6]))
     for run in stage.runs:
-        t = run.cfg.trainer
-        assert (run.cfg.seed, t.steps, t.seq_len, t.micro_batch_size * t.grad_accum * t.seq_len) == (
+        t = run.config.cfg.trainer
+        assert (run.seed, t.steps, t.seq_len, t.micro_batch_size * t.grad_accum * t.seq_len) == (
             42,
             3000,
             512,
@@ -61,13 +63,15 @@ def test_stage2_is_the_papers_confirmation(runs_dir):
     assert len(stage.runs) == 36 == len({r.run_id for r in stage.runs})
     assert axis(stage, "model.n_prelude") == {6} and axis(stage, "model.n_loops") == {6, 8, 10}
     assert axis(stage, "seed") == {42, 137, 271} and axis(stage, "model.d_model") == {256, 512, 768, 1024}
-    t = stage.runs[0].cfg.trainer
+    t = stage.runs[0].config.cfg.trainer
     assert (t.steps, t.seq_len, t.micro_batch_size, t.grad_accum) == (30500, 1024, 8, 4)
 
 
 def test_parity_derives_the_dense_depths(runs_dir):
     stage = Stage(["stage=parity"])
-    depths = {r.params["variant"]: r.cfg.model.n_layers for r in stage.runs if r.cfg.model.name == "dense"}
+    depths = {
+        r.params["variant"]: r.config.cfg.model.n_layers for r in stage.runs if r.config.cfg.model.name == "dense"
+    }
     assert depths == {"dense_stored": 7, "dense_effective": 12}
     assert len(stage.runs) == 9 and axis(stage, "model.d_model") == {1024}
 
@@ -75,10 +79,10 @@ def test_parity_derives_the_dense_depths(runs_dir):
 def test_ablations_and_scale_tiny(runs_dir):
     stage = Stage(["stage=ablations", "scale=tiny"])
     assert len(stage.runs) == 8 == len({r.run_id for r in stage.runs})
-    t = stage.runs[0].cfg.trainer
+    t = stage.runs[0].config.cfg.trainer
     assert (t.steps, t.seq_len, t.micro_batch_size, t.warmup_steps, t.log_every) == (80, 128, 2, 1, 1)
     assert (t.eval_every, t.ckpt_every) == (20, 13)  # scale.eval_every; 5,000 x 80 / 30,500
-    assert axis(stage, "model.d_model") == {96} and stage.runs[0].cfg.model.max_seq_len == 128
+    assert axis(stage, "model.d_model") == {96} and stage.runs[0].config.cfg.model.max_seq_len == 128
 
 
 def test_planned_ids_are_the_ids_run_job_computes(runs_dir):
@@ -88,14 +92,27 @@ def test_planned_ids_are_the_ids_run_job_computes(runs_dir):
             assert run_id(compose_config(run.overrides)) == run.run_id
 
 
+def test_the_seeds_of_a_configuration_are_named_as_their_own_composition_names_them(runs_dir):
+    """A stage composes each configuration once and names its other seeds from it (64 configurations x 160
+    seeds hold 64 configs); a configuration that reads the seed (an interpolation) is composed per seed."""
+    plain = Stage(["stage=2", "scale=tiny", "model.d_model=256"])
+    reading = Stage(["stage=2", "scale=tiny", "model.d_model=256", "data.validation.0.shuffle_seed=${seed}"])
+    for stage in (plain, reading):
+        for run in stage.runs:
+            cfg = compose_config(run.overrides)
+            assert (run.run_id, run.label, run.seed) == (run_id(cfg), run_label(cfg), cfg.seed)
+    assert len(plain.runs) == 9 and len({id(run.config) for run in plain.runs}) == 3
+    assert len({run.run_id for run in reading.runs}) == 9 and len({id(run.config) for run in reading.runs}) == 9
+
+
 def test_memoized_ids_follow_a_value_read_through_an_interpolation(runs_dir):
     """The composer computes each group's part of a run id once per content; model.vocab_size reads
     data.tokenizer.vocab_size, so runs that differ only there differ in their model part too."""
     stage = Stage(
         ["stage=1", "scale=tiny", "model.n_prelude=2", "model.n_loops=2", "data.tokenizer.vocab_size=300,400"]
     )
-    assert {run.cfg.model.vocab_size for run in stage.runs} == {300, 400}
-    assert [run.run_id for run in stage.runs] == [run_id(run.cfg) for run in stage.runs]
+    assert {run.config.cfg.model.vocab_size for run in stage.runs} == {300, 400}
+    assert [run.run_id for run in stage.runs] == [run_id(stage.compose(run.overrides)) for run in stage.runs]
 
 
 def test_command_line_grid_replaces_axes(runs_dir):
@@ -140,7 +157,7 @@ def test_zoom_selects_from_the_stage1_ledger(runs_dir):
         write_summary(run.run_dir, summary)
         ledger.finish(trial, summary, "ppl_wiki")
     zoom = Stage(["stage=2", "stage.select=zoom"])
-    points = {(r.cfg.model.d_model, r.cfg.model.n_loops, r.cfg.model.n_prelude) for r in zoom.runs}
+    points = {(r.config.cfg.model.d_model, r.config.cfg.model.n_loops, r.config.cfg.model.n_prelude) for r in zoom.runs}
     assert {(r, p) for d, r, p in points if d == 1024} == {(8, 6), (6, 6), (10, 6), (8, 4), (8, 8)}
     assert {(r, p) for d, r, p in points if d == 256} == {(6, 6), (4, 6), (8, 6), (6, 4), (6, 8)}
     assert len(zoom.runs) == 4 * 5 * 3

@@ -53,7 +53,7 @@ def test_driver_launches_in_the_plans_order(finished):
     at_launch = Throughput(assumed_flops_per_s("h100", 0.35))  # nothing had finished when it launched
     expected = [run.run_id for run in launch_order(grid, run_costs(grid, at_launch))]
     assert started == expected != [run.run_id for run in grid]
-    widths = [next(r.cfg.model.d_model for r in grid if r.run_id == rid) for rid in started]
+    widths = [next(r.config.cfg.model.d_model for r in grid if r.run_id == rid) for rid in started]
     assert widths == sorted(widths, reverse=True)
 
 

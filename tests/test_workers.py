@@ -14,6 +14,8 @@ import pytest
 from stages import env, leftovers, trials, wait_for, wait_until_gone
 from test_train import rows
 
+from cart_sweeps.compose import compose_config
+from cart_sweeps.config import run_id
 from cart_sweeps.sweep.pool import Task
 from cart_sweeps.sweep.pools.worker import cancel_path, exit_path, task_path
 from cart_sweeps.train.runfolder import atomic_write
@@ -61,7 +63,8 @@ class Worker:
 
     def give(self, run_dir: Path, *overrides: str) -> int:
         """Hand over the next run, as the pool does; its number in the mailbox."""
-        task = Task([*RUN, "model.n_loops=2", *overrides], str(run_dir))
+        cfg = compose_config([*RUN, "model.n_loops=2", *overrides])
+        task = Task(cfg, str(run_dir), run_id(cfg))
         atomic_write(task_path(self.mailbox, self.n), lambda tmp: tmp.write_bytes(pickle.dumps(task)))
         self.n += 1
         return self.n - 1

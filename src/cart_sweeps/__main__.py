@@ -150,7 +150,10 @@ def show_stage(ns: argparse.Namespace) -> None:
     if ns.package:
         for run in stage.runs:
             print(f"# {run.label}-{run.run_id[:8]}: {ns.package}")
-            print(OmegaConf.to_yaml(OmegaConf.select(run.cfg, ns.package), resolve=ns.resolve), end="")
+            print(
+                OmegaConf.to_yaml(OmegaConf.select(stage.compose(run.overrides), ns.package), resolve=ns.resolve),
+                end="",
+            )
         return
     print(f"# stage {stage.name} at scale={stage.base.scale.name} (paper numbers; see `scale` in README)")
     print(OmegaConf.to_yaml(stage.spec), end="")

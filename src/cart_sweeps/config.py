@@ -562,6 +562,11 @@ def run_label(cfg: DictConfig) -> str:
     """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
     d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation); each other key its stage varies (stage.varied)
     is shown before the seed (d32-P2-R2-lr3e-3-s42), so no two runs of a stage share a label."""
+    return label_at(cfg, cfg.seed)
+
+
+def label_at(cfg: DictConfig, seed: int) -> str:
+    """`run_label` of `cfg` with its seed set to `seed` (a stage names its seeds of one config this way)."""
     m = cfg.model
     if m.name == ModelName.dense:
         label = f"dense-d{m.d_model}-L{m.n_layers}"
@@ -572,7 +577,7 @@ def run_label(cfg: DictConfig) -> str:
     for key in cfg.stage.get("varied") or ():
         if key not in LABEL_SHOWS:
             label += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"
-    label += f"-s{cfg.seed}"
+    label += f"-s{seed}"
     if cfg.stage.eval_n_loops is not None:
         label += f"-at-R{cfg.stage.eval_n_loops}"
     if cfg.stage.get("num_fewshot") is not None:

@@ -197,16 +197,21 @@ def identity(cfg: DictConfig, seed: bool = True, part: GroupPart = group_identit
     return out
 
 
-def _digest(values: dict[str, Any]) -> str:
+def digest(values: dict[str, Any]) -> str:
     blob = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def run_id(cfg: DictConfig, part: GroupPart = group_identity) -> str:
     """A short stable hash of `identity(cfg)`: the ledger's key for a run."""
-    return _digest(identity(cfg, part=part))
+    return seeded_id(identity(cfg, seed=False, part=part), cfg.seed)
+
+
+def seeded_id(config_identity: dict[str, Any], seed: int) -> str:
+    """The run id of the seed `seed` of a configuration whose `identity(cfg, seed=False)` is `config_identity`."""
+    return digest({**config_identity, "seed": seed})
 
 
 def config_id(cfg: DictConfig) -> str:
     """The hash of the identity without the seed: what the seeds of one configuration share."""
-    return _digest(identity(cfg, seed=False))
+    return digest(identity(cfg, seed=False))

@@ -24,7 +24,7 @@ from cart_sweeps.compose import run_cli
 from cart_sweeps.config import LABEL_SHOWS, SWEEPS_DIR, ConfigError
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
-from cart_sweeps.sweep.driver import folder_holds_result
+from cart_sweeps.sweep.driver import folder_holds_result, held_result
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.sweep.pool import pool_class
@@ -120,8 +120,9 @@ def paper_numbers(run: Run) -> str:
 
 def recipe_line(stage: Stage, runs: Sequence[Run]) -> str | None:
     """How the scale maps the stage's other paper numbers, from the first run (the recipe is shared)."""
-    paper = dict(runs[0].cfg.scale.paper) if runs else {}
-    shown = [f"{k} {v} -> {OmegaConf.select(runs[0].cfg, k)}" for k, v in paper.items() if k not in runs[0].actual]
+    cfg = runs[0].config.cfg if runs else None
+    paper = dict(cfg.scale.paper) if cfg is not None else {}
+    shown = [f"{k} {v} -> {OmegaConf.select(cfg, k)}" for k, v in paper.items() if k not in runs[0].actual]
     return f"scale={stage.base.scale.name} maps the paper's numbers: " + ", ".join(shown) if shown else None
 
 
@@ -136,13 +137,15 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     """One row per run, in `columns(stage)` order and launch order."""
     history = read_history(stage)
     runs = stage.known_runs(history or {})
-    throughput = Throughput.of(runs, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
+    results = ((run, held_result(run, (history or {}).get(run.run_id, []))) for run in runs)
+    throughput = Throughput.of(results, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
     status = statuses(stage, runs, history)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
     out = []
     costs = run_costs(runs, throughput)
     for run in launch_order(runs, costs):
-        m, cost, dense = run.cfg.model, costs[run.run_id], run.cfg.model.name == "dense"
+        cfg, cost = run.config.cfg, costs[run.run_id]  # its configuration's (every value but the seed)
+        m, dense = cfg.model, cfg.model.name == "dense"
         out.append(
             {
                 "run_id": run.run_id,
@@ -152,7 +155,7 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "model.n_prelude": None if dense else m.n_prelude,
                 "model.n_loops": None if dense else m.n_loops,
                 "model.n_layers": m.n_layers if dense else None,
-                "seed": run.cfg.seed,
+                "seed": run.seed,
                 "variant": run.params.get("variant", "base"),
                 "paper": paper_numbers(run),
                 "params_stored": cost.params_stored,
@@ -162,7 +165,7 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "gpu_hours": cost.gpu_hours,
                 "status": status[run.run_id],
                 "grid_index": grid_index[run.run_id],  # not a column: the makespan of the grid order
-                **{k: OmegaConf.select(run.cfg, k) for k in stage.varied if k not in LABEL_SHOWS},
+                **{k: OmegaConf.select(cfg, k) for k in stage.varied if k not in LABEL_SHOWS},
             }
         )
     return out

@@ -87,7 +87,7 @@ def wrap(owner, attr: str, before=None, after=None) -> None:
 
 
 def _patch_run(module) -> None:
-    wrap(module, "execute", before=lambda cfg, run_dir: _run_dir.update(path=str(run_dir)))
+    wrap(module, "execute", before=lambda cfg, run_dir, *_: _run_dir.update(path=str(run_dir)))
     if POINT == "step":
         wrap(module, "train_step", before=lambda *a, **k: counted("before a training step"))
 

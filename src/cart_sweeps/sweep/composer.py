@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cart_sweeps.compose import compose_config, config_dirs, describe
 from cart_sweeps.config import ConfigError
-from cart_sweeps.identity import NON_IDENTITY_KEYS, group_identity, run_id
+from cart_sweeps.identity import NON_IDENTITY_KEYS, group_identity, identity
 
 KeyPath = tuple[str | int, ...]
 
@@ -98,8 +98,9 @@ class Composer:
             raise ConfigError(describe(err)) from err
         return cfg
 
-    def run_id(self, overrides: Sequence[str], cfg: DictConfig) -> str:
-        """`run_id(cfg)` of `cfg = composer(overrides)`, each group's part computed once per distinct content.
+    def identity(self, overrides: Sequence[str], cfg: DictConfig) -> dict[str, Any]:
+        """`identity(cfg, seed=False)` of `cfg = composer(overrides)`, each group's part computed once per
+        distinct content (`seeded_id` of it is the run id).
 
         An override changes only the subtree at its key, so a group's content as written follows from the base
         and the overrides under the group; the values of its interpolations, resolved for each run, complete
@@ -110,7 +111,7 @@ class Composer:
         def written(group: str) -> tuple[Any, ...]:
             return group, groups, tuple(o.input_line for o in values if o.key_or_group.split(".")[0] == group)
 
-        return run_id(cfg, lambda group, node: self._part(written(group), group, node))
+        return identity(cfg, seed=False, part=lambda group, node: self._part(written(group), group, node))
 
     def _part(self, written: tuple[Any, ...], group: str, node: DictConfig) -> dict[str, Any]:
         """`group_identity(group, node)`, memoized on the group as written and the values of its interpolations."""

@@ -8,7 +8,7 @@ into a makespan within a few percent of the lower bound (grid order starts the w
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING
@@ -19,7 +19,7 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
 from cart_sweeps.model import param_counts, train_flops_per_token
 from cart_sweeps.status import RunStatus
-from cart_sweeps.train.runfolder import read_summary
+from cart_sweeps.summary import RunSummary
 
 if TYPE_CHECKING:
     from cart_sweeps.sweep.expand import Run
@@ -56,15 +56,16 @@ class Throughput:
     measured: dict[tuple[str, int], float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, runs: Sequence[Run], assumed: float) -> Throughput:
-        """`assumed`, refined by the tokens/s that the completed runs among `runs` recorded in their folders."""
+    def of(cls, results: Iterable[tuple[Run, RunSummary | None]], assumed: float) -> Throughput:
+        """`assumed`, refined by the tokens/s that the completed ones of `results` (a run and the summary its
+        folder holds) recorded."""
         rates: dict[tuple[str, int], list[float]] = {}
-        for run in runs:
-            summary = read_summary(run.run_dir)
+        for run, summary in results:
             if summary and summary.run_id == run.run_id and summary.status == RunStatus.COMPLETED:
                 if tokens_per_s := summary.tokens_per_s:
-                    flops = tokens_per_s * train_flops_per_token(run.cfg.model, run.cfg.trainer.seq_len)
-                    rates.setdefault(_shape(run.cfg), []).append(flops)
+                    cfg = run.config.cfg
+                    flops = tokens_per_s * train_flops_per_token(cfg.model, cfg.trainer.seq_len)
+                    rates.setdefault(_shape(cfg), []).append(flops)
         return cls(assumed, {shape: median(values) for shape, values in rates.items()})
 
     def flops_per_s(self, cfg: DictConfig) -> float:
@@ -81,8 +82,13 @@ def run_cost(cfg: DictConfig, flops_per_s: float) -> Cost:
 
 
 def run_costs(runs: Sequence[Run], throughput: Throughput) -> dict[str, Cost]:
-    """Run id -> its estimated cost at the throughput of its shape."""
-    return {run.run_id: run_cost(run.cfg, throughput.flops_per_s(run.cfg)) for run in runs}
+    """Run id -> its estimated cost at the throughput of its shape (each configuration costed once)."""
+    costs: dict[str, Cost] = {}
+    for run in runs:
+        if run.config.config_id not in costs:
+            cfg = run.config.cfg
+            costs[run.config.config_id] = run_cost(cfg, throughput.flops_per_s(cfg))
+    return {run.run_id: costs[run.config.config_id] for run in runs}
 
 
 def launch_order(runs: Sequence[Run], costs: Mapping[str, Cost]) -> list[Run]:

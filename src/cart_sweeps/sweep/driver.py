@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from cart_sweeps.config import ConfigError, config_id
+from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
@@ -52,20 +52,24 @@ class Attempt:
 def _attrs(run: Run) -> dict[str, Any]:
     """What the ledger keeps of a run besides its params."""
     attrs = {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
-    attrs["config_id"] = config_id(run.cfg)  # what its seeds share: the run set keeps one per table cell
+    attrs["config_id"] = run.config.config_id  # what its seeds share: the run set keeps one per table cell
     return attrs | {"actual": run.actual}  # params are the paper's numbers; `actual`: those this scale changed
 
 
-def folder_holds_result(run: Run, trials: Sequence[FrozenTrial] = ()) -> bool:
-    """Whether the run's folder still holds its result (the ledger alone is not the result): the folder it
-    is given now, or the one its newest trial names (a run labelled before its stage's labels showed every
-    key the stage varies keeps its folder)."""
+def held_result(run: Run, trials: Sequence[FrozenTrial] = ()) -> RunSummary | None:
+    """The result the run's folder still holds (the ledger alone is not the result): in the folder it is
+    given now, or the one its newest trial names (a run labelled before its stage's labels showed every key
+    the stage varies keeps its folder); None when neither holds it."""
     named = [run.run_dir.parent / Path(t.user_attrs["run_dir"]).name for t in trials[-1:] if "run_dir" in t.user_attrs]
     for folder in dict.fromkeys([run.run_dir, *named]):
         summary = read_summary(folder)
         if summary is not None and summary.run_id == run.run_id and summary.is_result:
-            return True
-    return False
+            return summary
+    return None
+
+
+def folder_holds_result(run: Run, trials: Sequence[FrozenTrial] = ()) -> bool:
+    return held_result(run, trials) is not None
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -89,32 +93,36 @@ class StageDriver:
         self.progress: Progress | None = None
         self.known = stage.known_runs(self.history)
         plan = stage.base.plan  # longest first, in the order `python -m cart_sweeps.plan` lists
-        throughput = Throughput.of(self.known, assumed_flops_per_s(plan.gpu, plan.mfu))
+        held = {run.run_id: held_result(run, self.history.get(run.run_id, [])) for run in self.known}  # read once
+        throughput = Throughput.of(
+            ((run, held[run.run_id]) for run in self.known), assumed_flops_per_s(plan.gpu, plan.mfu)
+        )
         for run in launch_order(self.known, run_costs(self.known, throughput)):
-            self._classify(run, self.history.get(run.run_id, []))
+            self._classify(run, self.history.get(run.run_id, []), held[run.run_id])
 
-    def _classify(self, run: Run, trials: list[FrozenTrial]) -> None:
+    def _classify(self, run: Run, trials: list[FrozenTrial], result: RunSummary | None) -> None:
+        """Queue, attach or skip the run by its trials and `result`, what its folder holds."""
         last = trials[-1] if trials else None
         if last is not None and last.state == TrialState.RUNNING:  # cut off: its driver died
             trial = self.ledger.resume(last)
             reported = set(last.intermediate_values)
             job_id = last.user_attrs.get("job_id")
-            if folder_holds_result(run):  # it ended after its driver did
-                self.ledger.finish(trial, read_summary(run.run_dir) or RunSummary(), self.sweep.metric)
+            if result is not None:  # it ended after its driver did
+                self.ledger.finish(trial, result, self.sweep.metric)
                 self.skipped += 1
             elif job := (self.pool.attach(job_id) if job_id else None):
                 self.attached.append((Attempt(run, trial, reported=reported), job))
             else:
                 self.queue.append(Attempt(run, trial, reported=reported))
         elif last is not None and status_of(last).is_result:
-            if folder_holds_result(run, trials):
+            if result is not None:
                 self.skipped += 1
             else:  # the ledger says done, but the run folder that holds the result is gone
                 self.lost.append(run)
                 self.queue.append(Attempt(run))
-        elif last is None and folder_holds_result(run):  # the ledger lacks a result its run folder holds
+        elif last is None and result is not None:  # the ledger lacks a result its run folder holds
             trial = self.ledger.start(run.params, self.stage.dists(run.params), _attrs(run))
-            self.ledger.finish(trial, read_summary(run.run_dir) or RunSummary(), self.sweep.metric)
+            self.ledger.finish(trial, result, self.sweep.metric)
             self.recovered += 1
             self.skipped += 1
         else:  # new, or failed, interrupted, cancelled, rejected before: this launch tries again
@@ -151,8 +159,10 @@ class StageDriver:
         return out
 
     def task(self, attempt: Attempt) -> Task:
+        """The run's config, composed now (the driver keeps none) with the pool's settings (threads)."""
         extra = [o for o in self.pool.extra_overrides() if o.split("=")[0] not in self.stage.args.passed]
-        return Task(attempt.run.overrides + extra, str(attempt.run.run_dir))
+        run = attempt.run
+        return Task(self.stage.compose(run.overrides + extra), str(run.run_dir), run.run_id)
 
     def on_start(self, attempt: Attempt, job_id: str) -> None:
         assert attempt.trial is not None

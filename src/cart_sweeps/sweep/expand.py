@@ -24,8 +24,8 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import LABEL_SHOWS, ConfigError, run_folder, run_id, run_label, validate
-from cart_sweeps.identity import NON_IDENTITY_KEYS
+from cart_sweeps.config import LABEL_SHOWS, ConfigError, label_at, run_folder, validate
+from cart_sweeps.identity import NON_IDENTITY_KEYS, digest, identity, seeded_id
 from cart_sweeps.model import dense_parity
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep.composer import Composer
@@ -40,12 +40,23 @@ PARITY = "dense_parity"  # a variant key: derive model.n_layers at parity with t
 
 
 @dataclass(frozen=True)
+class Configuration:
+    """What the seeds of one configuration share, composed, validated and named once: a stage of 64
+    configurations x 160 seeds holds 64 configs, not 10,240 (~190 KB each)."""
+
+    cfg: DictConfig  # composed at the seed of the first of its runs: read it for anything but the seed
+    config_id: str
+    identity: dict[str, Any]  # identity(cfg, seed=False): a seed's run id is seeded_id(identity, seed)
+
+
+@dataclass(frozen=True)
 class Run:
     """One run of a stage: its grid point (paper numbers), what run_job receives, and who it is."""
 
     params: dict[str, Any]
     overrides: list[str]
-    cfg: DictConfig
+    config: Configuration
+    seed: int
     run_id: str
     label: str
     run_dir: Path
@@ -101,6 +112,7 @@ class Stage:
             raise ConfigError(f"name a stage: stage=<name>, one of {names}")
         stage_roles()  # one stage per role, over every config source: refused in one line before anything else
         self._compose = Composer()
+        self._configurations: dict[tuple[str, ...], Configuration] = {}
         self.base = self._compose(first.base)
         self.spec = self.base.stage
         self.name: str = self.spec.name
@@ -131,6 +143,10 @@ class Stage:
             if self.search and not self.spec.grid:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
+
+    def compose(self, overrides: Sequence[str]) -> DictConfig:
+        """The config of a run's overrides, as its own process would compose it (group choices cached)."""
+        return self._compose(overrides)
 
     def known_runs(self, history: dict[str, list[FrozenTrial]]) -> list[Run]:
         """The grid's runs; for a search, the runs its trials so far sampled (from the ledger's history)."""
@@ -231,8 +247,47 @@ class Stage:
         if scaled:
             values["++scale.paper"] = scaled  # ++: adds keys to the (empty) dict
         overrides = self._overrides(values)
-        run = make_run(dict(params), overrides, self._compose(overrides), partial(self._compose.run_id, overrides))
-        return replace(run, actual={k: values[k] for k in params if k in scaled})
+        return replace(self._named(dict(params), overrides), actual={k: values[k] for k in params if k in scaled})
+
+    def _named(self, params: dict[str, Any], overrides: list[str]) -> Run:
+        """The run of `overrides`, composed once per configuration (its overrides less the seed) and each seed
+        named from that; a config that reads the seed (an interpolation) or an evaluation is composed per run."""
+        seed_line = next((o for o in overrides if o.startswith("seed=")), None)
+        seed = _int_value(seed_line)
+        key = tuple(o for o in overrides if o != seed_line)
+        if seed is not None and (config := self._configurations.get(key)) is not None:
+            return make_run(params, overrides, config, seed)
+        cfg = self._compose(overrides)
+        if not self.train:  # an evaluation is named by its source's groups, not those composed here
+            return make_run(params, overrides, make_configuration(cfg))
+        config = make_configuration(cfg, partial(self._compose.identity, overrides))
+        if seed is not None and not _reads_seed(cfg):
+            self._configurations[key] = config
+        return make_run(params, overrides, config)
+
+
+def _int_value(line: str | None) -> int | None:
+    """The integer of `seed=<int>`; None for anything else (composing it then says what is wrong)."""
+    try:
+        return int(line.partition("=")[2]) if line is not None else None
+    except ValueError:
+        return None
+
+
+def _reads_seed(cfg: DictConfig) -> bool:
+    """Whether a value of `cfg` interpolates the seed: its seeds then differ in more than the seed."""
+
+    def texts(value: Any) -> Iterator[str]:
+        if isinstance(value, dict):
+            for v in value.values():
+                yield from texts(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from texts(v)
+        elif isinstance(value, str) and "${" in value:
+            yield value
+
+    return any("seed" in text for text in texts(OmegaConf.to_container(cfg, resolve=False)))
 
 
 def varied_keys(axes: dict[str, list[Any]], search: Sequence[str], variants: Any) -> tuple[str, ...]:
@@ -250,12 +305,24 @@ def _recipe_key(key: str) -> bool:
     return group in ("model", "data", "trainer", "seed") and name not in NON_IDENTITY_KEYS.get(group, set())
 
 
-def make_run(
-    params: dict[str, Any], overrides: list[str], cfg: DictConfig, name: Callable[[DictConfig], str] = run_id
-) -> Run:
-    """Validate a composed run config and name it: `<paths.runs>/<stage>/<label>-<run id[:8]>`, `name` its run id."""
+def _seedless_identity(cfg: DictConfig) -> dict[str, Any]:
+    return identity(cfg, seed=False)
+
+
+def make_configuration(
+    cfg: DictConfig, name: Callable[[DictConfig], dict[str, Any]] = _seedless_identity
+) -> Configuration:
+    """Validate a composed config and name its configuration; `name` gives its identity less the seed (a
+    stage's composer memoizes it: hashing is not free)."""
     if cfg.stage.kind == "evaluate":
-        cfg, name = with_source(cfg), run_id  # its groups are the source's, not those `overrides` wrote
+        cfg, name = with_source(cfg), _seedless_identity  # its groups are the source's
     validate(cfg)
-    id_, label = name(cfg), run_label(cfg)
-    return Run(params, overrides, cfg, id_, label, run_folder(cfg, label, id_))
+    config_identity = name(cfg)
+    return Configuration(cfg, digest(config_identity), config_identity)
+
+
+def make_run(params: dict[str, Any], overrides: list[str], config: Configuration, seed: int | None = None) -> Run:
+    """The run of `config` at `seed` (None: the seed it was composed at), in `<paths.runs>/<stage>/<label>-<id[:8]>`."""
+    seed = config.cfg.seed if seed is None else seed
+    id_, label = seeded_id(config.identity, seed), label_at(config.cfg, seed)
+    return Run(params, overrides, config, seed, id_, label, run_folder(config.cfg, label, id_))

@@ -1,4 +1,4 @@
-"""Where runs execute: a pool of jobs, each calling run_job in a process of its own.
+"""Where runs execute: a pool of jobs, each calling `execute` on a run's config in a process of its own.
 
 A pool keeps at most `capacity` jobs in flight and starts the next run as soon as one ends (no
 batches). When a job dies without a result, the pool says why (a signal, an out-of-memory kill, scancel,
@@ -50,21 +50,22 @@ class Job(Protocol):
 @dataclass
 class Task(submitit.helpers.Checkpointable):
     """One run inside a job. On a SLURM requeue submitit pickles it again as it is, and the next call
-    resumes the run from its folder (run_job finds the newest checkpoint)."""
+    resumes the run from its folder (`execute` finds the newest checkpoint)."""
 
-    overrides: list[str]
+    cfg: DictConfig  # the run's config as its driver composed it (the run composes nothing)
     run_dir: str
+    run_id: str  # the id its driver knows it by: the run refuses a config that is not that run
 
     def __call__(self) -> RunSummary:
         # Ctrl-C semantics whatever the launching shell left: a driver started with `&` or nohup hands its
         # jobs SIGINT ignored, and the controller's SIGINT would then never let a run record `interrupted`.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from cart_sweeps.train.output import output_to_run_log
-        from cart_sweeps.train.run import run_job  # in the job's process only: the driver needs no torch
+        from cart_sweeps.train.run import execute  # in the job's process only: the driver needs no torch
 
         try:
             with output_to_run_log(self.run_dir):
-                return run_job(self.overrides, self.run_dir)
+                return execute(self.cfg, Path(self.run_dir), self.run_id)
         except ConfigError as err:  # a run that cannot succeed as given: recorded, not retried
             return RunSummary(RunStatus.REJECTED, error=str(err))
         except KeyboardInterrupt:  # the run recorded itself interrupted; now die by the signal, so the pool
@@ -140,7 +141,7 @@ class Pool(ABC, Generic[Item]):
         """The run's summary; for a job that died, its status and one line saying why (no stale metrics)."""
         try:
             return job.result()
-        except Exception as err:  # an exception in run_job, or a process that died
+        except Exception as err:  # an exception in the run, or a process that died
             recorded = read_summary(run_dir) or RunSummary()
             status, why = self.ending(job) or (RunStatus.FAILED, "")
             error = recorded.error if recorded.status == RunStatus.FAILED else None

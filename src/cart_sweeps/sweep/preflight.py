@@ -109,9 +109,9 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
     if (path := ledger_path(stage.sweep_dir, storage)) is not None and storage != "journal":
         sqlite_url(path)
     runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
+    configs = list({id(run.config): run.config.cfg for run in runs}.values())  # a stage's seeds share one
     seen = set()
-    for run in runs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
-        c = run.cfg
+    for c in configs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
         key = (c.data.name, c.data.cache_dir, c.trainer.optimizer, c.trainer.device, c.logger.name, c.logger.mode)
         key += tuple(c.harness.tasks)
         if key not in seen:
@@ -122,5 +122,5 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
             check_machine(c, gpus)
     if gpus and stage.base.launcher.runs_per_gpu > 1:  # the largest run's need against the smallest GPU
         memory = [m for m in gpu_memory_bytes(gpus) if m is not None]
-        need = max(memory_need_bytes(run.cfg) for run in runs)
+        need = max(memory_need_bytes(c) for c in configs)
         check_packing(stage.base.launcher.runs_per_gpu, need, min(memory, default=None))

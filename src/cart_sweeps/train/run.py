@@ -8,7 +8,6 @@ problem raises (ConfigError) before anything is written.
 
 from __future__ import annotations
 
-import functools
 import time
 import traceback
 from pathlib import Path
@@ -17,12 +16,12 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError, run_id, run_label, validate
 from cart_sweeps.data.loader import load_prepared, train_batch
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
-from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.evaluate import evaluate_run
 from cart_sweeps.train.logger import Logger, make_logger
@@ -42,29 +41,24 @@ from cart_sweeps.train.runfolder import (
 from cart_sweeps.train.setup import build_state, configure_torch
 
 
-@functools.cache
-def _composer() -> Composer:
-    return Composer()
-
-
-def compose_run(overrides: list[str]) -> DictConfig:
-    """`compose_config(overrides)`, each set of config-group choices composed once per process: the runs a
-    warm worker forks share its composer (sweep/pools/worker.py), as a stage's runs share the driver's."""
-    return _composer()(overrides)
-
-
 def run_job(overrides: list[str], run_dir: str) -> RunSummary:
-    """Compose `overrides` from the real conf/ tree and execute that run in `run_dir` (the sweeps' entry)."""
-    return execute(compose_run(overrides), Path(run_dir))
+    """Compose `overrides` from the real conf/ tree and execute that run in `run_dir` (a run on its own)."""
+    return execute(compose_config(overrides), Path(run_dir))
 
 
-def execute(cfg: DictConfig, run_dir: Path) -> RunSummary:
-    """Validate, then train / resume / evaluate in `run_dir`; returns the summary it wrote."""
+def execute(cfg: DictConfig, run_dir: Path, expected_id: str | None = None) -> RunSummary:
+    """Validate, then train / resume / evaluate in `run_dir`; returns the summary it wrote. `expected_id`: the
+    id the run's driver knows it by; a config that is another run is refused, never run under that name."""
     if cfg.stage.kind == "evaluate":
         cfg = with_source(cfg)
     validate(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     rid = run_id(cfg)
+    if expected_id is not None and rid != expected_id:
+        raise ConfigError(
+            f"{run_dir}: this run's config is run {rid}, not the {expected_id} its stage planned (an evaluated "
+            "run trained further since the launch began? else a bug: please report it); relaunch the stage"
+        )
     with owned(run_dir):
         held = _held_run(run_dir)
         if held is not None and held.run_id != rid:

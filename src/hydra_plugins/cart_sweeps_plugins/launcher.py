@@ -1,7 +1,7 @@
 """The Hydra Launcher of cart_sweeps: submitit local slots or SLURM arrays (launcher=local|slurm).
 
 The stage sweeper drives its pools directly (a run starts the moment a slot frees); `launch` serves
-Hydra's plain batch API for other sweepers. Either way each job calls run_job in-process.
+Hydra's plain batch API for other sweepers. Either way each job executes its run's config in-process.
 """
 
 # No `from __future__ import annotations`: Hydra's plugin scan runs this module before it is in
@@ -44,7 +44,7 @@ class CartLauncher(Launcher):
         return [
             JobReturn(
                 overrides=run.overrides,
-                cfg=run.cfg,
+                cfg=run.config.cfg,
                 _return_value=summary,
                 working_dir=str(run.run_dir),
                 status=JobStatus.COMPLETED,  # how the run ended is in its summary; the job itself ran

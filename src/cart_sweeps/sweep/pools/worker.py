@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from itertools import count
+from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ from cart_sweeps.sweep.local_controller import GRACE_S
 from cart_sweeps.sweep.pool import Task
 from cart_sweeps.train.runfolder import atomic_write
 
-POLL_S = 0.01  # how often a worker looks for its next run, and for a cancel or a timeout of the current one
+POLL_S = 0.01  # how often an idle worker looks for its next run (a slot waits no longer than this)
+WATCH_S = 0.25  # how often a worker looks for a cancel or a timeout of its run; its end wakes it at once
 _FORK = multiprocessing.get_context("fork")
 
 
@@ -66,16 +68,6 @@ def _preload() -> None:
 
     import cart_sweeps.train.output  # noqa: F401
     import cart_sweeps.train.run  # noqa: F401
-
-
-def _compose_for_children(task: Task) -> None:
-    """Compose the run's config here, so its process (and the next with the same config groups) finds the
-    slow step done. Whatever fails here fails again in the run's process, which records it: the worker
-    must live on."""
-    from cart_sweeps.train.run import compose_run
-
-    with contextlib.suppress(Exception):
-        compose_run(task.overrides)
 
 
 def _end_with(worker: int) -> None:
@@ -137,7 +129,6 @@ class Worker:
                 while not task_path(mailbox, n).exists():
                     time.sleep(POLL_S)
                 task = pickle.loads(task_path(mailbox, n).read_bytes())
-                _compose_for_children(task)
                 child = _FORK.Process(target=_run, args=(task, result_path(mailbox, n), os.getpid()))
                 child.start()
                 timed_out = self.watch(child, mailbox, n)
@@ -149,10 +140,11 @@ class Worker:
                 _record_exit(mailbox, n, child, timed_out=False, orphaned=self.orphaned.is_set())
 
     def watch(self, child: BaseProcess, mailbox: Path, n: int) -> bool:
-        """Wait for the run to end, stopping it when cancelled or out of time; whether it ran out of time."""
+        """Wait for the run to end, stopping it when cancelled or out of time; whether it ran out of time.
+        The wait blocks on the child's sentinel: a few wake-ups a second while the run trains."""
         deadline = time.monotonic() + self.timeout_s
         while child.exitcode is None:
-            child.join(POLL_S)
+            wait([child.sentinel], WATCH_S)
             cancelled = cancel_path(mailbox, n).exists()
             if child.exitcode is None and (cancelled or time.monotonic() > deadline):
                 _stop(child)
