@@ -562,38 +562,48 @@ def run_label(cfg: DictConfig) -> str:
     """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
     d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation); each other key its stage varies (stage.varied)
     is shown before the seed (d32-P2-R2-lr3e-3-s42), so no two runs of a stage share a label."""
-    return label_at(cfg, cfg.seed)
+    return seeded_label(label_parts(cfg), cfg.seed)
 
 
-def label_at(cfg: DictConfig, seed: int) -> str:
-    """`run_label` of `cfg` with its seed set to `seed` (a stage names its seeds of one config this way)."""
+def label_parts(cfg: DictConfig) -> tuple[str, str]:
+    """`run_label` around its seed: what comes before `-s<seed>` and after (a stage names the seeds of one
+    configuration from these)."""
     m = cfg.model
     if m.name == ModelName.dense:
-        label = f"dense-d{m.d_model}-L{m.n_layers}"
+        before = f"dense-d{m.d_model}-L{m.n_layers}"
     else:
-        label = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
+        before = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
         if variant(m) != "base":
-            label += f"-{variant(m)}"
+            before += f"-{variant(m)}"
     for key in cfg.stage.get("varied") or ():
         if key not in LABEL_SHOWS:
-            label += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"
-    label += f"-s{seed}"
+            before += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"
+    after = ""
     if cfg.stage.eval_n_loops is not None:
-        label += f"-at-R{cfg.stage.eval_n_loops}"
+        after += f"-at-R{cfg.stage.eval_n_loops}"
     if cfg.stage.get("num_fewshot") is not None:
-        label += f"-{cfg.stage.num_fewshot}shot"
-    return label
+        after += f"-{cfg.stage.num_fewshot}shot"
+    return before, after
+
+
+def seeded_label(parts: tuple[str, str], seed: int) -> str:
+    return f"{parts[0]}-s{seed}{parts[1]}"
 
 
 def run_dir(cfg: DictConfig) -> Path:
     """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike:
     the label for people, the id so that runs sharing a label (another lr, say) never share a folder."""
-    return run_folder(cfg, run_label(cfg), run_id(cfg))
+    return run_folder(stage_folder(cfg), run_label(cfg), run_id(cfg))
 
 
-def run_folder(cfg: DictConfig, label: str, id_: str) -> Path:
-    """`run_dir(cfg)` from the run's label and id, for a caller that has them already (hashing is not free)."""
-    return Path(cfg.paths.runs) / cfg.stage.name / f"{label}-{id_[:8]}"
+def stage_folder(cfg: DictConfig) -> Path:
+    """Where a stage's run folders are: `<paths.runs>/<stage>`."""
+    return Path(cfg.paths.runs) / cfg.stage.name
+
+
+def run_folder(stage_dir: Path, label: str, id_: str) -> Path:
+    """`run_dir` from the run's stage folder, label and id, for a caller that has them (hashing is not free)."""
+    return stage_dir / f"{label}-{id_[:8]}"
 
 
 def cache_home() -> str:

@@ -141,20 +141,18 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     throughput = Throughput.of(results, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
     status = statuses(stage, runs, history)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
-    out = []
     costs = run_costs(runs, throughput)
+    shared: dict[str, dict[str, Any]] = {}  # the columns of each configuration, read once (not per seed)
+    out = []
     for run in launch_order(runs, costs):
-        cfg, cost = run.config.cfg, costs[run.run_id]  # its configuration's (every value but the seed)
-        m, dense = cfg.model, cfg.model.name == "dense"
+        if run.config.config_id not in shared:
+            shared[run.config.config_id] = configuration_columns(stage, run.config.cfg)
+        cost = costs[run.run_id]
         out.append(
             {
                 "run_id": run.run_id,
                 "label": run.label,
-                "model.name": m.name,
-                "model.d_model": m.d_model,
-                "model.n_prelude": None if dense else m.n_prelude,
-                "model.n_loops": None if dense else m.n_loops,
-                "model.n_layers": m.n_layers if dense else None,
+                **shared[run.config.config_id],
                 "seed": run.seed,
                 "variant": run.params.get("variant", "base"),
                 "paper": paper_numbers(run),
@@ -165,10 +163,22 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "gpu_hours": cost.gpu_hours,
                 "status": status[run.run_id],
                 "grid_index": grid_index[run.run_id],  # not a column: the makespan of the grid order
-                **{k: OmegaConf.select(cfg, k) for k in stage.varied if k not in LABEL_SHOWS},
             }
         )
     return out
+
+
+def configuration_columns(stage: Stage, cfg: DictConfig) -> dict[str, Any]:
+    """The columns every seed of a configuration shares: its model, and each other key the stage varies."""
+    m, dense = cfg.model, cfg.model.name == "dense"
+    return {
+        "model.name": m.name,
+        "model.d_model": m.d_model,
+        "model.n_prelude": None if dense else m.n_prelude,
+        "model.n_loops": None if dense else m.n_loops,
+        "model.n_layers": m.n_layers if dense else None,
+        **{k: OmegaConf.select(cfg, k) for k in stage.varied if k not in LABEL_SHOWS},
+    }
 
 
 def stage_slots(base: DictConfig) -> int:

@@ -24,7 +24,16 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import LABEL_SHOWS, ConfigError, label_at, run_folder, validate
+from cart_sweeps.config import (
+    LABEL_SHOWS,
+    ConfigError,
+    ScaleConfig,
+    label_parts,
+    run_folder,
+    seeded_label,
+    stage_folder,
+    validate,
+)
 from cart_sweeps.identity import NON_IDENTITY_KEYS, digest, identity, seeded_id
 from cart_sweeps.model import dense_parity
 from cart_sweeps.roles import stage_files, stage_roles
@@ -47,6 +56,8 @@ class Configuration:
     cfg: DictConfig  # composed at the seed of the first of its runs: read it for anything but the seed
     config_id: str
     identity: dict[str, Any]  # identity(cfg, seed=False): a seed's run id is seeded_id(identity, seed)
+    label_parts: tuple[str, str]  # its label around the seed: a seed's label is seeded_label(parts, seed)
+    stage_folder: Path
 
 
 @dataclass(frozen=True)
@@ -118,7 +129,8 @@ class Stage:
         self.name: str = self.spec.name
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(arguments, list(self.spec.grid))
-        self.args.axes = {k: [to_paper(k, v, self.base.scale) for v in vs] for k, vs in self.args.axes.items()}
+        self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
+        self.args.axes = {k: [to_paper(k, v, self._scale) for v in vs] for k, vs in self.args.axes.items()}
         self.train = self.spec.kind == "train"
         self.option = first.stage  # the stage file (its `name:` may differ: the ad-hoc stage, stage.name=...)
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
@@ -236,7 +248,7 @@ class Stage:
                 cast(dict[str, Any], OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
             )
         parity = paper.pop(PARITY, None)
-        values = to_scale(paper, self.base.scale, self._paper_value, self.train)
+        values = to_scale(paper, self._scale, self._paper_value, self.train)
         stated = {k: paper[k] if k in paper else self._paper_value(k) for k in values}
         scaled = {k: v for k, v in stated.items() if v != values[k]}  # kept in the run's config as scale.paper
         if self.spec.select == "best":  # the folder is no trial param (its value space changes between launches)
@@ -318,11 +330,11 @@ def make_configuration(
         cfg, name = with_source(cfg), _seedless_identity  # its groups are the source's
     validate(cfg)
     config_identity = name(cfg)
-    return Configuration(cfg, digest(config_identity), config_identity)
+    return Configuration(cfg, digest(config_identity), config_identity, label_parts(cfg), stage_folder(cfg))
 
 
 def make_run(params: dict[str, Any], overrides: list[str], config: Configuration, seed: int | None = None) -> Run:
     """The run of `config` at `seed` (None: the seed it was composed at), in `<paths.runs>/<stage>/<label>-<id[:8]>`."""
     seed = config.cfg.seed if seed is None else seed
-    id_, label = seeded_id(config.identity, seed), label_at(config.cfg, seed)
-    return Run(params, overrides, config, seed, id_, label, run_folder(config.cfg, label, id_))
+    id_, label = seeded_id(config.identity, seed), seeded_label(config.label_parts, seed)
+    return Run(params, overrides, config, seed, id_, label, run_folder(config.stage_folder, label, id_))

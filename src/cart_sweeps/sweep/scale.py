@@ -14,7 +14,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from cart_sweeps.config import ConfigError, TrainerConfig
+from cart_sweeps.config import ConfigError, ScaleConfig, TrainerConfig
+
+Scale = ScaleConfig | DictConfig  # the scale group, as a dataclass (a stage reads it per run: faster) or composed
 
 # Keys shrunk with the run's length; at a train stage each is always emitted (from the paper recipe when
 # the stage does not state it), so a run's schedule, evals and checkpoints shrink with its length.
@@ -23,7 +25,7 @@ _SEQ_KEYS = ("trainer.seq_len", "model.max_seq_len")
 _BATCH_KEYS = ("trainer.micro_batch_size",)
 
 
-def _length_ratio(paper_steps: int, scale: DictConfig) -> float:
+def _length_ratio(paper_steps: int, scale: Scale) -> float:
     """Run length at this scale over the paper's: the `steps` table, else the divisor."""
     table = {int(k): v for k, v in scale.steps.items()}
     return table[paper_steps] / paper_steps if paper_steps in table else 1 / scale.steps_divisor
@@ -34,11 +36,11 @@ def _shrink(value: int, factor: float) -> int:
     return max(1, round(value * factor)) if value > 0 else value
 
 
-def _widths(scale: DictConfig) -> dict[int, int]:
+def _widths(scale: Scale) -> dict[int, int]:
     return {int(k): v for k, v in scale.d_model.items()}
 
 
-def _width(d: int, scale: DictConfig) -> int:
+def _width(d: int, scale: Scale) -> int:
     if not scale.d_model:
         return d
     table = _widths(scale)
@@ -51,7 +53,7 @@ def _width(d: int, scale: DictConfig) -> int:
     return table[d]
 
 
-def to_paper(key: str, value: Any, scale: DictConfig) -> Any:
+def to_paper(key: str, value: Any, scale: Scale) -> Any:
     """A grid value as the paper's number: a width this scale shows (32 at tiny) read back through its table.
 
     A paper width is taken as one, so a number that is both reads as the paper's; anything else is left
@@ -64,9 +66,7 @@ def to_paper(key: str, value: Any, scale: DictConfig) -> Any:
     return value if value in table else back.get(value, value)
 
 
-def to_scale(
-    paper: dict[str, Any], scale: DictConfig, paper_value: Callable[[str], Any], train: bool
-) -> dict[str, Any]:
+def to_scale(paper: dict[str, Any], scale: Scale, paper_value: Callable[[str], Any], train: bool) -> dict[str, Any]:
     """`paper` (override key -> value in the paper's numbers) at `scale`, as override key -> value.
 
     `paper_value(key)` is the key's value in the config composed at scale=paper: it supplies the paper's
