@@ -54,7 +54,8 @@ def test_eight_bit_state_engages_on_the_papers_tensors():
 
 
 def test_tiny_run_keeps_eight_bit_state_in_its_checkpoint_and_resumes_from_it(tmp_path, data_cache):
-    cfg = compose_config(["scale=tiny", "trainer.optimizer=adamw8bit", "trainer.steps=4", "trainer.ckpt_every=2"])
+    args = ["trainer.steps=4", "trainer.ckpt_every=2", "trainer.keep_final_optimizer=true"]  # to extend it
+    cfg = compose_config(["scale=tiny", "trainer.optimizer=adamw8bit", *args])
     run_dir = tmp_path / "run"
     assert execute(cfg, run_dir).status == "completed"
     newest = ckpt.list_checkpoints(run_dir)[-1]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from cart_sweeps.bench import bench
+from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError, run_id
 from cart_sweeps.dashboard import build_report, build_workspace, dashboard
 from cart_sweeps.model import build_model
@@ -75,9 +76,25 @@ def test_loss_falls_and_the_run_folder_holds_everything(finished_run):
         assert s[key] is not None, key
     assert s["env"]["packages"]["torch"] == metadata.version("torch") and s["env"]["device"]
     assert (finished_run / "config.yaml").exists()
-    assert sorted(p.name for p in (finished_run / "checkpoints").glob("*.pt")) == ["step_0000030.pt", "step_0000040.pt"]
     meta = json.loads((finished_run / "checkpoints" / "step_0000040.json").read_text())
     assert meta["step"] == 40 and meta["run_id"] == s["run_id"]
+
+
+def test_a_finished_run_keeps_its_final_weights_alone(finished_run, tmp_path):
+    """No optimizer state and no earlier checkpoint: the folder is at most 1.5x its weights, plus its logs;
+    trainer.keep_final_optimizer=true keeps both, for a run meant to train further."""
+    (final,) = (finished_run / "checkpoints").glob("*.pt")
+    state = torch.load(final, weights_only=True)
+    assert final.name == "step_0000040.pt" and sorted(state) == ["model", "rng", "step"]
+    weights = sum(t.numel() * t.element_size() for t in state["model"].values())
+    logs = sum(p.stat().st_size for p in finished_run.iterdir() if p.is_file())
+    held = sum(p.stat().st_size for p in finished_run.rglob("*") if p.is_file())
+    assert held - logs <= 1.5 * weights
+    kept = tmp_path / "kept"
+    execute(compose_config([*TINY, "trainer.deterministic=true", "trainer.keep_final_optimizer=true"]), kept)
+    assert sorted(p.name for p in (kept / "checkpoints").glob("*.pt")) == ["step_0000030.pt", "step_0000040.pt"]
+    assert "optimizer" in torch.load(kept / "checkpoints" / "step_0000040.pt", weights_only=True)
+    assert json.loads((kept / "summary.json").read_text())["run_id"] == summary(finished_run)["run_id"]
 
 
 def build_model_from(run_dir: Path):

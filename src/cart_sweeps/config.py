@@ -238,6 +238,9 @@ class TrainerConfig:
     log_every: int = field(default=50, metadata=IN_STEPS | at_least(1))
     ckpt_every: int = field(default=5000, metadata=IN_STEPS | at_least(1))
     keep_checkpoints: int = field(default=2, metadata=at_least(0))  # newest checkpoints kept per run; 0 keeps all
+    # A finished run keeps its final weights alone (a d=1024 run: 0.5 GB, not up to 1.5 GB more of AdamW state);
+    # true keeps the optimizer's state and the checkpoints before, for a run you mean to train further.
+    keep_final_optimizer: bool = False
 
 
 @dataclass

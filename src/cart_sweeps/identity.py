@@ -24,7 +24,16 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 # Keys that change where or how fast a run goes, not what it computes: left out of its identity.
 NON_IDENTITY_KEYS = {
     "data": {"cache_dir", "streaming"},
-    "trainer": {"log_every", "ckpt_every", "keep_checkpoints", "device", "threads", "compile", "eval_batch_size"},
+    "trainer": {
+        "log_every",
+        "ckpt_every",
+        "keep_checkpoints",
+        "keep_final_optimizer",
+        "device",
+        "threads",
+        "compile",
+        "eval_batch_size",
+    },
 }
 GROUPS = ("model", "data", "trainer")
 

@@ -135,8 +135,11 @@ class Trainer:
 
     def _load(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        elif state["step"] != self.t.steps:  # only a finished run's final weights go without it
+            raise ValueError(f"step {state['step']} of {self.t.steps} holds no optimizer state")
         ckpt.set_rng_state(state["rng"])
 
     def _resume(self) -> int:
@@ -209,16 +212,15 @@ class Trainer:
         raise_if_diverged(metrics, f"at step {step}")
 
     def checkpoint(self, step: int) -> None:
-        """Save the state at `step` and say so in the summary (with the wall time so far)."""
-        state = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "step": step,
-            "rng": ckpt.rng_state(),
-        }
+        """Save the state at `step` and say so in the summary (with the wall time so far). The final one is
+        the weights alone, and the only one kept, unless trainer.keep_final_optimizer: nothing resumes a
+        finished run, and AdamW's state is twice its weights."""
+        final = step == self.t.steps and not self.t.keep_final_optimizer
+        state: dict[str, Any] = {"model": self.model.state_dict(), "step": step, "rng": ckpt.rng_state()}
+        if not final:
+            state |= {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
         meta = {"run_id": self.summary.run_id, "label": self.summary.label, "tokens": step * self.tokens_per_step}
-        ckpt.save_checkpoint(self.run_dir, step, state, meta, keep=self.t.keep_checkpoints)
+        ckpt.save_checkpoint(self.run_dir, step, state, meta, keep=1 if final else self.t.keep_checkpoints)
         self.summary.step, self.summary.wall_time_s = step, self._wall()
         write_summary(self.run_dir, self.summary)
 
