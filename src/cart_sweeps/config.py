@@ -228,7 +228,7 @@ class TrainerConfig:
     decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
     grad_clip: float = field(default=1.0, metadata=above(0))
     precision: Precision = Precision.auto
-    compile: bool | None = None  # null: compile on CUDA (the paper scale), not on the CPU
+    compile: bool | None = None  # null: compile runs long enough to repay it (train/setup.py, COMPILE_MIN_STEPS)
     device: Device = Device.auto
     threads: int = field(default=0, metadata=at_least(0))  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
@@ -302,6 +302,7 @@ class ScaleConfig:
     steps_divisor: int = 1  # run lengths not in `steps`
     seq_len_divisor: int = 1
     batch_divisor: int = 1
+    fold_accumulation: bool = False  # one micro-batch of micro_batch_size x grad_accum: the tokens per step kept
     eval_every: int | None = None  # fixed eval interval (None: scaled with the run length)
     eval_windows: int | None = None
     paper: dict[str, Any] = field(default_factory=dict)  # a stage run: the paper numbers of the keys its scale changed

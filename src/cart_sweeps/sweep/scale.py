@@ -53,6 +53,13 @@ def _width(d: int, scale: Scale) -> int:
     return table[d]
 
 
+def _folded(micro_batch_size: Any, grad_accum: Any) -> dict[str, int]:
+    """The accumulation steps of a stated batch folded into one micro-batch (same tokens per step)."""
+    if isinstance(micro_batch_size, int) and isinstance(grad_accum, int) and grad_accum > 1:
+        return {"trainer.micro_batch_size": micro_batch_size * grad_accum, "trainer.grad_accum": 1}
+    return {}
+
+
 def to_paper(key: str, value: Any, scale: Scale) -> Any:
     """A grid value as the paper's number: a width this scale shows (32 at tiny) read back through its table.
 
@@ -86,6 +93,8 @@ def to_scale(paper: dict[str, Any], scale: Scale, paper_value: Callable[[str], A
     for key, factor in factors.items():
         if key in out and isinstance(out[key], int) and factor != 1:
             out[key] = _shrink(out[key], factor)
+    if train and scale.fold_accumulation:
+        out |= _folded(out.get("trainer.micro_batch_size"), out.get("trainer.grad_accum"))
     if train and scale.eval_every is not None and isinstance(out["trainer.steps"], int):
         out["trainer.eval_every"] = min(scale.eval_every, out["trainer.steps"])
     if "model.d_model" in out:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -47,6 +48,7 @@ def load_trained(
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:
     """Evaluate the checkpoint `evaluated` names (`stage.source`'s final one) at R = stage.eval_n_loops
     (perplexity, and the lm-eval tasks of `harness.tasks`); write and return the summary."""
+    started = time.perf_counter()
     device = pick_device(cfg.trainer.device)
     source, step = Path(cfg.stage.source), cfg.evaluated.step
     path = checkpoint_path(source, step)
@@ -83,5 +85,6 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:
         h, shots = cfg.harness, cfg.stage.num_fewshot
         summary.details["num_fewshot"] = shots
         summary.update(run_benchmarks(source, r, list(h.tasks), run_dir, shots, h.limit, h.batch_size, step))
+    summary.wall_time_s = time.perf_counter() - started  # its own time, as a training run records it
     write_summary(run_dir, summary)
     return summary

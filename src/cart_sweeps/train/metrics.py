@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -78,6 +79,19 @@ def peak_mem_mb(device: torch.device) -> float | None:
 def environment(device: torch.device) -> dict[str, Any]:
     """What produced a run: code version, packages, hardware, and the GPU its launcher gave it
     (CUDA_VISIBLE_DEVICES as set for its process: runs packed onto one GPU record the same one)."""
+    return {
+        **software(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "threads": torch.get_num_threads(),
+        "host": platform.node(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+@functools.cache
+def software() -> dict[str, Any]:
+    """The code version (`git`, a process of its own) and package versions: read once per process; a warm
+    worker reads them before it forks its runs, which run the code it imported then."""
     try:
         sha = (
             subprocess.run(
@@ -93,12 +107,4 @@ def environment(device: torch.device) -> dict[str, Any]:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             packages[name] = None
-    return {
-        "git_sha": sha,
-        "python": platform.python_version(),
-        "packages": packages,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "threads": torch.get_num_threads(),
-        "host": platform.node(),
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-    }
+    return {"git_sha": sha, "python": platform.python_version(), "packages": packages}

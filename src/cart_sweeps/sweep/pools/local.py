@@ -154,6 +154,8 @@ class LocalPool(Pool[Item]):
         threads = str(max(1, len(os.sched_getaffinity(0)) // self.capacity))
         self.threads, self.worker_env = threads, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         self.run_timeout_s = 60.0 * lc.timeout_min
+        benchmarks = cfg.stage.kind == "evaluate" and bool(cfg.harness.tasks)
+        self.modules = ("cart_sweeps.harness.bench",) if benchmarks else ()  # lm-eval, once per worker
         self.executor = LocalExecutor(folder)
         self.executor.update_parameters(timeout_min=_WORKER_LIFETIME_MIN, setup=list(lc.setup))
         self.folder = folder
@@ -192,7 +194,7 @@ class LocalPool(Pool[Item]):
         self.folder.mkdir(parents=True, exist_ok=True)
         mailbox = Path(tempfile.mkdtemp(prefix="worker-", dir=self.folder))
         self.executor.cuda_devices = gpu or ""
-        job = self.executor.submit(Worker(str(mailbox), self.worker_env, self.run_timeout_s))
+        job = self.executor.submit(Worker(str(mailbox), self.worker_env, self.run_timeout_s, self.modules))
         return WarmWorker(cast(LocalJob, job), mailbox)
 
     def release(self, job: Job) -> None:
