@@ -94,11 +94,11 @@ def test_a_damaged_ledger_is_set_aside_and_rebuilt_from_the_run_folders(finished
     assert modified(runs) == before  # nothing trained again
 
 
-def test_a_driver_killed_between_queueing_and_starting_a_run_leaves_one_attempt(tmp_path, data_cache):
-    """A trial queued by a killed driver became a failed attempt beside the run's next one."""
+def test_a_driver_killed_between_starting_a_trial_and_submitting_its_run_leaves_one_attempt(tmp_path, data_cache):
+    """A trial started by a driver killed before it submitted the run is resumed, not left beside a new one."""
     mark = tmp_path / "mark"
     driver = subprocess.Popen(sweep_cmd(*GRID), env=with_fault(tmp_path, "queue:pause", mark))
-    wait_for(mark.exists, 120, "the driver to queue its first run")
+    wait_for(mark.exists, 120, "the driver to start its first run's trial")
     driver.kill()
     driver.wait(30)
     proc = sweep(tmp_path, *GRID)

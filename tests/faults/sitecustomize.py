@@ -6,7 +6,7 @@ fault is about stops or fails there, so the test can kill it at the worst moment
 
     CART_FAULT=<point>:<action>[:<n>[:<where>]]
 
-points   queue   the driver: a run's trial is queued in the ledger, not yet started
+points   queue   the driver: a run's trial is started in the ledger, its job not yet submitted
          submit  the driver: a job's controller has started, its pickle is not yet handed over
          task    a job's task process (a warm worker) starting, before it imports submitit or the project
          step    a run, before its n-th training step in this process (n defaults to 1)
@@ -100,8 +100,8 @@ def _patch_torch(module) -> None:
     wrap(module, "save", after=saved)
 
 
-def _patch_optuna(module) -> None:
-    wrap(module.Study, "enqueue_trial", after=lambda *a, **k: hit("trial queued, not started"))
+def _patch_ledger(module) -> None:
+    wrap(module.Ledger, "start", after=lambda *a, **k: hit("trial started, job not submitted"))
 
 
 def _patch_submitit(module) -> None:
@@ -111,7 +111,7 @@ def _patch_submitit(module) -> None:
 if POINT == "task" and "submitit.core._submit" in sys.orig_argv:
     hit("task starting")
 elif POINT == "queue":
-    sys.meta_path.insert(0, After("optuna.study.study", _patch_optuna))
+    sys.meta_path.insert(0, After("cart_sweeps.sweep.ledger", _patch_ledger))
 elif POINT == "submit":
     sys.meta_path.insert(0, After("submitit.core.utils", _patch_submitit))
 elif POINT in ("step", "save"):

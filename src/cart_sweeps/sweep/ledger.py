@@ -32,7 +32,7 @@ import sqlalchemy.exc
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
-from optuna.trial import FrozenTrial, Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState, create_trial
 
 from cart_sweeps.compose import first_line
 from cart_sweeps.config import ConfigError
@@ -285,9 +285,10 @@ class Ledger:
             ) from err
 
     def adopt_queued(self, dists: Callable[[dict[str, Any]], dict[str, BaseDistribution]]) -> None:
-        """Start the trials a driver queued but died before starting (killed between `enqueue_trial` and
-        `ask`): each becomes its run's attempt, cut off before it ran, and is resumed like any other,
-        rather than left as a failed attempt beside the run's next one. `dists(params)`: its distributions."""
+        """Start the trials a driver of an earlier version queued but died before starting (killed between
+        `enqueue_trial` and `ask`): each becomes its run's attempt, cut off before it ran, and is resumed like
+        any other, rather than left as a failed attempt beside the run's next one. `dists(params)`: its
+        distributions."""
         while waiting := self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             self.study.ask(dists(waiting[0].system_attrs["fixed_params"]))  # Optuna pops the oldest first
 
@@ -327,9 +328,12 @@ class Ledger:
         return dict(out)
 
     def start(self, params: dict[str, Any], dists: dict[str, BaseDistribution], attrs: dict[str, Any]) -> Trial:
-        """A new trial for a run at fixed params (a grid point, or a retry of a sampled one)."""
-        self.study.enqueue_trial(params, user_attrs={**attrs, "status": RunStatus.RUNNING.value}, skip_if_exists=False)
-        return self.study.ask(dists)
+        """A new running trial for a run at fixed params (a grid point, or a retry of a sampled one), written
+        whole in one transaction (queueing then asking took six). Optuna has no public call for it: the
+        storage's `create_new_trial` with a template is what `Study.add_trial` uses (optuna 5.x, pinned <6)."""
+        user_attrs = {**attrs, "status": RunStatus.RUNNING.value}
+        template = create_trial(state=TrialState.RUNNING, params=params, distributions=dists, user_attrs=user_attrs)
+        return Trial(self.study, self.study._storage.create_new_trial(self.study._study_id, template_trial=template))
 
     def ask(self) -> Trial:
         """A new trial whose params the study's sampler chooses (a search); `tag` it once they are known."""
