@@ -12,19 +12,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cart_sweeps.decide import holm, p_better, pool
+
 from .decisions import (
     NO_SPREAD,
     Decision,
     best,
     best_of,
     grouped_options,
-    holm,
     label,
     margin,
     method_text,
     options,
-    p_better,
-    pool,
     pooled_noise,
     seeds_text,
 )
