@@ -28,6 +28,7 @@ from cart_sweeps.config import LABEL_SHOWS, ConfigError, run_folder, run_id, run
 from cart_sweeps.identity import NON_IDENTITY_KEYS
 from cart_sweeps.model import dense_parity
 from cart_sweeps.roles import stage_files, stage_roles
+from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
@@ -131,6 +132,7 @@ class Stage:
             if self.search and not self.spec.grid:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
+        adaptive.check(self)
 
     def known_runs(self, history: dict[str, list[FrozenTrial]]) -> list[Run]:
         """The grid's runs; for a search, the runs its trials so far sampled (from the ledger's history)."""
