@@ -126,6 +126,13 @@ def margin(better: Option, worse: Option, noise: Noise, alpha: float) -> Margin:
     return Margin(worse.level, round(pct[0], 6), (round(pct[1], 6), round(pct[2], 6)))
 
 
+def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
+    """The error rate of one look at a stage's data: alpha, split over the looks of a stage that added seeds
+    while its best R was undecided (stage.max_seeds: the `looks` column; cart_sweeps.decide.looks)."""
+    looks = rows["looks"].max() if "looks" in rows and rows["looks"].notna().any() else 1
+    return alpha / int(looks)
+
+
 def seeds_text(opts: list[Option]) -> str:
     """'3 seeds each' or '3/3/1 seeds'."""
     n = [o.seeds for o in opts]

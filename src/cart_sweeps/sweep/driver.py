@@ -288,7 +288,13 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
             ledger.name_objective(sweep.metric)
             storage = check_storage(sweep.storage)  # a shared SQLite file, absolute: readers start elsewhere
             StageRecord(
-                stage.name, stage.spec.role, storage, sweep.metric, list(stage.varied), search=not stage.runs
+                stage.name,
+                stage.spec.role,
+                storage,
+                sweep.metric,
+                list(stage.varied),
+                search=not stage.runs,
+                looks=adaptive.stage_looks(stage),
             ).write(stage.sweep_dir)
             pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
             driver = StageDriver(stage, ledger, pool)

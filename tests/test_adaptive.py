@@ -1,0 +1,114 @@
+"""Adding seeds while a decision is open (stage.max_seeds), tested by simulation with a known truth through
+the decision the driver acts on after each round (cart_sweeps.decide.best_level at alpha / looks) and the
+analysis's word on the final data (`python -m analysis --from-csv`): decided claims are wrong at most at
+alpha under the sequential rule, clear winners get decided, and `plan`'s seeds for 80% power deliver it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.__main__ import main
+from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
+
+STUDIES = 600
+R = (6, 8, 10)
+FIRST, MOST = 2, 6  # the grid's seeds, stage.max_seeds
+SD = 0.01  # seed s.d. of log-perplexity
+TRUTHS = {  # true log-margin of R=8 and R=10 over R=6, in seed s.d.
+    "all_equal": (0.0, 0.0, 0.0),
+    "two_tied": (0.0, 0.0, 4.0),  # R=6 and R=8 tied best: deciding either is wrong
+    "clear": (0.0, 3.0, 3.0),  # R=6 best by 3 s.d.: 2 seeds rarely tell, a few more do
+}
+BOUND = ALPHA + 2.5 * math.sqrt(ALPHA * (1 - ALPHA) / STUDIES)
+
+
+def draws(truth: tuple[float, ...], seed: int) -> np.ndarray:
+    """Perplexities [study, option, seed] for MOST seeds: each study's seeds are drawn before it looks."""
+    rng = np.random.default_rng(seed)
+    logs = np.log(100) + SD * (np.array(truth)[None, :, None] + rng.normal(size=(STUDIES, len(R), MOST)))
+    return np.exp(logs)
+
+
+def sequential(ppl: np.ndarray, n_looks: int) -> list[tuple[int, bool, int]]:
+    """Per study: (seeds per cell at the end, decided, choice) under the driver's rule: after the grid's
+    seeds, decide at alpha / n_looks; while undecided and below MOST, one more seed per cell."""
+    out = []
+    for study in ppl:
+        for have in range(FIRST, MOST + 1):
+            verdict = best_level({r: study[i, :have] for i, r in enumerate(R)}, ALPHA, n_looks)
+            if verdict.decided or have == MOST:
+                out.append((have, verdict.decided, verdict.choice))
+                break
+    return out
+
+
+@pytest.fixture(scope="module")
+def ended() -> dict[str, tuple[np.ndarray, list[tuple[int, bool, int]]]]:
+    n_looks = looks(FIRST, MOST)
+    return {
+        name: (ppl, sequential(ppl, n_looks))
+        for name, ppl in ((n, draws(t, i)) for i, (n, t) in enumerate(TRUTHS.items()))
+    }
+
+
+def test_the_sequential_rule_is_wrong_at_most_at_alpha(ended):
+    for name in ("all_equal", "two_tied"):
+        decided = np.mean([d for _, d, _ in ended[name][1]])
+        assert decided <= BOUND, (name, decided)  # every decision here is wrong
+
+
+def test_looking_at_alpha_each_round_would_not_be(ended):
+    """The same rule without splitting alpha over the looks decides tied options too often: the split is needed."""
+    naive = np.mean([d for _, d, _ in sequential(ended["two_tied"][0], 1)])
+    assert naive > BOUND
+
+
+def test_clear_winners_are_decided_with_seeds_added_only_while_undecided(ended):
+    final = ended["clear"][1]
+    assert np.mean([d and c == 6 for _, d, c in final]) >= 0.8
+    ppl = ended["clear"][0]
+    at_grid = np.mean(
+        [best_level({r: s[i, :FIRST] for i, r in enumerate(R)}, ALPHA, looks(FIRST, MOST)).decided for s in ppl]
+    )
+    assert at_grid < 0.2  # the grid's 2 seeds alone rarely tell: the added seeds did
+    stopped_early = [have for have, decided, _ in final if have < MOST]
+    assert stopped_early and all(d for have, d, _ in final if have < MOST)  # a study stops early only when decided
+
+
+def test_plans_seeds_for_power_deliver_it():
+    """`plan`'s seeds per cell for 80% power at a margin: simulated at that seed count, about 80% decide."""
+    n = seeds_for_power(3 * SD, SD, ALPHA, len(R))
+    assert n is not None and n > FIRST
+    rng = np.random.default_rng(7)
+    truth = np.array(TRUTHS["clear"])
+    decided = [
+        best_level({r: 100 * np.exp(SD * (truth[i] + rng.normal(size=n))) for i, r in enumerate(R)}).decided
+        for _ in range(STUDIES)
+    ]
+    assert np.mean(decided) >= POWER - 2.5 * math.sqrt(POWER * (1 - POWER) / STUDIES)
+    assert seeds_for_power(0.0, SD, ALPHA, len(R)) is None
+
+
+def test_the_analysis_decides_the_final_data_as_the_driver_did(ended, tmp_path):
+    """The stage's final runs through `python -m analysis --from-csv` (its `looks` column): the best-R
+    claims match the driver's last decisions, study for study."""
+    ppl, final = ended["two_tied"]
+    rows = [
+        {"stage": "2", "model": "cart", "d_model": d, "n_prelude": 6, "n_loops": r, "seed": s, "step": 100}
+        | {"ppl_wiki": ppl[d, i, s], "looks": looks(FIRST, MOST)}
+        for d, (have, _, _) in enumerate(final)
+        for i, r in enumerate(R)
+        for s in range(have)
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "final.csv", index=False)
+    assert (
+        main(["--from-csv", str(tmp_path / "final.csv"), "--out", str(tmp_path / "out"), "--only", "stage2_best"]) == 0
+    )
+    claims = json.loads((tmp_path / "out" / "findings.json").read_text())["decisions"]
+    said = {c["d"]: c["decided"] for c in claims if c["claim"] == "best_R"}
+    assert said == {d: decided for d, (_, decided, _) in enumerate(final)}
