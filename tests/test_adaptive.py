@@ -11,9 +11,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from optuna.trial import TrialState
 
 from analysis.__main__ import main
 from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
+from tests.stages import sweep, trials
 
 STUDIES = 600
 R = (6, 8, 10)
@@ -112,3 +114,23 @@ def test_the_analysis_decides_the_final_data_as_the_driver_did(ended, tmp_path):
     claims = json.loads((tmp_path / "out" / "findings.json").read_text())["decisions"]
     said = {c["d"]: c["decided"] for c in claims if c["claim"] == "best_R"}
     assert said == {d: decided for d, (_, decided, _) in enumerate(final)}
+
+
+@pytest.mark.slow
+def test_an_adaptive_stage_adds_seeds_while_undecided_and_a_relaunch_trains_nothing(tmp_path, data_cache):
+    """The real command, narrowed to one width and two R at a few steps: one seed per cell has no seed
+    spread, so the stage adds the list's next seed to both cells (and says why), then stops at max_seeds;
+    a relaunch recomputes the same round from the run set and trains nothing."""
+    args = ["stage=2", "scale=tiny", "model.d_model=256", "model.n_loops=6,8", "seed=42", "trainer.steps=4"]
+    first = sweep(tmp_path, *args, "stage.max_seeds=2")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "round 1: best R at d_model=256 undecided with 1 seeds (no seed spread); seed 137 added" in first.stdout
+    done = trials(tmp_path, "2")
+    seeds = {(t.params["model.n_loops"], t.params["seed"]) for t in done if t.state == TrialState.COMPLETE}
+    assert seeds == {(6, 42), (8, 42), (6, 137), (8, 137)}  # one seed count for the width's cells
+    assert {t.params["seed"]: "added" in t.user_attrs for t in done} == {42: False, 137: True}
+    again = sweep(tmp_path, *args, "stage.max_seeds=2")
+    assert again.returncode == 0 and "0 completed" in again.stderr and "4 skipped" in again.stderr, again.stderr
+    assert len(trials(tmp_path, "2")) == 4
+    looks = json.loads((tmp_path / "2" / "stage.json").read_text())["looks"]
+    assert looks == 2  # the analysis tests this stage's final data at alpha / 2

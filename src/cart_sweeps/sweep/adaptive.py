@@ -25,7 +25,7 @@ from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.decide import ALPHA, Verdict, best_level, looks
+from cart_sweeps.decide import ALPHA, POWER, Verdict, best_level, looks, seeds_for_power
 from cart_sweeps.sweep.runset import StageRun, stage_runs
 
 if TYPE_CHECKING:
@@ -123,8 +123,13 @@ def next_round(stage: Stage) -> list[Added]:
     values = _values(used, grid, stage.base.sweep.metric)
     if stage.spec.max_seeds is not None:
         return _seeds_round(stage, grid, values)
-    own = {r.summary.details.get(SEED) for r in used if r.cell in grid and SEED not in r.params and r.summary}
-    return _replicates(stage, grid, values, int(own.pop())) if len(own) == 1 else []
+    own = {_seed(r) for r in used if r.cell in grid and SEED not in r.params}  # the screen's own seed
+    return _replicates(stage, grid, values, own.pop()) if len(own) == 1 else []
+
+
+def _seed(run: StageRun) -> int:
+    """A run's seed: its grid point's, else (a screen's seed is in its recipe) the one its summary records."""
+    return int(run.params[SEED] if SEED in run.params else (run.summary.details if run.summary else {})[SEED])
 
 
 def _values(used: list[StageRun], grid: dict[Cell, Any], metric: str) -> dict[Cell, dict[int, float]]:
@@ -133,7 +138,7 @@ def _values(used: list[StageRun], grid: dict[Cell, Any], metric: str) -> dict[Ce
     for run in used:
         value = run.summary.value(metric) if run.summary else None
         if run.cell in grid and value is not None and run.summary is not None:
-            out[run.cell][int(run.params.get(SEED, run.summary.details.get(SEED)))] = value
+            out[run.cell][_seed(run)] = value
     return out
 
 
@@ -177,6 +182,59 @@ def _replicates(stage: Stage, grid: dict[Cell, Any], values: dict[Cell, dict[int
                 Added(stage.run({**grid[cell], SEED: s}), f"{why}; seed {s}") for s in seeds if s not in values[cell]
             ]
     return out
+
+
+def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
+    """What `plan` says of the seeds the stage adds (`hours`: run id -> estimated GPU-hours): the replicates'
+    cost; for a stage with seed and R axes and results, each width's decision now and the seeds per cell
+    for 80% power at the margin and noise observed, with their cost."""
+    grid = {cell_of(run.params): run for run in stage.runs}
+    if stage.spec.replicates:
+        widths = {dict(c)[D] for c in grid}
+        per = [
+            max(h for c, run in grid.items() if dict(c)[D] == d for h in [hours.get(run.run_id, 0.0)]) for d in widths
+        ]
+        n = stage.spec.replicates * REPLICATE_SEEDS
+        return [
+            f"stage.replicates={stage.spec.replicates}: after the grid, per width its {stage.spec.replicates} best "
+            f"configurations run {REPLICATE_SEEDS} more seeds: {n * len(widths)} runs, at most {n * sum(per):,.2f} "
+            "GPU-hours"
+        ]
+    if SEED not in stage.axes or len(stage.axes.get(R, [])) < 2:
+        return []
+    used = stage_runs(Path(stage.base.paths.runs), stage.name).used
+    values = _values(used, {c: run.params for c, run in grid.items()}, stage.base.sweep.metric)
+    if not values:
+        return []
+    order, n_looks = seed_order(stage.axes[SEED]), stage_looks(stage)
+    groups: dict[Cell, list[Cell]] = defaultdict(list)
+    for cell in grid:
+        groups[tuple((k, v) for k, v in cell if k != R)].append(cell)
+    lines = [f"decisions now (alpha {ALPHA:g} / {n_looks} look{'s' * (n_looks > 1)}; seeds for {POWER:.0%} power):"]
+    for key, cells in groups.items():
+        have = seeds_in_every(order, [values.get(c, {}) for c in cells])
+        if have == 0:
+            continue
+        verdict = best_level({dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}, ALPHA, n_looks)
+        said = f"R={verdict.choice} decided" if verdict.decided else f"undecided ({_open(verdict)})"
+        lines.append(
+            f"  {_where(key)}: {have} seeds per cell, {said}; {_needed(verdict, have, n_looks, cells, grid, hours)}"
+        )
+    return lines
+
+
+def _needed(
+    verdict: Verdict, have: int, n_looks: int, cells: list[Cell], grid: dict[Cell, Run], hours: dict[str, float]
+) -> str:
+    """The seeds per cell for POWER at the observed margin and noise, and the GPU-hours of those to add."""
+    if verdict.noise is None or len(verdict.options) < 2:
+        return "no seed spread to size it from"
+    best, runner = verdict.options[0], verdict.options[1]
+    n = seeds_for_power(runner.log_mean - best.log_mean, verdict.noise.sd, ALPHA / n_looks, len(verdict.options))
+    if n is None:
+        return "no seed count up to 1,000 decides this margin"
+    cost = max(0, n - have) * sum(hours.get(grid[c].run_id, 0.0) for c in cells)
+    return f"{n} seeds per cell for {POWER:.0%} power ({max(0, n - have)} more: {cost:,.2f} GPU-hours)"
 
 
 def seeds_in_every(order: list[int], cells: list[dict[int, float]]) -> int:
