@@ -14,7 +14,9 @@ import pytest
 from optuna.trial import TrialState
 
 from analysis.__main__ import main
+from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
+from cart_sweeps.sweep.expand import Stage
 from tests.stages import sweep, trials
 
 STUDIES = 600
@@ -134,3 +136,21 @@ def test_an_adaptive_stage_adds_seeds_while_undecided_and_a_relaunch_trains_noth
     assert len(trials(tmp_path, "2")) == 4
     looks = json.loads((tmp_path / "2" / "stage.json").read_text())["looks"]
     assert looks == 2  # the analysis tests this stage's final data at alpha / 2
+
+
+ONE = ["scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["stage=1", *ONE, "stage.max_seeds=3"], "needs a grid over seed and over at least two model.n_loops"),
+        (["stage=2", "scale=tiny", "model.d_model=256", "stage.max_seeds=2"], "between the grid's 3 seeds and 16"),
+        (["stage=2", "scale=tiny", "model.d_model=256", "stage.replicates=2"], "already sets its seeds"),
+        (["stage=1", *ONE, "stage.replicates=1", "seed=7"], "already sets its seeds"),
+        (["stage=1", *ONE, "stage.replicates=1", "stage.max_seeds=3"], "use one"),
+    ],
+)
+def test_seed_options_a_stage_cannot_take_are_one_line_before_anything_launches(args, says):
+    with pytest.raises(ConfigError, match=says):
+        Stage(args)
