@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from analysis.__main__ import main
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
 from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.sweep.zoom import promoted, sentinels
 from tests.stages import sweep, trials
 
 STUDIES = 600
@@ -154,3 +156,43 @@ ONE = ["scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=
 def test_seed_options_a_stage_cannot_take_are_one_line_before_anything_launches(args, says):
     with pytest.raises(ConfigError, match=says):
         Stage(args)
+
+
+def test_the_zoom_promotes_the_best_and_its_neighbours_and_k_sentinels_below_the_cutoff():
+    ranked = [(6, 6), (8, 6), (4, 4), (2, 2), (6, 4), (8, 8), (2, 6)]  # (R, P), best first
+    assert promoted(ranked) == [(4, 6), (6, 4), (6, 6), (6, 8), (8, 6)]
+    assert sentinels(ranked, 2) == [(4, 4), (2, 2)]  # the two best-ranked ones the cross leaves out
+
+
+def promotion_csv(path: Path, screen: dict, confirm: dict) -> Path:
+    """Stage 1 one seed per (R, P), Stage 2 three seeds per (R, P), at one width: perplexities given."""
+    rows = [
+        {"stage": stage, "model": "cart", "d_model": 256, "n_loops": r, "n_prelude": p, "seed": s, "step": 1}
+        | {"ppl_wiki": value + s / 100}
+        for stage, config, seeds in (("1", screen, (1,)), ("2", confirm, (1, 2, 3)))
+        for (r, p), value in config.items()
+        for s in seeds
+    ]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("confirm", "agree", "missed"),
+    [
+        ({(6, 6): 90, (8, 6): 91, (4, 6): 92}, 1.0, None),  # the same order, no run below the cutoff
+        ({(6, 6): 92, (8, 6): 91, (4, 6): 90}, 0.0, None),  # reversed
+        ({(6, 6): 91, (8, 6): 92, (2, 2): 90}, 0.3333, True),  # a sentinel below the cutoff wins: 1 of 3 pairs alike
+    ],
+)
+def test_the_promotion_audit_says_how_the_rankings_agree_and_whether_the_cutoff_missed_the_winner(
+    tmp_path, confirm, agree, missed
+):
+    screen = {(6, 6): 100, (8, 6): 101, (4, 6): 102, (6, 4): 103, (6, 8): 104, (2, 2): 105}
+    csv = promotion_csv(tmp_path / "s.csv", screen, confirm)
+    assert main(["--from-csv", str(csv), "--out", str(tmp_path / "out"), "--only", "screen_promotion"]) == 0
+    audit = json.loads((tmp_path / "out" / "findings.json").read_text())["screen"]["promotion"]
+    assert audit["all"]["agreement"] == agree and audit["all"]["ci_low"] <= agree <= audit["all"]["ci_high"]
+    assert audit["256"].get("cutoff_missed_winner") is missed
+    if missed:
+        assert "the zoom cutoff would have missed it" in (tmp_path / "out" / "report.md").read_text()

@@ -329,6 +329,7 @@ class StageConfig:
     # Seeds where a decision needs them (sweep/adaptive.py; README, "How sure is a finding"); off by default.
     replicates: int = 0  # a one-seed screen: per width, its K best configurations re-run with 2 more seeds
     max_seeds: int | None = None  # a seed axis: seeds added to a width's cells while its best R is undecided
+    sentinels: int = 0  # select=zoom: per width, also the K configurations ranked just below the cutoff
     # Set by the sweep: the keys this stage's runs differ in that a label does not always show (trainer.lr, ...),
     # so each run's label, folder, summary and W&B name show them (run_label).
     varied: list[str] = field(default_factory=list)

@@ -53,6 +53,11 @@ def adds(stage: Stage) -> bool:
 def check(stage: Stage) -> None:
     """Refuse, in one line, options that cannot add seeds to this stage."""
     spec = stage.spec
+    if spec.sentinels and (spec.select != "zoom" or spec.sentinels < 0):
+        raise ConfigError(
+            f"stage.sentinels={spec.sentinels} promotes configurations below the zoom's cutoff: it needs "
+            f"stage.select=zoom and a count >= 0 (stage {stage.name} has select={spec.select})"
+        )
     if spec.replicates < 0:
         raise ConfigError(f"stage.replicates={spec.replicates} must be >= 0 (configurations re-run per width)")
     if spec.max_seeds is not None:

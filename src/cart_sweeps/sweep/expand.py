@@ -156,7 +156,9 @@ class Stage:
         if self.spec.select == "zoom":
             if not all(k in self.axes for k in ZOOM_AXES[:2]):
                 raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
-            cands = zoom_candidates(self._source(), self.base.sweep.metric, self.axes[ZOOM_AXES[0]])
+            cands = zoom_candidates(
+                self._source(), self.base.sweep.metric, self.axes[ZOOM_AXES[0]], self.spec.sentinels
+            )
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
             return [
                 {**c, **dict(zip(rest, vals, strict=True))} for c in cands for vals in itertools.product(*rest.values())
