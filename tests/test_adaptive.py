@@ -15,8 +15,10 @@ import pytest
 from optuna.trial import TrialState
 
 from analysis.__main__ import main
+from cart_sweeps import plan
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
+from cart_sweeps.sweep.adaptive import plan_lines
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.zoom import promoted, sentinels
 from tests.stages import sweep, trials
@@ -121,10 +123,13 @@ def test_the_analysis_decides_the_final_data_as_the_driver_did(ended, tmp_path):
 
 
 @pytest.mark.slow
-def test_an_adaptive_stage_adds_seeds_while_undecided_and_a_relaunch_trains_nothing(tmp_path, data_cache):
+def test_an_adaptive_stage_adds_seeds_while_undecided_and_a_relaunch_trains_nothing(
+    tmp_path, data_cache, monkeypatch, capsys
+):
     """The real command, narrowed to one width and two R at a few steps: one seed per cell has no seed
     spread, so the stage adds the list's next seed to both cells (and says why), then stops at max_seeds;
-    a relaunch recomputes the same round from the run set and trains nothing."""
+    a relaunch recomputes the same round from the run set and trains nothing; `plan` says where the width
+    stands."""
     args = ["stage=2", "scale=tiny", "model.d_model=256", "model.n_loops=6,8", "seed=42", "trainer.steps=4"]
     first = sweep(tmp_path, *args, "stage.max_seeds=2")
     assert first.returncode == 0, first.stderr[-2000:]
@@ -138,9 +143,24 @@ def test_an_adaptive_stage_adds_seeds_while_undecided_and_a_relaunch_trains_noth
     assert len(trials(tmp_path, "2")) == 4
     looks = json.loads((tmp_path / "2" / "stage.json").read_text())["looks"]
     assert looks == 2  # the analysis tests this stage's final data at alpha / 2
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    plan.main([*args, "stage.max_seeds=2"])
+    planned = capsys.readouterr().out
+    assert "d_model=256: 2 seeds per cell, undecided" in planned
+    assert "seeds per cell for 80% power" in planned or "no seed count" in planned
 
 
 ONE = ["scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2"]
+
+
+def test_plan_prices_the_replicates():
+    """Two widths, 2 R x 1 P each: one configuration per width re-run with 2 seeds, 4 runs."""
+    stage = Stage(["stage=1", *ONE[:1], "model.d_model=256,512", *ONE[2:], "stage.replicates=1"])
+    hours = {run.run_id: 1.5 for run in stage.runs}
+    assert plan_lines(stage, hours) == [
+        "stage.replicates=1: after the grid, per width its 1 best configurations run 2 more seeds: 4 runs, at most "
+        "6.00 GPU-hours"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, Verdict, best_level, looks, seeds_for_power
-from cart_sweeps.sweep.runset import StageRun, stage_runs
+from cart_sweeps.sweep.runset import StageRecord, StageRun, stage_runs
 
 if TYPE_CHECKING:
     from cart_sweeps.sweep.expand import Run, Stage
@@ -253,6 +253,13 @@ def seeds_in_every(order: list[int], cells: list[dict[int, float]]) -> int:
 def stage_looks(stage: Stage) -> int:
     """How often the stage's rule may decide (decide.looks): each look tests at alpha / looks."""
     return looks(len(stage.axes.get(SEED, [])), stage.spec.max_seeds)
+
+
+def recorded_looks(stage: Stage) -> int:
+    """The looks the stage's record keeps: this launch's, or more where an earlier launch added seeds (its
+    runs stay in the run set, so a plain relaunch must not test them at the full alpha)."""
+    earlier = StageRecord.read(stage.sweep_dir)
+    return max(stage_looks(stage), earlier.looks if earlier else 1)
 
 
 def _where(key: Cell) -> str:

@@ -294,7 +294,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 sweep.metric,
                 list(stage.varied),
                 search=not stage.runs,
-                looks=adaptive.stage_looks(stage),
+                looks=adaptive.recorded_looks(stage),
             ).write(stage.sweep_dir)
             pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
             driver = StageDriver(stage, ledger, pool)
