@@ -133,7 +133,7 @@ def test_an_adaptive_stage_adds_seeds_while_undecided_and_a_relaunch_trains_noth
     args = ["stage=2", "scale=tiny", "model.d_model=256", "model.n_loops=6,8", "seed=42", "trainer.steps=4"]
     first = sweep(tmp_path, *args, "stage.max_seeds=2")
     assert first.returncode == 0, first.stderr[-2000:]
-    assert "round 1: best R at d_model=256 undecided with 1 seeds (no seed spread); seed 137 added" in first.stdout
+    assert "round 1: best R at d_model=256 undecided with 1 seed (no seed spread); seed 137 added" in first.stdout
     done = trials(tmp_path, "2")
     seeds = {(t.params["model.n_loops"], t.params["seed"]) for t in done if t.state == TrialState.COMPLETE}
     assert seeds == {(6, 42), (8, 42), (6, 137), (8, 137)}  # one seed count for the width's cells

@@ -27,6 +27,7 @@ from optuna.trial import FrozenTrial
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, Verdict, best_level, looks, seeds_for_power
 from cart_sweeps.sweep.runset import StageRecord, StageRun, stage_runs
+from cart_sweeps.text import count
 
 if TYPE_CHECKING:
     from cart_sweeps.sweep.expand import Run, Stage
@@ -165,7 +166,8 @@ def _seeds_round(stage: Stage, grid: dict[Cell, Any], values: dict[Cell, dict[in
         if verdict.decided or len(verdict.options) < 2:
             continue
         seed = order[have]
-        why = f"round {have - first + 1}: best R at {_where(key)} undecided with {have} seeds ({_open(verdict)})"
+        said = f"undecided with {count(have, 'seed')} ({_open(verdict)})"
+        why = f"round {have - first + 1}: best R at {_where(key)} {said}"
         out += [Added(stage.run({**grid[c], SEED: seed}), f"{why}; seed {seed} added") for c in cells]
     return out
 
@@ -196,9 +198,7 @@ def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
     grid = {cell_of(run.params): run for run in stage.runs}
     if stage.spec.replicates:
         widths = {dict(c)[D] for c in grid}
-        per = [
-            max(h for c, run in grid.items() if dict(c)[D] == d for h in [hours.get(run.run_id, 0.0)]) for d in widths
-        ]
+        per = [max(hours.get(run.run_id, 0.0) for c, run in grid.items() if dict(c)[D] == d) for d in widths]
         n = stage.spec.replicates * REPLICATE_SEEDS
         return [
             f"stage.replicates={stage.spec.replicates}: after the grid, per width its {stage.spec.replicates} best "
