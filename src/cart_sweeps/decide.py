@@ -100,11 +100,12 @@ def against_others(opts: Sequence[Option], noise: Noise) -> np.ndarray:
 
 def best_level(values: Mapping[Any, Sequence[float]], alpha: float = ALPHA, looks: int = 1) -> Verdict:
     """The best-of-k decision over each option's seed values (lower is better), at alpha / looks: what a
-    stage with `stage.max_seeds` decides after each round, and what the analysis says of its final data."""
+    stage with `stage.max_seeds` decides after each round, and what the analysis says of its final data.
+    One option, or no seed spread, decides nothing."""
     opts = sorted((option(level, v) for level, v in values.items()), key=lambda o: o.mean)
     noise = pool(opts, "the options' seeds")
     if len(opts) < 2 or noise is None:
-        return Verdict(opts[0].level if opts else None, len(opts) == 1, opts, noise, [o.level for o in opts[1:]])
+        return Verdict(opts[0].level if opts else None, False, opts, noise, [o.level for o in opts[1:]])
     adjusted = against_others(opts, noise)
     tied = [o.level for o, a in zip(opts[1:], adjusted, strict=True) if a > alpha / looks]
     return Verdict(opts[0].level, not tied, opts, noise, tied, float(adjusted.max()))

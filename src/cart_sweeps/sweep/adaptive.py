@@ -25,7 +25,7 @@ from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.decide import ALPHA, POWER, Verdict, best_level, looks, seeds_for_power
+from cart_sweeps.decide import ALPHA, MOST_SEEDS, POWER, Verdict, best_level, looks, seeds_for_power
 from cart_sweeps.sweep.runset import StageRecord, StageRun, stage_runs
 from cart_sweeps.text import count
 
@@ -237,7 +237,7 @@ def _needed(
     best, runner = verdict.options[0], verdict.options[1]
     n = seeds_for_power(runner.log_mean - best.log_mean, verdict.noise.sd, ALPHA / n_looks, len(verdict.options))
     if n is None:
-        return "no seed count up to 1,000 decides this margin"
+        return f"no seed count up to {MOST_SEEDS:,} decides this margin"
     cost = max(0, n - have) * sum(hours.get(grid[c].run_id, 0.0) for c in cells)
     return f"{n} seeds per cell for {POWER:.0%} power ({max(0, n - have)} more: {cost:,.2f} GPU-hours)"
 
