@@ -6,8 +6,9 @@ Per width: the screen's configurations (R, P) ranked by mean metric, the ones th
 the cutoff missed the winner can be told only where the screen ran the winner and Stage 2 also ran
 configurations below the cutoff (sentinels, `stage.sentinels=K`, or the paper's fixed candidates). The
 pairwise agreement is the share of pairs of configurations run in both stages that the two rankings order
-alike (a tie in either counts half), with a percentile bootstrap interval that resamples each configuration's seeds in each stage (a one-seed
-configuration stays fixed, so a one-seed screen's own noise is not in the interval: the README says so).
+alike (a tie in either counts half), with a percentile bootstrap interval that resamples each configuration's
+seeds in each stage (a one-seed configuration stays fixed, so a one-seed screen's own noise is not in the
+interval: the README says so).
 """
 
 from __future__ import annotations
