@@ -12,19 +12,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cart_sweeps.decide import holm, p_better, pool
+
 from .decisions import (
     NO_SPREAD,
     Decision,
     best,
     best_of,
     grouped_options,
-    holm,
     label,
+    last_look_alpha,
     margin,
     method_text,
     options,
-    p_better,
-    pool,
     pooled_noise,
     seeds_text,
 )
@@ -42,7 +42,8 @@ def _best_r(stage: str) -> Claims:
 
     def claims(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float) -> list[Decision]:
         rows = select(final, (stage,))
-        every = best(rows, metric, "n_loops", ["d_model", "n_prelude"], stage=stage, claim="best_R", alpha=alpha)
+        at = last_look_alpha(rows, alpha)
+        every = best(rows, metric, "n_loops", ["d_model", "n_prelude"], stage=stage, claim="best_R", alpha=at)
         wanted = set(zip(table["d"], table["P"], strict=True))
         return [d for d in every if (d.cell["d_model"], d.cell["n_prelude"]) in wanted]
 
@@ -52,7 +53,8 @@ def _best_r(stage: str) -> Claims:
 def reversal(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float) -> list[Decision]:
     """Per width: does Stage 2 reverse Stage 1's pick of R (another R beats it over Stage 2's seeds:
     one-sided tests, Holm over the other R), or confirm it (the pick is Stage 2's decided best)?"""
-    groups = grouped_options(select(final, (CONFIRM,)), metric, "n_loops", ["d_model", "n_prelude"])
+    rows = select(final, (CONFIRM,))
+    groups, alpha = grouped_options(rows, metric, "n_loops", ["d_model", "n_prelude"]), last_look_alpha(rows, alpha)
     stage_noise = pool([o for opts in groups.values() for o in opts], f"the seeds of stage {CONFIRM}")
     out = []
     for _, r in table.iterrows():

@@ -1,7 +1,8 @@
 """How sure each finding is: one record per claim the report makes in words, decided only where the seeds
 tell the choice from every other option at the error rate alpha, multiple comparisons included.
 
-The test (README, "How sure is a finding"): options are compared on log-metric (seed noise on a perplexity
+The statistics live in cart_sweeps.decide (the sweep adds seeds by the same test). The test (README, "How
+sure is a finding"): options are compared on log-metric (seed noise on a perplexity
 scales with its level, and a log difference is a ratio), with the seed noise pooled over the options
 compared (equal noise assumed), else over every cell of the stage, else measured in another stage and said so.
 A stage with one seed per configuration and no other noise estimate decides nothing ("no seed spread").
@@ -17,29 +18,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-ALPHA = 0.05
+from cart_sweeps.decide import ALPHA, Noise, Option, against_others, gap, pool
+
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "eval_n_loops": "R", "R": "R", "n_layers": "L"}
 NO_SPREAD = "no seed spread"
-
-
-@dataclass(frozen=True)
-class Noise:
-    """Seed noise of the log-metric: a pooled s.d., its degrees of freedom, and where it was measured."""
-
-    sd: float
-    df: int
-    source: str
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option's runs: the mean metric (what the tables rank by), the mean log-metric (what is tested)."""
-
-    level: Any
-    mean: float
-    log_mean: float
-    log_var: float  # NaN for one seed
-    seeds: int
 
 
 @dataclass(frozen=True)
@@ -130,47 +112,25 @@ def options(rows: pd.DataFrame, metric: str, axis: str) -> list[Option]:
     return grouped_options(rows, metric, axis, []).get((), [])
 
 
-def pool(opts: list[Option], source: str) -> Noise | None:
-    """The seed s.d. of log-metric pooled over the options that have several seeds; None where none has."""
-    df = sum(o.seeds - 1 for o in opts)
-    if df == 0:
-        return None
-    return Noise(math.sqrt(sum((o.seeds - 1) * o.log_var for o in opts if o.seeds > 1) / df), df, source)
-
-
 def pooled_noise(rows: pd.DataFrame, metric: str, cell: list[str], source: str) -> Noise | None:
     """`pool` over every configuration (the values of `cell`) of `rows`."""
     groups = grouped_options(rows, metric, cell[-1], cell[:-1])
     return pool([o for opts in groups.values() for o in opts], source)
 
 
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values: reject where <= alpha controls the family's error at alpha."""
-    order = np.argsort(p, kind="stable")
-    m = len(p)
-    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out = np.empty(m)
-    out[order] = adjusted
-    return out
-
-
-def _t(better: Option, worse: Option, noise: Noise) -> tuple[float, float]:
-    """(log difference worse - better, its standard error) under the pooled noise."""
-    return worse.log_mean - better.log_mean, noise.sd * math.sqrt(1 / better.seeds + 1 / worse.seeds)
-
-
 def margin(better: Option, worse: Option, noise: Noise, alpha: float) -> Margin:
     """`worse`'s metric against `better`'s in %, with a two-sided (1 - alpha) t interval."""
-    diff, se = _t(better, worse, noise)
+    diff, se = gap(better, worse, noise)
     half = float(stats.t.ppf(1 - alpha / 2, noise.df)) * se
     pct = [100 * math.expm1(x) for x in (diff, diff - half, diff + half)]
     return Margin(worse.level, round(pct[0], 6), (round(pct[1], 6), round(pct[2], 6)))
 
 
-def p_better(better: Option, worse: Option, noise: Noise) -> float:
-    """One-sided p that `better` has the lower mean log-metric (a direction fixed before the data)."""
-    diff, se = _t(better, worse, noise)
-    return float(stats.t.sf(diff / se, noise.df)) if se > 0 else float(diff <= 0)
+def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
+    """The error rate of one look at a stage's data: alpha, split over the looks of a stage that added seeds
+    while its best R was undecided (stage.max_seeds: the `looks` column; cart_sweeps.decide.looks)."""
+    looks = rows["looks"].max() if "looks" in rows and rows["looks"].notna().any() else 1
+    return alpha / int(looks)
 
 
 def seeds_text(opts: list[Option]) -> str:
@@ -236,8 +196,7 @@ def best_of(
     if noise is None:
         why = f"{NO_SPREAD}: one seed per option and no noise measured in the stage, so {name} is a point pick"
         return replace(base, tied=[o.level for o in others], why=why, method="none")
-    p = np.array([min(1.0, 2 * p_better(choice, o, noise)) for o in others])
-    adjusted = holm(p)
+    adjusted = against_others(opts, noise)
     runner = min(others, key=lambda o: o.log_mean)
     tied = [o.level for o, a in zip(others, adjusted, strict=True) if a > alpha]
     decided = not tied

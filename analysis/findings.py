@@ -213,6 +213,11 @@ def _screen(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
             }
             for d, rows in tables["screen_transfer"].groupby("d")
         }
+    if "screen_promotion" in tables:
+        out["promotion"] = {
+            str(plain(r["d"])): {k: plain(v) for k, v in r.items() if k != "d" and not pd.isna(v)}
+            for _, r in tables["screen_promotion"].iterrows()
+        }
     if out:
         out["limits"] = _screen_limits(tables)
     return out
@@ -348,4 +353,22 @@ def _screen_words(screen: Findings) -> list[str]:
         ]
         if said:
             parts.append(f"Stage 1's final ranking against Stage 2 at d={d}: {'; '.join(said)}.")
-    return parts + screen.get("limits", [])
+    return parts + _promotion_words(screen.get("promotion", {})) + screen.get("limits", [])
+
+
+def _promotion_words(promotion: Findings) -> list[str]:
+    """The promotion audit in sentences: the rankings' pairwise agreement, and whether the cutoff missed a winner."""
+    parts = []
+    pooled = promotion.get("all", {})
+    if pooled.get("agreement") is not None:
+        parts.append(
+            f"Stage 1's and Stage 2's rankings order {pooled['agreement']:.0%} of {pooled['pairs']} configuration "
+            f"pairs alike (95% bootstrap interval {pooled['ci_low']:.0%} to {pooled['ci_high']:.0%})."
+        )
+    for d, r in promotion.items():
+        if d == "all" or "cutoff_missed_winner" not in r:
+            continue
+        rank = f"screen rank {int(r['winner_screen_rank'])}" if "winner_screen_rank" in r else "not screened"
+        said = "would have missed it" if r["cutoff_missed_winner"] else "promoted it"
+        parts.append(f"d={d}: Stage 2's winner {r['winner']} ({rank}); the zoom cutoff {said}.")
+    return parts

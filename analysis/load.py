@@ -33,6 +33,7 @@ INT_COLUMNS = (
     "steps",
     "warmup_steps",
     "trial",
+    "looks",
 )
 RUN_KEY = ("stage", "model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "seed", "eval_n_loops")
 TRAINER_KEYS = ("steps", "lr", "min_lr", "warmup_steps", "weight_decay", "decay_all")
@@ -159,6 +160,8 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
             assert run.summary is not None  # a used run holds its result
             summary = run.summary.to_dict()
             meta = {**_run_meta(summary, run.folder, root), **_axis_values(run), "role": selection.role}
+            if choice.record and choice.record.looks > 1:  # a stage that added seeds while undecided
+                meta["looks"] = choice.record.looks
             for event in _events(run.folder / "metrics.jsonl"):
                 if event.get("kind") == "train":
                     train.append({**meta, "step": event.get("step"), **{k: event.get(k) for k in TRAIN_KEYS}})

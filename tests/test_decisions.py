@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.decisions import ALPHA, holm
+from analysis.decisions import ALPHA
+from cart_sweeps.decide import holm
 
 STUDIES = 400  # per truth; the error-rate bound below allows 2.5 binomial s.d. over alpha
 SEEDS = (1, 2, 3)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,10 @@ QUICK = {
     StageRole.variable_r: ["stage.eval_n_loops=2,6,10"],
     StageRole.benchmarks: [],  # already small: Stage 2's best run of each width, 0- and 5-shot
 }
+# Seeds where the decisions need them (README, "How sure is a finding"): the screen re-runs each width's best
+# and runner-up with two more seeds (--quick: its best), so its picks carry a confidence; the same commands.
+SEEDS = {StageRole.screen: ["stage.replicates=2"]}
+QUICK_SEEDS = {StageRole.screen: ["stage.replicates=1"]}
 # The model the paper evaluates at other R: Stage 2's widest, R=6, seed 42 (paper numbers).
 VARIABLE_R_SOURCE = {"model.d_model": 1024, "model.n_loops": 6, "seed": 42}
 SOURCE = "stage.source=runs/2/d96-P6-R6-s42-<id>"  # shown; the demo fills in the folder variable_r_source finds
@@ -49,14 +54,14 @@ def variable_r_source(runs: Path, quick: bool) -> Path:
 
 def stage_args(role: StageRole, quick: bool) -> list[str]:
     """The overrides after `stage=<name>`: the tiny scale, and --quick's narrowing."""
-    return [*STAGE[3:], *(QUICK[role] if quick else [])]
+    return [*STAGE[3:], *(QUICK[role] if quick else []), *(QUICK_SEEDS if quick else SEEDS).get(role, [])]
 
 
 def steps(runs: Path, out: Path, quick: bool) -> list[tuple[str, list[str]]]:
     """(title, command) in order; variable-R's SOURCE is filled in when Stage 2 has run."""
 
     def stage(role: StageRole) -> list[str]:
-        return [*STAGE, f"stage={stage_of(role)}", *(QUICK[role] if quick else [])]
+        return [*STAGE, f"stage={stage_of(role)}", *stage_args(role, quick)[len(STAGE) - 3 :]]
 
     return [
         ("Prepare the embedded corpus (tokenizer, bins)", ["-m", "cart_sweeps.data.prepare", "data=embedded"]),
@@ -68,6 +73,17 @@ def steps(runs: Path, out: Path, quick: bool) -> list[tuple[str, list[str]]]:
         ("Benchmarks (lm-eval): each width's best Stage-2 run, 0- and 5-shot", stage(StageRole.benchmarks)),
         ("Analysis: tables, figures, findings", ["-m", "analysis", "--runs", str(runs), "--out", str(out)]),
     ]
+
+
+def decision_table(findings: Path) -> str:
+    """The findings' decisions as one Markdown table: what each claim chose, whether it is decided, and why."""
+    lines = ["| claim | stage | where | choice | decided | p | why |", "| --- | --- | --- | --- | --- | ---: | --- |"]
+    for d in json.loads(findings.read_text()).get("decisions", []):
+        where = " ".join(f"{k}={v}" for k, v in d["cell"].items())
+        p = "-" if d["p_value"] is None else f"{d['p_value']:.2g}"
+        yes = "yes" if d["decided"] else "no"
+        lines.append(f"| {d['claim']} | {d['stage']} | {where} | {d['choice']} | {yes} | {p} | {d['why']} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         path = Path(args.out) / f"{table}.md"
         if path.exists():
             print(f"\n{path}:\n{path.read_text()}")
+    if (findings := Path(args.out) / "findings.json").exists():
+        print(f"\nHow sure each finding is ({findings}, README 'How sure is a finding'):\n{decision_table(findings)}")
     print(f"demo finished in {time.perf_counter() - start:.0f} s: runs in {runs}/, tables and figures in {args.out}/")
 
 

@@ -22,6 +22,7 @@ from rich.console import Console
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import LABEL_SHOWS, SWEEPS_DIR, ConfigError
 from cart_sweeps.status import RunStatus
+from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import folder_holds_result, held_result
 from cart_sweeps.sweep.expand import Run, Stage
@@ -135,7 +136,7 @@ def columns(stage: Stage) -> list[str]:
 def rows(stage: Stage) -> list[dict[str, Any]]:
     """One row per run, in `columns(stage)` order and launch order."""
     history = read_history(stage)
-    runs = stage.known_runs(history or {})
+    runs = [*stage.known_runs(history or {}), *(a.run for a in adaptive.earlier(stage, history or {}))]
     results = ((run, held_result(run, (history or {}).get(run.run_id, []))) for run in runs)
     throughput = Throughput.of(results, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
     status = statuses(stage, runs, history)
@@ -241,6 +242,8 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
     )
     console.print(makespan_line(slots, table_rows), highlight=False)
     if line := runset_line(stage):
+        console.print(line, highlight=False)
+    for line in adaptive.plan_lines(stage, {r["run_id"]: r["gpu_hours"] for r in table_rows}):
         console.print(line, highlight=False)
 
 

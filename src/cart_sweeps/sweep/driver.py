@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from cart_sweeps.config import ConfigError
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
+from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
@@ -91,7 +92,9 @@ class StageDriver:
         self.lost: list[Run] = []
         self.recovered = 0
         self.progress: Progress | None = None
-        self.known = stage.known_runs(self.history)
+        earlier = adaptive.earlier(stage, self.history)  # runs a seed rule added: resumed or skipped like the grid's
+        self.why = {a.run.run_id: a.why for a in earlier}
+        self.known = [*stage.known_runs(self.history), *(a.run for a in earlier)]
         plan = stage.base.plan  # longest first, in the order `python -m cart_sweeps.plan` lists
         held = {run.run_id: held_result(run, self.history.get(run.run_id, [])) for run in self.known}  # read once
         throughput = Throughput.of(
@@ -149,14 +152,32 @@ class StageDriver:
     def take(self, n: int) -> list[Attempt]:
         out: list[Attempt] = []
         while len(out) < n:
+            if not self.queue and not out and n >= self.pool.capacity:  # nothing running: a round's results are in
+                self._add_round()
             attempt = self.queue.popleft() if self.queue else self._sampled_attempt()
             if attempt is None:
                 break
             if attempt.trial is None:
-                run = attempt.run
-                attempt.trial = self.ledger.start(run.params, self.stage.dists(run.params), _attrs(run))
+                run, why = attempt.run, self.why.get(attempt.run.run_id)
+                attrs = _attrs(run) | ({adaptive.WHY: why} if why else {})
+                attempt.trial = self.ledger.start(run.params, adaptive.dists(self.stage, run.params), attrs)
             out.append(attempt)
         return out
+
+    def _add_round(self) -> None:
+        """Queue the runs the stage's seed rule adds now (sweep/adaptive.py), each with why; none after a run
+        failed for good (its cell would stay short of the round's seed)."""
+        if self.failed_finally or not adaptive.adds(self.stage):
+            return
+        added = [a for a in adaptive.next_round(self.stage) if a.run.run_id not in self.why]
+        for a in added:
+            print(f"stage {self.stage.name}: {a.run.label}: {a.why}", flush=True)
+            self.why[a.run.run_id] = a.why
+            self.ledger.add_to_launch(a.run.run_id)
+            trials = self.history.get(a.run.run_id, [])
+            self._classify(a.run, trials, held_result(a.run, trials))
+        if self.progress is not None:
+            self.progress.to_run += len(added)
 
     def task(self, attempt: Attempt) -> Task:
         """The run's config, composed now (the driver keeps none) with the pool's settings (threads)."""
@@ -278,7 +299,13 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
             ledger.name_objective(sweep.metric)
             storage = check_storage(sweep.storage)  # a shared SQLite file, absolute: readers start elsewhere
             StageRecord(
-                stage.name, stage.spec.role, storage, sweep.metric, list(stage.varied), search=not stage.runs
+                stage.name,
+                stage.spec.role,
+                storage,
+                sweep.metric,
+                list(stage.varied),
+                search=not stage.runs,
+                looks=adaptive.recorded_looks(stage),
             ).write(stage.sweep_dir)
             pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
             driver = StageDriver(stage, ledger, pool)

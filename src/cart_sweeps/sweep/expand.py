@@ -37,6 +37,7 @@ from cart_sweeps.config import (
 from cart_sweeps.identity import NON_IDENTITY_KEYS, digest, identity, seeded_id
 from cart_sweeps.model import dense_parity
 from cart_sweeps.roles import stage_files, stage_roles
+from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
@@ -155,6 +156,7 @@ class Stage:
             if self.search and not self.spec.grid:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
+        adaptive.check(self)
 
     def compose(self, overrides: Sequence[str]) -> DictConfig:
         """The config of a run's overrides, as its own process would compose it (group choices cached)."""
@@ -182,7 +184,9 @@ class Stage:
         if self.spec.select == "zoom":
             if not all(k in self.axes for k in ZOOM_AXES[:2]):
                 raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
-            cands = zoom_candidates(self._source(), self.base.sweep.metric, self.axes[ZOOM_AXES[0]])
+            cands = zoom_candidates(
+                self._source(), self.base.sweep.metric, self.axes[ZOOM_AXES[0]], self.spec.sentinels
+            )
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
             return [
                 {**c, **dict(zip(rest, vals, strict=True))} for c in cands for vals in itertools.product(*rest.values())

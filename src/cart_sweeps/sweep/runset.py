@@ -47,6 +47,7 @@ class StageRecord:
     metric: str
     varied: list[str]  # the keys its runs differ in (grid, search, variants, command-line axes)
     search: bool = False  # a search stage (TPE): its runs are trials
+    looks: int = 1  # how often its seed rule may decide (stage.max_seeds): each look tests at alpha / looks
 
     def write(self, sweep_dir: Path) -> None:
         path = sweep_dir / RECORD

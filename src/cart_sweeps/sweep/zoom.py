@@ -4,6 +4,9 @@
 Per width: the best R and the best P of Stage 1 (lowest sweep metric at the end), each with its grid
 neighbour on either side; past the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds
 R=10). The candidates are the best (R, P) and its neighbours along each axis (a cross, not a square).
+A configuration run with several seeds (a screen's replicates) ranks by its mean. `stage.sentinels=K` also
+promotes the K configurations ranked just below that cutoff, so the analysis can tell whether the cutoff would
+have missed Stage 2's winner.
 """
 
 from __future__ import annotations
@@ -53,8 +56,33 @@ def best_runs(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
     return {d: best[d][1] for d in sorted(best)}
 
 
-def zoom_candidates(runs: RunSet, metric: str, widths: list[int]) -> list[dict[str, Any]]:
-    """The (d, R, P) points to confirm, for each width in `widths`, from the runs the source's conclusions use."""
+def promoted(ranked: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (R, P) the rule promotes from one width's configurations ranked best first: the best and its
+    grid neighbours along each axis."""
+    best_r, best_p = ranked[0]
+    points = {(best_r, best_p)}
+    points |= {(r, best_p) for r in neighbours([r for r, _ in ranked], best_r, _LOWEST[R])}
+    points |= {(best_r, p) for p in neighbours([p for _, p in ranked], best_p, _LOWEST[P])}
+    return sorted(points)
+
+
+def sentinels(ranked: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
+    """The `k` configurations ranked just below the cutoff: the best-ranked ones the rule does not promote."""
+    cut = set(promoted(ranked))
+    return [c for c in ranked if c not in cut][:k]
+
+
+def ranking(scored: list[tuple[float, dict[str, Any]]]) -> list[tuple[int, int]]:
+    """One width's (R, P) configurations, best (lowest mean over their runs) first."""
+    values: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for value, params in scored:
+        values[(params[R], params[P])].append(value)
+    return sorted(values, key=lambda c: sum(values[c]) / len(values[c]))
+
+
+def zoom_candidates(runs: RunSet, metric: str, widths: list[int], k: int = 0) -> list[dict[str, Any]]:
+    """The (d, R, P) points to confirm, for each width in `widths`, from the runs the source's conclusions
+    use; `k` sentinels per width (stage.sentinels) beside them."""
     by_width: dict[int, list[tuple[float, dict[str, Any]]]] = defaultdict(list)
     for value, params, _ in _scored(runs, metric, ZOOM_AXES):
         by_width[params[D]].append((value, params))
@@ -62,12 +90,6 @@ def zoom_candidates(runs: RunSet, metric: str, widths: list[int]) -> list[dict[s
     for d in widths:
         if not by_width.get(d):
             raise ConfigError(f"stage.select=zoom: stage {runs.stage} has no completed run with {metric} at d={d}")
-        ranked = sorted(by_width[d], key=lambda pair: pair[0])
-        best = ranked[0][1]
-        points = {(best[R], best[P])}
-        for axis in (R, P):
-            grid = [params[axis] for _, params in ranked]
-            for value in neighbours(grid, best[axis], _LOWEST[axis]):
-                points.add((value, best[P]) if axis == R else (best[R], value))
-        out += [{D: d, R: r, P: p} for r, p in sorted(points)]
+        ranked = ranking(by_width[d])
+        out += [{D: d, R: r, P: p} for r, p in sorted([*promoted(ranked), *sentinels(ranked, k)])]
     return out

@@ -1,0 +1,101 @@
+"""The promotion audit: would the screen's cutoff have missed the configuration Stage 2 confirms, and how
+well do the screen's and Stage 2's rankings agree, pair by pair?
+
+Per width: the screen's configurations (R, P) ranked by mean metric, the ones the zoom rule promotes
+(cart_sweeps.sweep.zoom.promoted: the best and its neighbours), and Stage 2's winner (lowest mean). Whether
+the cutoff missed the winner can be told only where the screen ran the winner and Stage 2 also ran
+configurations below the cutoff (sentinels, `stage.sentinels=K`, or the paper's fixed candidates). The
+pairwise agreement is the share of pairs of configurations run in both stages that the two rankings order
+alike (a tie in either counts half), with a percentile bootstrap interval that resamples each configuration's
+seeds in each stage (a one-seed configuration stays fixed, so a one-seed screen's own noise is not in the
+interval: the README says so).
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from cart_sweeps.sweep.zoom import promoted
+
+from .load import AnalysisError
+from .stages import CONFIRM, SCREEN
+from .tables import select
+
+RESAMPLES = 2000
+LEVEL = 0.95
+
+
+def _values(rows: pd.DataFrame, metric: str) -> dict[tuple[int, int], np.ndarray]:
+    """(R, P) -> the metric of each of its runs."""
+    rows = rows.dropna(subset=[metric])
+    return {(int(r), int(p)): group[metric].to_numpy(float) for (r, p), group in rows.groupby(["n_loops", "n_prelude"])}
+
+
+def _concordance(one: np.ndarray, two: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
+    """Share of `pairs` ordered alike by the means `one` and `two` ([..., config]); a tie counts half."""
+    i, j = (np.array(side) for side in zip(*pairs, strict=True))
+    product = np.sign(one[..., i] - one[..., j]) * np.sign(two[..., i] - two[..., j])
+    return np.where(product == 0, 0.5, product > 0).mean(axis=-1)
+
+
+def _resampled(values: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """[resample, config]: each configuration's mean over its seeds drawn with replacement."""
+    return np.stack([v[rng.integers(0, len(v), size=(RESAMPLES, len(v)))].mean(axis=1) for v in values], axis=1)
+
+
+def agreement(
+    screen: dict[tuple, np.ndarray], confirm: dict[tuple, np.ndarray], rng: np.random.Generator
+) -> tuple[int, float | None, float | None, float | None]:
+    """(pairs, share ordered alike, its bootstrap interval) over the configurations (d, R, P) both stages
+    ran, pairing configurations of one width only (pairs across widths would rank widths, not the screen)."""
+    shared = sorted(set(screen) & set(confirm))
+    pairs = [(i, j) for i, j in combinations(range(len(shared)), 2) if shared[i][0] == shared[j][0]]
+    if not pairs:
+        return 0, None, None, None
+    one, two = ([side[c] for c in shared] for side in (screen, confirm))
+    point = float(_concordance(np.array([v.mean() for v in one]), np.array([v.mean() for v in two]), pairs))
+    boot = _concordance(_resampled(one, rng), _resampled(two, rng), pairs)
+    low, high = np.quantile(boot, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return len(pairs), round(point, 4), round(float(low), 4), round(float(high), 4)
+
+
+def screen_promotion(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per width both stages trained, and over all widths: the audit of the module's docstring."""
+    final = evals.sort_values("step", kind="stable").groupby("run", sort=False).tail(1) if "step" in evals else evals
+    one, two = select(final, (SCREEN,)), select(final, (CONFIRM,))
+    widths = sorted(set(one["d_model"].dropna()) & set(two["d_model"].dropna()))
+    if one.empty or two.empty or not widths:
+        raise AnalysisError("table 'screen_promotion' needs stage 1 and stage 2 runs at a shared width")
+    rng = np.random.default_rng(0)  # the same interval each time the analysis runs
+    rows: list[dict] = []
+    everywhere: tuple[dict, dict] = ({}, {})
+    for d in widths:
+        screen, confirm = (_values(rows_[rows_["d_model"] == d], metric) for rows_ in (one, two))
+        by_d = ({(d, *c): v for c, v in screen.items()}, {(d, *c): v for c, v in confirm.items()})
+        ranked = sorted(screen, key=lambda c: screen[c].mean())
+        cut = set(promoted(ranked))
+        winner = min(confirm, key=lambda c: confirm[c].mean())
+        below = [c for c in confirm if c not in cut]
+        pairs, share, low, high = agreement(*by_d, rng)
+        for side, values in zip(everywhere, by_d, strict=True):
+            side.update(values)
+        rows.append(
+            {
+                "d": d,
+                "winner": f"R={winner[0]} P={winner[1]}",
+                "winner_screen_rank": ranked.index(winner) + 1 if winner in screen else None,
+                "promoted": len(cut & set(confirm)),
+                "below_cutoff": len(below),
+                "cutoff_missed_winner": (winner not in cut) if below and winner in screen else None,
+                "pairs": pairs,
+                "agreement": share,
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
+    pairs, share, low, high = agreement(*everywhere, rng)
+    rows.append({"d": "all", "pairs": pairs, "agreement": share, "ci_low": low, "ci_high": high})
+    return pd.DataFrame(rows)

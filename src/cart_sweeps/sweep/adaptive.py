@@ -1,0 +1,273 @@
+"""Seeds a stage adds after its grid, where a decision needs them (README, "How sure is a finding").
+
+- `stage.replicates=K`, a one-seed screen: per width, the K configurations its own seed ranks best (the
+  current best and runner-up for K=2) are re-run with the next REPLICATE_SEEDS seeds of the list, so the
+  screen measures its seed noise.
+- `stage.max_seeds=N`, a stage with a seed axis and an R axis: while a width's best-R decision is open
+  (cart_sweeps.decide.best_level at alpha / looks), every cell of that width gets the next seed of the
+  list, one round at a time, until it is decided or has N seeds per cell.
+
+The seeds come from a fixed list (the stage's own seeds first, then SEEDS in order), and what to add
+follows from the run set alone (runset.stage_runs, as the analysis reads it), so a relaunch recomputes
+the same rounds: done runs are skipped and a finished stage adds nothing. Each added run's trial records
+why it exists (ledger attribute WHY).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from optuna.distributions import BaseDistribution, IntDistribution
+from optuna.trial import FrozenTrial
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.decide import ALPHA, MOST_SEEDS, POWER, Verdict, best_level, looks, seeds_for_power
+from cart_sweeps.sweep.runset import StageRecord, StageRun, stage_runs
+from cart_sweeps.text import count
+
+if TYPE_CHECKING:
+    from cart_sweeps.sweep.expand import Run, Stage
+
+SEEDS = (42, 137, 271, 314, 577, 618, 828, 1123, 1414, 1732, 2236, 2718, 3141, 4669, 6022, 8128)
+REPLICATE_SEEDS = 2  # a replicated screen configuration runs 1 + 2 seeds: 2 df of noise each
+WHY = "added"  # the ledger attribute of an added run: why it exists
+SEED, D, R = "seed", "model.d_model", "model.n_loops"
+Cell = tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Added:
+    """A run the rule adds, and why."""
+
+    run: Run
+    why: str
+
+
+def adds(stage: Stage) -> bool:
+    return stage.spec.max_seeds is not None or stage.spec.replicates > 0
+
+
+def check(stage: Stage) -> None:
+    """Refuse, in one line, options that cannot add seeds to this stage."""
+    spec = stage.spec
+    if spec.sentinels and (spec.select != "zoom" or spec.sentinels < 0):
+        raise ConfigError(
+            f"stage.sentinels={spec.sentinels} promotes configurations below the zoom's cutoff: it needs "
+            f"stage.select=zoom and a count >= 0 (stage {stage.name} has select={spec.select})"
+        )
+    if spec.replicates < 0:
+        raise ConfigError(f"stage.replicates={spec.replicates} must be >= 0 (configurations re-run per width)")
+    if spec.max_seeds is not None:
+        if spec.replicates:
+            raise ConfigError("stage.max_seeds and stage.replicates both add seeds: use one (replicates for a screen)")
+        if SEED not in stage.axes or len(stage.axes.get(R, [])) < 2:
+            raise ConfigError(
+                f"stage.max_seeds adds seeds where the best R is undecided: stage {stage.name} needs a grid over "
+                f"seed and over at least two {R} (it has {sorted(stage.axes)})"
+            )
+        grid = len(stage.axes[SEED])
+        if not grid <= spec.max_seeds <= len(seed_order(stage.axes[SEED])):
+            raise ConfigError(
+                f"stage.max_seeds={spec.max_seeds} must lie between the grid's {grid} seeds and "
+                f"{len(seed_order(stage.axes[SEED]))} (the seeds of the list in cart_sweeps.sweep.adaptive)"
+            )
+    if spec.replicates:
+        if SEED in stage.axes or SEED in stage.args.passed:
+            raise ConfigError(
+                f"stage.replicates re-runs a one-seed screen with more seeds: stage {stage.name} already sets its "
+                "seeds (drop seed=... or use stage.max_seeds)"
+            )
+        if D not in stage.axes:
+            raise ConfigError(f"stage.replicates picks configurations per width: stage {stage.name} has no {D} axis")
+    if adds(stage) and not stage.runs:
+        raise ConfigError("stage.max_seeds and stage.replicates add seeds to a grid stage, not to a search")
+
+
+def seed_order(first: Sequence[int]) -> list[int]:
+    """The seeds in the order a stage adds them: its own, then SEEDS."""
+    return [*first, *(s for s in SEEDS if s not in first)]
+
+
+def dists(stage: Stage, params: dict[str, Any]) -> dict[str, BaseDistribution]:
+    """`stage.dists`, with the seed's range covering every seed the stage may add."""
+    out = stage.dists(params)
+    if adds(stage) and SEED in params:
+        order = seed_order(stage.axes.get(SEED, []))
+        out[SEED] = IntDistribution(min(order), max(order))
+    return out
+
+
+def cell_of(params: dict[str, Any]) -> Cell:
+    """A run's table cell: its params less the seed (as runset.StageRun.cell)."""
+    return tuple(sorted((k, v) for k, v in params.items() if k != SEED))
+
+
+def earlier(stage: Stage, history: dict[str, list[FrozenTrial]]) -> list[Added]:
+    """The runs earlier launches added to this launch's cells (so a relaunch resumes or skips them)."""
+    if not adds(stage):
+        return []
+    cells = {cell_of(run.params) for run in stage.runs}
+    out = []
+    for trials in history.values():
+        attrs, params = trials[-1].user_attrs, trials[-1].params
+        if WHY in attrs and cell_of(params) in cells:
+            out.append(Added(stage.run(dict(params)), str(attrs[WHY])))
+    return out
+
+
+def next_round(stage: Stage) -> list[Added]:
+    """The runs the rule adds now, from the runs the stage's conclusions use (none while a cell of this
+    launch lacks a result it needs, or once nothing is open)."""
+    if not adds(stage):
+        return []
+    grid = {cell_of(run.params): run.params for run in stage.runs}
+    used = stage_runs(Path(stage.base.paths.runs), stage.name).used
+    values = _values(used, grid, stage.base.sweep.metric)
+    if stage.spec.max_seeds is not None:
+        return _seeds_round(stage, grid, values)
+    own = {_seed(r) for r in used if r.cell in grid and SEED not in r.params}  # the screen's own seed
+    return _replicates(stage, grid, values, own.pop()) if len(own) == 1 else []
+
+
+def _seed(run: StageRun) -> int:
+    """A run's seed: its grid point's, else (a screen's seed is in its recipe) the one its summary records."""
+    return int(run.params[SEED] if SEED in run.params else (run.summary.details if run.summary else {})[SEED])
+
+
+def _values(used: list[StageRun], grid: dict[Cell, Any], metric: str) -> dict[Cell, dict[int, float]]:
+    """Per cell of this launch: seed -> its run's metric."""
+    out: dict[Cell, dict[int, float]] = defaultdict(dict)
+    for run in used:
+        value = run.summary.value(metric) if run.summary else None
+        if run.cell in grid and value is not None and run.summary is not None:
+            out[run.cell][_seed(run)] = value
+    return out
+
+
+def _seeds_round(stage: Stage, grid: dict[Cell, Any], values: dict[Cell, dict[int, float]]) -> list[Added]:
+    assert stage.spec.max_seeds is not None
+    order = seed_order(stage.axes[SEED])
+    first, most = len(stage.axes[SEED]), stage.spec.max_seeds
+    groups: dict[Cell, list[Cell]] = defaultdict(list)
+    for cell in grid:
+        groups[tuple((k, v) for k, v in cell if k != R)].append(cell)
+    out = []
+    for key, cells in groups.items():
+        have = seeds_in_every(order, [values.get(c, {}) for c in cells])
+        if have < first or have >= most:  # the grid's seeds not all in, or the width at its most
+            continue
+        verdict = best_level(
+            {dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}, ALPHA, stage_looks(stage)
+        )
+        if verdict.decided or len(verdict.options) < 2:
+            continue
+        seed = order[have]
+        said = f"undecided with {count(have, 'seed')} ({_open(verdict)})"
+        why = f"round {have - first + 1}: best R at {_where(key)} {said}"
+        out += [Added(stage.run({**grid[c], SEED: seed}), f"{why}; seed {seed} added") for c in cells]
+    return out
+
+
+def _replicates(stage: Stage, grid: dict[Cell, Any], values: dict[Cell, dict[int, float]], base: int) -> list[Added]:
+    """Per width whose screen is all in, its `replicates` best cells by the screen's own seed `base`."""
+    by_width: dict[Any, list[tuple[float, Cell]]] = defaultdict(list)
+    for cell in grid:
+        if base in values.get(cell, {}):
+            by_width[dict(cell)[D]].append((values[cell][base], cell))
+    seeds = seed_order([base])[1 : 1 + REPLICATE_SEEDS]
+    out = []
+    for d, ranked in by_width.items():
+        if len(ranked) < sum(dict(c)[D] == d for c in grid):  # the width's screen is not all in
+            continue
+        for rank, (_, cell) in enumerate(sorted(ranked)[: stage.spec.replicates], 1):
+            why = f"replicate: rank {rank} of {_where(((D, d),))} by seed {base}"
+            out += [
+                Added(stage.run({**grid[cell], SEED: s}), f"{why}; seed {s}") for s in seeds if s not in values[cell]
+            ]
+    return out
+
+
+def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
+    """What `plan` says of the seeds the stage adds (`hours`: run id -> estimated GPU-hours): the replicates'
+    cost; for a stage with seed and R axes and results, each width's decision now and the seeds per cell
+    for 80% power at the margin and noise observed, with their cost."""
+    grid = {cell_of(run.params): run for run in stage.runs}
+    if stage.spec.replicates:
+        widths = {dict(c)[D] for c in grid}
+        per = [max(hours.get(run.run_id, 0.0) for c, run in grid.items() if dict(c)[D] == d) for d in widths]
+        n = stage.spec.replicates * REPLICATE_SEEDS
+        return [
+            f"stage.replicates={stage.spec.replicates}: after the grid, per width its {stage.spec.replicates} best "
+            f"configurations run {REPLICATE_SEEDS} more seeds: {n * len(widths)} runs, at most {n * sum(per):,.2f} "
+            "GPU-hours"
+        ]
+    if SEED not in stage.axes or len(stage.axes.get(R, [])) < 2:
+        return []
+    used = stage_runs(Path(stage.base.paths.runs), stage.name).used
+    values = _values(used, {c: run.params for c, run in grid.items()}, stage.base.sweep.metric)
+    if not values:
+        return []
+    order, n_looks = seed_order(stage.axes[SEED]), stage_looks(stage)
+    groups: dict[Cell, list[Cell]] = defaultdict(list)
+    for cell in grid:
+        groups[tuple((k, v) for k, v in cell if k != R)].append(cell)
+    lines = [f"decisions now (alpha {ALPHA:g} / {n_looks} look{'s' * (n_looks > 1)}; seeds for {POWER:.0%} power):"]
+    for key, cells in groups.items():
+        have = seeds_in_every(order, [values.get(c, {}) for c in cells])
+        if have == 0:
+            continue
+        verdict = best_level({dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}, ALPHA, n_looks)
+        said = f"R={verdict.choice} decided" if verdict.decided else f"undecided ({_open(verdict)})"
+        lines.append(
+            f"  {_where(key)}: {have} seeds per cell, {said}; {_needed(verdict, have, n_looks, cells, grid, hours)}"
+        )
+    return lines
+
+
+def _needed(
+    verdict: Verdict, have: int, n_looks: int, cells: list[Cell], grid: dict[Cell, Run], hours: dict[str, float]
+) -> str:
+    """The seeds per cell for POWER at the observed margin and noise, and the GPU-hours of those to add."""
+    if verdict.noise is None or len(verdict.options) < 2:
+        return "no seed spread to size it from"
+    best, runner = verdict.options[0], verdict.options[1]
+    n = seeds_for_power(runner.log_mean - best.log_mean, verdict.noise.sd, ALPHA / n_looks, len(verdict.options))
+    if n is None:
+        return f"no seed count up to {MOST_SEEDS:,} decides this margin"
+    cost = max(0, n - have) * sum(hours.get(grid[c].run_id, 0.0) for c in cells)
+    return f"{n} seeds per cell for {POWER:.0%} power ({max(0, n - have)} more: {cost:,.2f} GPU-hours)"
+
+
+def seeds_in_every(order: list[int], cells: list[dict[int, float]]) -> int:
+    """How many of `order`'s first seeds every cell has a result for."""
+    n = 0
+    while n < len(order) and all(order[n] in c for c in cells):
+        n += 1
+    return n
+
+
+def stage_looks(stage: Stage) -> int:
+    """How often the stage's rule may decide (decide.looks): each look tests at alpha / looks."""
+    return looks(len(stage.axes.get(SEED, [])), stage.spec.max_seeds)
+
+
+def recorded_looks(stage: Stage) -> int:
+    """The looks the stage's record keeps: this launch's, or more where an earlier launch added seeds (its
+    runs stay in the run set, so a plain relaunch must not test them at the full alpha)."""
+    earlier = StageRecord.read(stage.sweep_dir)
+    return max(stage_looks(stage), earlier.looks if earlier else 1)
+
+
+def _where(key: Cell) -> str:
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in key) or "the stage"
+
+
+def _open(verdict: Verdict) -> str:
+    if verdict.noise is None:
+        return "no seed spread"
+    tied = ", ".join(f"R={t}" for t in verdict.tied)
+    return f"R={verdict.choice} not told from {tied}, p={verdict.p_value:.2g}"
