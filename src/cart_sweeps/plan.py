@@ -120,9 +120,10 @@ def paper_numbers(run: Run) -> str:
 
 def recipe_line(stage: Stage, runs: Sequence[Run]) -> str | None:
     """How the scale maps the stage's other paper numbers, from the first run (the recipe is shared)."""
-    cfg = runs[0].config.cfg if runs else None
-    paper = dict(cfg.scale.paper) if cfg is not None else {}
-    shown = [f"{k} {v} -> {OmegaConf.select(cfg, k)}" for k, v in paper.items() if k not in runs[0].actual]
+    if not runs:
+        return None
+    cfg = runs[0].config.cfg
+    shown = [f"{k} {v} -> {OmegaConf.select(cfg, k)}" for k, v in cfg.scale.paper.items() if k not in runs[0].actual]
     return f"scale={stage.base.scale.name} maps the paper's numbers: " + ", ".join(shown) if shown else None
 
 
