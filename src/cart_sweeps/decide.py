@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 ALPHA = 0.05
 POWER = 0.8  # what `plan` sizes the seeds per cell for
@@ -88,6 +87,8 @@ def gap(better: Option, worse: Option, noise: Noise) -> tuple[float, float]:
 def p_better(better: Option, worse: Option, noise: Noise) -> float:
     """One-sided p that `better` has the lower mean log-metric (a direction fixed before the data)."""
     diff, se = gap(better, worse, noise)
+    from scipy import stats  # 2 s to import: only where a decision is computed, not in every driver start
+
     return float(stats.t.sf(diff / se, noise.df)) if se > 0 else float(diff <= 0)
 
 
@@ -125,6 +126,8 @@ def power(seeds: int, margin: float, sd: float, alpha: float, k: int) -> float:
     if df < 1 or sd <= 0:
         return 0.0
     level = alpha / max(1, k - 1)
+    from scipy import stats  # see p_better
+
     crit = float(stats.t.ppf(1 - level / 2, df))
     shift = abs(margin) / (sd * math.sqrt(2 / seeds))
     return float(stats.nct.sf(crit, df, shift) + stats.nct.cdf(-crit, df, shift))
