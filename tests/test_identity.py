@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from cart_sweeps import config
+from cart_sweeps import register
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import (
     Config,
@@ -20,10 +20,8 @@ from cart_sweeps.config import (
     TokenizerConfig,
     TrainerConfig,
     ValSetConfig,
-    config_id,
-    run_id,
 )
-from cart_sweeps.identity import FROZEN_FIELDS, later_defaults
+from cart_sweeps.identity import FROZEN_FIELDS, config_id, later_defaults, run_id
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.train.runfolder import checkpoint_path
 
@@ -119,7 +117,7 @@ class ConfigWithNewFields(Config):
 @pytest.fixture
 def new_fields(monkeypatch):
     """The schema as it would be after someone adds a field with a default to model, trainer and a data source."""
-    monkeypatch.setattr(config, "Config", ConfigWithNewFields)
+    monkeypatch.setattr(register, "Config", ConfigWithNewFields)  # the schema Hydra is given
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from cart_sweeps import plan
 from cart_sweeps.compose import compose_config
-from cart_sweeps.config import run_id
+from cart_sweeps.identity import run_id
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import Ledger

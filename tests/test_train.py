@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from cart_sweeps.bench import bench
-from cart_sweeps.config import ConfigError, run_id
+from cart_sweeps.config import ConfigError
 from cart_sweeps.dashboard import build_report, build_workspace, dashboard
+from cart_sweeps.identity import run_id
 from cart_sweeps.model import build_model
 from cart_sweeps.train.logger import DRIVER_KEYS, check_credentials, wandb_id
 from cart_sweeps.train.optim import build_optimizer, lr_at

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps import completion
 from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
-from cart_sweeps.config import CONF_DIR, ConfigError, check_settings, register_configs
+from cart_sweeps.config import CONF_DIR, ConfigError, check_settings
+from cart_sweeps.register import register_configs
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
 from cart_sweeps.text import count

@@ -3,7 +3,8 @@
 The YAML files in conf/ and sweeps/ are validated against these dataclasses at compose time, so an
 unknown key or a wrong type fails before anything runs. Value checks that types cannot express
 (d divisible by the head dim, R within the loop-index table, ...) live in `validate`. Which values
-name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identity.
+name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identity; its label and folder in
+cart_sweeps.naming.
 """
 
 from __future__ import annotations
@@ -17,13 +18,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import omegaconf.base
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
-from cart_sweeps.identity import config_id as config_id
-from cart_sweeps.identity import identity as identity
-from cart_sweeps.identity import run_id as run_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The repo's conf/ and sweeps/, through the package's links to them (copies of them in an installed wheel).
@@ -416,20 +413,6 @@ class Config:
     evaluated: EvaluatedConfig | None = None  # evaluate stages: set from stage.source
 
 
-def register_configs() -> None:
-    """Register the root schema, and sweeps/*.yaml as the `stage` group (sweeps/ is not under conf/).
-
-    The root schema types every group, so conf/ files need no schema of their own.
-    """
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
-    cs.store(name="launcher_local_schema", node=LocalLauncherConfig)  # outside the group: no option of it
-    cs.store(name="launcher_slurm_schema", node=SlurmLauncherConfig)
-    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
-        stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
-        cs.store(group="stage", name=path.stem, node=stage, package="stage")
-
-
 def check_bounds(node: Any, path: str) -> None:
     """The bounds the schema declares on a group's fields (`at_least`, `above` metadata): one line for the
     first value that cannot succeed. One walk for every group, so a bounded field needs no check of its own."""
@@ -509,88 +492,6 @@ def validate(cfg: DictConfig) -> None:
 ABLATION_SWITCHES = tuple(f.name for f in fields(ModelConfig) if f.metadata.get("ablation"))
 
 
-def variant(model: DictConfig | ModelConfig) -> str:
-    """The ablation label of a model config: 'base', or its switches joined by '+'."""
-    on = [s for s in ABLATION_SWITCHES if getattr(model, s)]
-    if model.core_update != CoreUpdate.reference:
-        on.append(f"core_{model.core_update}")
-    return "+".join(on) or "base"
-
-
-# The override keys `run_label` shows in its fixed part; any other key a stage varies is appended to it.
-LABEL_SHOWS = frozenset(
-    {
-        "seed",
-        "model",
-        "model.name",
-        "model.d_model",
-        "model.n_prelude",
-        "model.n_loops",
-        "model.n_layers",
-        "model.core_update",
-        "stage.eval_n_loops",
-        "stage.num_fewshot",
-        *(f"model.{s}" for s in ABLATION_SWITCHES),
-    }
-)
-SHORT_KEYS = {"weight_decay": "wd", "warmup_steps": "warmup", "micro_batch_size": "mbs", "grad_accum": "accum"}
-
-
-def short_value(value: Any) -> str:
-    """A value as a label writes it: 3e-3, 0.5, 32, true (three significant digits for floats)."""
-    if isinstance(value, float) and value != 0 and not 1e-2 <= abs(value) < 1e4:
-        mantissa, exponent = f"{value:.2e}".split("e")
-        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, DictConfig):  # a config group chosen per run (data=...): its name
-        return str(value.get("name", "?"))
-    return str(value)
-
-
-def axis_tag(key: str, value: Any) -> str:
-    """One varied key in a label: lr3e-3, gate_init0.5, decay_all_false, data_embedded."""
-    name = key.rsplit(".", 1)[-1]
-    name = SHORT_KEYS.get(name, name)
-    text = short_value(value)
-    return f"{name}{text}" if isinstance(value, int | float) and not isinstance(value, bool) else f"{name}_{text}"
-
-
-def run_label(cfg: DictConfig) -> str:
-    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
-    d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation); each other key its stage varies (stage.varied)
-    is shown before the seed (d32-P2-R2-lr3e-3-s42), so no two runs of a stage share a label."""
-    m = cfg.model
-    if m.name == ModelName.dense:
-        label = f"dense-d{m.d_model}-L{m.n_layers}"
-    else:
-        label = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
-        if variant(m) != "base":
-            label += f"-{variant(m)}"
-    for key in cfg.stage.get("varied") or ():
-        if key not in LABEL_SHOWS:
-            label += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"
-    label += f"-s{cfg.seed}"
-    if cfg.stage.eval_n_loops is not None:
-        label += f"-at-R{cfg.stage.eval_n_loops}"
-    if cfg.stage.get("num_fewshot") is not None:
-        label += f"-{cfg.stage.num_fewshot}shot"
-    return label
-
-
-def run_dir(cfg: DictConfig) -> Path:
-    """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike:
-    the label for people, the id so that runs sharing a label (another lr, say) never share a folder."""
-    return run_folder(cfg, run_label(cfg), run_id(cfg))
-
-
-def run_folder(cfg: DictConfig, label: str, id_: str) -> Path:
-    """`run_dir(cfg)` from the run's label and id, for a caller that has them already (hashing is not free)."""
-    return Path(cfg.paths.runs) / cfg.stage.name / f"{label}-{id_[:8]}"
-
-
 def cache_home() -> str:
     """$CART_SWEEPS_CACHE, else the per-user cache ($XDG_CACHE_HOME/cart_sweeps or ~/.cache/cart_sweeps), as
     HF datasets and torch keep theirs: every working folder shares one prepared copy of each recipe."""
@@ -599,7 +500,6 @@ def cache_home() -> str:
     return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cart_sweeps")
 
 
-OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
 OmegaConf.register_new_resolver("cache_home", cache_home, replace=True)
 
 # OmegaConf parses an interpolation's text (with ANTLR, 0.1-0.2 ms) each time it resolves it, and naming,

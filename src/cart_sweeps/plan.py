@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cart_sweeps.compose import run_cli
-from cart_sweeps.config import LABEL_SHOWS, SWEEPS_DIR, ConfigError
+from cart_sweeps.config import SWEEPS_DIR, ConfigError
+from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import folder_holds_result

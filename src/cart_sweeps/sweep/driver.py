@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from cart_sweeps.config import ConfigError, config_id
+from cart_sweeps.config import ConfigError
+from cart_sweeps.identity import config_id
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs

@@ -24,9 +24,10 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import LABEL_SHOWS, ConfigError, run_folder, run_id, run_label, validate
-from cart_sweeps.identity import NON_IDENTITY_KEYS
+from cart_sweeps.config import ConfigError, validate
+from cart_sweeps.identity import NON_IDENTITY_KEYS, run_id
 from cart_sweeps.model import dense_parity
+from cart_sweeps.naming import LABEL_SHOWS, run_folder, run_label
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments

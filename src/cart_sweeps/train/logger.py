@@ -15,7 +15,9 @@ from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, LoggerName, run_id, run_label, variant
+from cart_sweeps.config import ConfigError, LoggerName
+from cart_sweeps.identity import run_id
+from cart_sweeps.naming import run_label, variant
 
 
 class Logger(Protocol):

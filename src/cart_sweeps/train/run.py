@@ -17,9 +17,11 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, run_id, run_label, validate
+from cart_sweeps.config import ConfigError, validate
 from cart_sweeps.data.loader import load_prepared, train_batch
+from cart_sweeps.identity import run_id
 from cart_sweeps.model import train_flops_per_token
+from cart_sweeps.naming import run_label
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.composer import Composer
