@@ -19,9 +19,9 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.dashboard import build_report, build_workspace, dashboard
 from cart_sweeps.identity import run_id
 from cart_sweeps.model import build_model
+from cart_sweeps.run import execute
 from cart_sweeps.train.logger import DRIVER_KEYS, check_credentials, wandb_id
 from cart_sweeps.train.optim import build_optimizer, lr_at
-from cart_sweeps.train.run import execute
 
 TINY = ["scale=tiny", "trainer.steps=40", "trainer.eval_every=20", "trainer.ckpt_every=10", "trainer.log_every=5"]
 # Timing fields differ between two runs of the same config; everything else must not.

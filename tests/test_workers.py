@@ -34,7 +34,7 @@ def test_one_worker_forks_a_process_per_run_with_the_numbers_of_a_cold_start(tmp
 
     second = next(t for t in trials(tmp_path) if t.params["model.n_loops"] == 2)  # longest first: R=4 ran first
     cold_dir = tmp_path / "cold"  # the run as a cold job ran it: run_job in a fresh process
-    code = "import json, sys; from cart_sweeps.train.run import run_job; run_job(json.loads(sys.argv[1]), sys.argv[2])"
+    code = "import json, sys; from cart_sweeps.run import run_job; run_job(json.loads(sys.argv[1]), sys.argv[2])"
     cold = [sys.executable, "-c", code, json.dumps(second.user_attrs["overrides"]), str(cold_dir)]
     assert subprocess.run(cold, env=env(tmp_path), capture_output=True, timeout=300).returncode == 0
     warm_dir = Path(second.user_attrs["run_dir"])

@@ -38,7 +38,7 @@ SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plug
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _run(cfg: DictConfig) -> None:
-    from cart_sweeps.train.run import execute
+    from cart_sweeps.run import execute
 
     try:
         summary = execute(cfg, Path(HydraConfig.get().runtime.output_dir))

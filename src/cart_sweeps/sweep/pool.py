@@ -59,8 +59,8 @@ class Task(submitit.helpers.Checkpointable):
         # Ctrl-C semantics whatever the launching shell left: a driver started with `&` or nohup hands its
         # jobs SIGINT ignored, and the controller's SIGINT would then never let a run record `interrupted`.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        from cart_sweeps.run import run_job  # in the job's process only: the driver needs no torch
         from cart_sweeps.train.output import output_to_run_log
-        from cart_sweeps.train.run import run_job  # in the job's process only: the driver needs no torch
 
         try:
             with output_to_run_log(self.run_dir):

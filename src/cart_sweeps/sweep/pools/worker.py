@@ -64,15 +64,15 @@ def _preload() -> None:
     `torch.cuda.is_available()` through NVML instead of initialising CUDA."""
     import torch._dynamo  # noqa: F401  # torch.optim imports it on first use: 1.4 s of every cold run
 
+    import cart_sweeps.run  # noqa: F401
     import cart_sweeps.train.output  # noqa: F401
-    import cart_sweeps.train.run  # noqa: F401
 
 
 def _compose_for_children(task: Task) -> None:
     """Compose the run's config here, so its process (and the next with the same config groups) finds the
     slow step done. Whatever fails here fails again in the run's process, which records it: the worker
     must live on."""
-    from cart_sweeps.train.run import compose_run
+    from cart_sweeps.run import compose_run
 
     with contextlib.suppress(Exception):
         compose_run(task.overrides)

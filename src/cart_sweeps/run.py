@@ -1,4 +1,5 @@
-"""One run: train (or resume, or skip) a composed config in its run folder, and say how it ended.
+"""One run: train (or resume, or skip) a composed config in its run folder, or evaluate one (an evaluate
+stage's run, cart_sweeps.evaluate), and say how it ended.
 
 The run folder holds everything the analysis and a resumed process need: config.yaml, metrics.jsonl,
 summary.json, checkpoints/; one process owns it at a time. A divergence is recorded (status diverged);
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError, validate
 from cart_sweeps.data.loader import load_prepared, train_batch
+from cart_sweeps.evaluate import evaluate_run
 from cart_sweeps.identity import run_id
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.naming import run_label
@@ -26,7 +28,6 @@ from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.train import checkpoint as ckpt
-from cart_sweeps.train.evaluate import evaluate_run
 from cart_sweeps.train.logger import Logger, make_logger
 from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
