@@ -18,6 +18,7 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, validate
 from cart_sweeps.data.loader import load_prepared, train_batch
 from cart_sweeps.evaluate import evaluate_run
@@ -26,7 +27,6 @@ from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.naming import run_label
 from cart_sweeps.status import RunStatus
 from cart_sweeps.summary import RunSummary
-from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.logger import Logger, make_logger
 from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step

@@ -24,12 +24,12 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
+from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, validate
 from cart_sweeps.identity import NON_IDENTITY_KEYS, run_id
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, run_folder, run_label
 from cart_sweeps.roles import stage_files, stage_roles
-from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
