@@ -22,8 +22,8 @@ from cart_sweeps.config import (
     ValSetConfig,
 )
 from cart_sweeps.identity import FROZEN_FIELDS, config_id, later_defaults, run_id
+from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.train.runfolder import checkpoint_path
 
 PINNED = Path(__file__).parent / "fixtures" / "run_ids.json"
 # The paper-scale runs pinned here trained torch AdamW, the paper scale's default until AdamW8bit (the

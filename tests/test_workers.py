@@ -14,9 +14,9 @@ import pytest
 from stages import env, leftovers, trials, wait_for, wait_until_gone
 from test_train import rows
 
+from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.sweep.pool import Task
 from cart_sweeps.sweep.pools.worker import cancel_path, exit_path, task_path
-from cart_sweeps.train.runfolder import atomic_write
 
 RUN = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2", "trainer.threads=1"]
 STEPS = ["trainer.steps=20", "trainer.deterministic=true"]

@@ -12,12 +12,12 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.data.manifest import file_sha256
+from cart_sweeps.record.runfolder import base_summary, checkpoint_path, write_summary
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.train.checkpoint import load_trained
 from cart_sweeps.train.device import pick_device
 from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged
-from cart_sweeps.train.runfolder import base_summary, checkpoint_path, write_summary
 
 
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:

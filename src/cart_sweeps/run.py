@@ -25,15 +25,7 @@ from cart_sweeps.evaluate import evaluate_run
 from cart_sweeps.identity import run_id
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.naming import run_label
-from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
-from cart_sweeps.train import checkpoint as ckpt
-from cart_sweeps.train.logger import Logger, make_logger
-from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step
-from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
-from cart_sweeps.train.optim import lr_at
-from cart_sweeps.train.progress import RunProgress
-from cart_sweeps.train.runfolder import (
+from cart_sweeps.record.runfolder import (
     METRICS,
     atomic_write,
     base_summary,
@@ -42,6 +34,14 @@ from cart_sweeps.train.runfolder import (
     with_source,
     write_summary,
 )
+from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.status import RunStatus
+from cart_sweeps.train import checkpoint as ckpt
+from cart_sweeps.train.logger import Logger, make_logger
+from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step
+from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
+from cart_sweeps.train.optim import lr_at
+from cart_sweeps.train.progress import RunProgress
 from cart_sweeps.train.setup import build_state, configure_torch
 
 

@@ -21,8 +21,9 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.identity import config_id
+from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
@@ -33,7 +34,6 @@ from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.sweep.runset import StageRecord
 from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
-from cart_sweeps.train.runfolder import read_summary
 
 PoolFactory = Callable[[DictConfig, Path], Pool[Any]]
 

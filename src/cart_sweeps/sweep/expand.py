@@ -29,12 +29,12 @@ from cart_sweeps.config import ConfigError, validate
 from cart_sweeps.identity import NON_IDENTITY_KEYS, run_id
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, run_folder, run_label
+from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, best_runs, zoom_candidates
-from cart_sweeps.train.runfolder import with_source
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
 PARITY = "dense_parity"  # a variant key: derive model.n_layers at parity with the point's CART model

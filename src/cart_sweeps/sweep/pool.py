@@ -24,9 +24,9 @@ import submitit
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
-from cart_sweeps.train.runfolder import read_summary
 
 Item = TypeVar("Item")
 _LOW_DISK_BYTES = 64 * 2**20  # less free space than this beside a dead run: the disk is the likely cause

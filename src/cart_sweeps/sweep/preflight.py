@@ -18,7 +18,7 @@ from cart_sweeps.config import ConfigError, check_bounds
 from cart_sweeps.data.manifest import checked_bins, read_manifest
 from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
 from cart_sweeps.hardware import gpu_memory_bytes
-from cart_sweeps.summary import metric_names
+from cart_sweeps.record.summary import metric_names
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url

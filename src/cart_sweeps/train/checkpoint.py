@@ -22,7 +22,7 @@ from cart_sweeps.data.manifest import file_sha256
 from cart_sweeps.model import build_model
 from cart_sweeps.model.cart import CART
 from cart_sweeps.model.dense import Dense
-from cart_sweeps.train.runfolder import CKPT_DIR, atomic_write, checkpoint_path
+from cart_sweeps.record.runfolder import CKPT_DIR, atomic_write, checkpoint_path
 
 CORRUPT = ".corrupt"
 

@@ -27,12 +27,12 @@ from omegaconf import DictConfig
 from submitit.local.local import LocalJob
 
 from cart_sweeps.hardware import nvidia_gpus
+from cart_sweeps.record.runfolder import atomic_write
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.local_controller import DRIVER_ENV, GRACE_S, exit_codes_path
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
 from cart_sweeps.sweep.pools.worker import POLL_S, Worker, cancel_path, exit_path, result_path, task_path
-from cart_sweeps.train.runfolder import atomic_write
 
 
 class LocalExecutor(submitit.LocalExecutor):

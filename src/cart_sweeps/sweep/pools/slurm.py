@@ -21,8 +21,8 @@ from omegaconf import DictConfig
 from submitit.core.utils import FailedJobError
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
 
 _ACTIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"}

@@ -34,9 +34,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.sweep.local_controller import GRACE_S
 from cart_sweeps.sweep.pool import Task
-from cart_sweeps.train.runfolder import atomic_write
 
 POLL_S = 0.01  # how often a worker looks for its next run, and for a cancel or a timeout of the current one
 _FORK = multiprocessing.get_context("fork")
