@@ -26,11 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps import completion
 from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
-from cart_sweeps.config import CONF_DIR, ConfigError, check_settings
+from cart_sweeps.config import CONF_DIR, ConfigError
 from cart_sweeps.register import register_configs
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
 from cart_sweeps.text import count
+from cart_sweeps.validate import check_settings
 
 register_configs()
 SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plugins/cart_sweeps_plugins)

@@ -11,8 +11,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ABLATION_SWITCHES, CoreUpdate, ModelConfig, ModelName
+from cart_sweeps.config import ABLATION_SWITCHES, ModelConfig
 from cart_sweeps.identity import run_id
+from cart_sweeps.options import CoreUpdate, ModelName
 
 
 def variant(model: DictConfig | ModelConfig) -> str:

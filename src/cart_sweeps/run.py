@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.composer import Composer
-from cart_sweeps.config import ConfigError, validate
+from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared, train_batch
 from cart_sweeps.evaluate import evaluate_run
 from cart_sweeps.identity import run_id
@@ -43,6 +43,7 @@ from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
 from cart_sweeps.train.optim import lr_at
 from cart_sweeps.train.progress import RunProgress
 from cart_sweeps.train.setup import build_state, configure_torch
+from cart_sweeps.validate import validate
 
 
 @functools.cache

@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from cart_sweeps.config import ModelName, validate_model
 from cart_sweeps.model.params import dense_parity, param_counts, train_flops_per_token
+from cart_sweeps.options import ModelName
+from cart_sweeps.validate import validate_model
 
 if TYPE_CHECKING:
     from cart_sweeps.model.cart import CART

@@ -25,7 +25,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.composer import Composer
-from cart_sweeps.config import ConfigError, validate
+from cart_sweeps.config import ConfigError
 from cart_sweeps.identity import NON_IDENTITY_KEYS, run_id
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, run_folder, run_label
@@ -35,6 +35,7 @@ from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, best_runs, zoom_candidates
+from cart_sweeps.validate import validate
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
 PARITY = "dense_parity"  # a variant key: derive model.n_layers at parity with the point's CART model

@@ -15,7 +15,8 @@ import optuna
 from omegaconf import DictConfig
 from optuna.trial import Trial
 
-from cart_sweeps.config import ConfigError, Pruner
+from cart_sweeps.config import ConfigError
+from cart_sweeps.options import Pruner
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS, read_summary, write_summary
 from cart_sweeps.status import RunStatus

@@ -15,9 +15,10 @@ from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, LoggerName
+from cart_sweeps.config import ConfigError
 from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_label, variant
+from cart_sweeps.options import LoggerName
 
 
 class Logger(Protocol):
