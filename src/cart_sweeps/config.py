@@ -148,7 +148,7 @@ class TrainerConfig:
     seq_len: int = field(default=1024, metadata=at_least(1))
     micro_batch_size: int = field(default=8, metadata=at_least(1))
     grad_accum: int = field(default=4, metadata=at_least(1))
-    optimizer: Optimizer = Optimizer.adamw
+    optimizer: Optimizer = MISSING  # the trainer group states it (conf/trainer/paper.yaml: the paper's AdamW8bit)
     lr: float = field(default=3e-4, metadata=above(0))
     min_lr: float = field(default=3e-5, metadata=at_least(0))
     warmup_steps: int = field(default=100, metadata=IN_STEPS | at_least(0))
