@@ -334,6 +334,11 @@ class Config:
     evaluated: EvaluatedConfig | None = None  # evaluate stages: set from stage.source
 
 
+# The root groups that say how a stage drives, costs or times its runs, not what a run is: a stage keeps their
+# overrides to itself (sweep/overrides.py), and a run's W&B record leaves them out (train/logger.py).
+DRIVER_GROUPS = ("launcher", "sweep", "plan", "bench")
+
+
 ABLATION_SWITCHES = tuple(f.name for f in fields(ModelConfig) if f.metadata.get("ablation"))
 
 

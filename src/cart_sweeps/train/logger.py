@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import DRIVER_GROUPS, ConfigError
 from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_label, variant
 from cart_sweeps.options import LoggerName
@@ -42,14 +42,14 @@ class NullLogger:
         pass
 
 
-DRIVER_KEYS = ("launcher", "sweep", "plan", "bench", "paths", "logger")  # how runs are driven, not what a run is
+NOT_RECORDED = (*DRIVER_GROUPS, "paths", "logger")  # how runs are driven and where they report, not what a run is
 
 
 def run_config(cfg: DictConfig) -> dict[str, Any]:
     """The config a W&B run records: the run's own (model, data, trainer, stage, scale, seed), not the driver's."""
     full = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     assert isinstance(full, dict)
-    return {k: v for k, v in full.items() if k not in DRIVER_KEYS}
+    return {k: v for k, v in full.items() if k not in NOT_RECORDED}
 
 
 def wandb_id(cfg: DictConfig) -> str:
