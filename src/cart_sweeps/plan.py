@@ -16,7 +16,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.table import Table
 
@@ -25,7 +25,7 @@ from cart_sweeps.config import SWEEPS_DIR, ConfigError
 from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
-from cart_sweeps.sweep.driver import folder_holds_result
+from cart_sweeps.sweep.driver import Standing, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.sweep.pool import pool_class
@@ -89,17 +89,13 @@ def statuses(stage: Stage, runs: Sequence[Run], history: dict[str, list[FrozenTr
     done, the run folder is gone); without a readable ledger (None), what the run folders hold."""
     driver = history is not None and driver_running(stage.sweep_dir)
     history = history or {}
+    shown: dict[Standing, str] = {Standing.RECOVERED: RunStatus.COMPLETED, Standing.NEW: "new", Standing.LOST: "lost"}
+    shown[Standing.CUT_OFF] = RunStatus.RUNNING if driver else "cut off"
     out = {}
     for run in runs:
-        trials = history.get(run.run_id)
-        if not trials:
-            out[run.run_id] = RunStatus.COMPLETED if folder_holds_result(run) else "new"
-        elif trials[-1].state == TrialState.RUNNING:
-            out[run.run_id] = RunStatus.RUNNING if driver else "cut off"
-        elif status_of(trials[-1]).is_result and not folder_holds_result(run, trials):
-            out[run.run_id] = "lost"
-        else:
-            out[run.run_id] = status_of(trials[-1])
+        trials = history.get(run.run_id, [])
+        where = standing(run, trials)
+        out[run.run_id] = shown[where] if where in shown else status_of(trials[-1])  # done, retry: the ledger's
     return out
 
 

@@ -10,6 +10,7 @@ import signal
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,29 @@ def folder_holds_result(run: Run, trials: Sequence[FrozenTrial] = ()) -> bool:
     return False
 
 
+class Standing(StrEnum):
+    """Where a run stands before a launch, from its trials in the ledger and its run folder: the one rule the
+    driver acts on and `python -m cart_sweeps.plan` shows."""
+
+    NEW = "new"  # no trial and no result
+    RECOVERED = "recovered"  # no trial, but its folder holds a result: the ledger lacks it
+    CUT_OFF = "cut off"  # its newest trial is running: its driver died (or runs now)
+    DONE = "done"  # its newest trial is a result, and its folder still holds it
+    LOST = "lost"  # the ledger says done, but the run folder that held the result is gone
+    RETRY = "retry"  # failed, interrupted, cancelled, rejected before: a launch tries again
+
+
+def standing(run: Run, trials: Sequence[FrozenTrial]) -> Standing:
+    last = trials[-1] if trials else None
+    if last is None:
+        return Standing.RECOVERED if folder_holds_result(run) else Standing.NEW
+    if last.state == TrialState.RUNNING:
+        return Standing.CUT_OFF
+    if status_of(last).is_result:
+        return Standing.DONE if folder_holds_result(run, trials) else Standing.LOST
+    return Standing.RETRY
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -95,8 +119,9 @@ class StageDriver:
             self._classify(run, self.history.get(run.run_id, []))
 
     def _classify(self, run: Run, trials: list[FrozenTrial]) -> None:
-        last = trials[-1] if trials else None
-        if last is not None and last.state == TrialState.RUNNING:  # cut off: its driver died
+        where = standing(run, trials)
+        if where == Standing.CUT_OFF:
+            last = trials[-1]
             trial = self.ledger.resume(last)
             reported = set(last.intermediate_values)
             job_id = last.user_attrs.get("job_id")
@@ -107,18 +132,17 @@ class StageDriver:
                 self.attached.append((Attempt(run, trial, reported=reported), job))
             else:
                 self.queue.append(Attempt(run, trial, reported=reported))
-        elif last is not None and status_of(last).is_result:
-            if folder_holds_result(run, trials):
-                self.skipped += 1
-            else:  # the ledger says done, but the run folder that holds the result is gone
-                self.lost.append(run)
-                self.queue.append(Attempt(run))
-        elif last is None and folder_holds_result(run):  # the ledger lacks a result its run folder holds
+        elif where == Standing.DONE:
+            self.skipped += 1
+        elif where == Standing.LOST:
+            self.lost.append(run)
+            self.queue.append(Attempt(run))
+        elif where == Standing.RECOVERED:
             trial = self.ledger.start(run.params, self.stage.dists(run.params), _attrs(run))
             self.ledger.finish(trial, read_summary(run.run_dir) or RunSummary(), self.sweep.metric)
             self.recovered += 1
             self.skipped += 1
-        else:  # new, or failed, interrupted, cancelled, rejected before: this launch tries again
+        else:  # new, or tried before without a result: this launch tries again
             self.queue.append(Attempt(run))
 
     def _sampled_attempt(self) -> Attempt | None:
