@@ -49,6 +49,12 @@ def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.
     return rows.groupby(CONFIG)[metric].mean().reset_index().rename(columns=SHORT)
 
 
+def lowest_seed_mean(cells: pd.DataFrame, by: list[str], column: str) -> pd.DataFrame:
+    """The tables' "best": per `by` group, the cell (one config, its seeds averaged) with the lowest `column`.
+    The stage selection's is another rule, for another use (cart_sweeps.sweep.zoom.lowest_single_run)."""
+    return cells.loc[cells.groupby(by)[column].idxmin()]
+
+
 def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The full Stage-1 grid: per width, rows P, columns R."""
     grid = stage1_cells(final, metric, "stage1_grid").pivot(index=["d", "P"], columns="R", values=metric)
@@ -57,9 +63,9 @@ def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def stage1_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The best (P, R) per width: what Stage 1 hands to Stage 2."""
+    """The best (P, R) per width (lowest seed mean): what Stage 1 hands to Stage 2."""
     cells = stage1_cells(final, metric, "stage1_best")
-    return cells.loc[cells.groupby("d")[metric].idxmin(), ["d", "P", "R", metric]].reset_index(drop=True)
+    return lowest_seed_mean(cells, ["d"], metric)[["d", "P", "R", metric]].reset_index(drop=True)
 
 
 def stage1_r_benefit(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -136,9 +142,9 @@ def stage2_seeds(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def stage2_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The best R per width by the seed mean of the metric."""
+    """The best R per width (lowest seed mean of the metric)."""
     table = stage2_seeds(final, metric)
-    best = table.loc[table.groupby("d")[f"{metric}_mean"].idxmin()]
+    best = lowest_seed_mean(table, ["d"], f"{metric}_mean")
     return best[["d", "P", "R", "seeds", f"{metric}_mean", f"{metric}_std"]].reset_index(drop=True)
 
 
@@ -148,7 +154,7 @@ def reversal(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     rows_of(final, (CONFIRM,), "reversal")
     best2 = stage2_best(final, metric)[["d", "P", "R"]].rename(columns={"R": "stage2_R"})
     cells1 = stage1_cells(final, metric, "reversal")
-    picks = cells1.loc[cells1.groupby(["d", "P"])[metric].idxmin(), ["d", "P", "R"]].rename(columns={"R": "stage1_R"})
+    picks = lowest_seed_mean(cells1, ["d", "P"], metric)[["d", "P", "R"]].rename(columns={"R": "stage1_R"})
     return best2.merge(picks, on=["d", "P"], how="left")[["d", "P", "stage1_R", "stage2_R"]]
 
 

@@ -1,9 +1,9 @@
 """Stage-2 candidates by the author's "zoom and confirm" rule, from the Stage-1 runs its conclusions use
 (cart_sweeps.sweep.runset: the same runs the analysis tables).
 
-Per width: the best R and the best P of Stage 1 (lowest sweep metric at the end), each with its grid
-neighbour on either side; past the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds
-R=10). The candidates are the best (R, P) and its neighbours along each axis (a cross, not a square).
+Per width: the best R and the best P of Stage 1 (its lowest single run by the sweep metric at the end),
+each with its grid neighbour on either side; past the grid's edge the last step is repeated (best R=8 of
+{2,4,6,8} adds R=10). The candidates are the best (R, P) and its neighbours along each axis (a cross, not a square).
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[floa
     return out
 
 
-def best_runs(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
-    """Per width (paper number), the run of the source stage with the lowest `metric` among those its
-    conclusions use: its R and folder (what the benchmarks stage evaluates, as the paper's zero-shot table
-    does at each scale's best R)."""
+def lowest_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
+    """The stage selection's "best": per width (paper number), the one run of the source stage with the lowest
+    `metric` among those its conclusions use, its R and folder (what the benchmarks stage evaluates, as the
+    paper's zero-shot table does at each scale's best R). A single run, since one checkpoint is evaluated;
+    the tables' "best" is the lowest seed mean (analysis.tables.lowest_seed_mean)."""
     best: dict[int, tuple[float, dict[str, Any]]] = {}
     for value, params, folder in _scored(runs, metric, (D, R)):
         if params[D] not in best or value < best[params[D]][0]:
