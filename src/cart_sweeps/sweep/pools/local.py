@@ -149,7 +149,7 @@ class LocalPool(Pool[Item]):
         gpus = visible_gpus()
         shares: list[str | None] = [g for g in gpus for _ in range(lc.runs_per_gpu)] if gpus else [None] * lc.slots
         self.slots = [Slot(share) for share in shares]
-        super().__init__(len(self.slots), lc.poll_s)
+        super().__init__(cfg, folder)  # capacity_of: one slot per share
         self.free = list(self.slots)
         threads = str(max(1, len(os.sched_getaffinity(0)) // self.capacity))
         self.threads, self.worker_env = threads, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
