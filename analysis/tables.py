@@ -14,7 +14,6 @@ from .stats import ordering, recipe_of, variance_shares, wd_only_rho
 
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "n_layers": "L"}
 CONFIG = ["d_model", "n_prelude", "n_loops"]
-Builder = Callable[[pd.DataFrame, str], pd.DataFrame]
 
 
 def select(final: pd.DataFrame, roles: tuple[str, ...], model: str = "cart", base_only: bool = True) -> pd.DataFrame:
@@ -324,41 +323,3 @@ def _wd_only_at(row: pd.Series) -> float:
 def _chain(levels: list) -> str:
     """A ranking as text, best first: '6 > 4 > 3 > 2'."""
     return " > ".join(str(level) for level in levels)
-
-
-# The roles of the stages each table reads (what its "Runs:" line reports).
-READS: dict[str, tuple[str, ...]] = {
-    "stage1_grid": (SCREEN,),
-    "stage1_best": (SCREEN,),
-    "stage1_r_benefit": (SCREEN,),
-    "stage1_p_ordering": (SCREEN,),
-    "stage1_variance": (SCREEN,),
-    "stage2_seeds": (CONFIRM,),
-    "stage2_best": (CONFIRM,),
-    "reversal": (SCREEN, CONFIRM),
-    "reversal_cells": (SCREEN, CONFIRM),
-    "parity": (PARITY, CONFIRM),
-    "ablations": (ABLATIONS, CONFIRM, PARITY),
-    "variable_r": (VARIABLE_R,),
-    "variable_r_bench": (VARIABLE_R,),
-    "benchmarks": (BENCHMARKS,),
-    "rho": (SCREEN, CONFIRM, PARITY),
-}
-
-TABLES: dict[str, Builder] = {
-    "stage1_grid": stage1_grid,
-    "stage1_best": stage1_best,
-    "stage1_r_benefit": stage1_r_benefit,
-    "stage1_p_ordering": stage1_p_ordering,
-    "stage1_variance": stage1_variance,
-    "stage2_seeds": stage2_seeds,
-    "stage2_best": stage2_best,
-    "reversal": reversal,
-    "reversal_cells": reversal_cells,
-    "parity": parity,
-    "ablations": ablations,
-    "variable_r": variable_r,
-    "variable_r_bench": variable_r_bench,
-    "benchmarks": benchmarks,
-    "rho": rho,
-}
