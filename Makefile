@@ -30,10 +30,11 @@ test-full: test ## all tests: the fast tier, then the slow one (demo, faults in 
 gpu-check: setup ## on a CUDA machine: CUDA tests, bench d=256..1024 with/without compile, two runs on one GPU
 	$(PY) -m cart_sweeps.gpu_check
 
-lint: setup ## ruff (lint, format) and mypy; pre-commit runs the same (.pre-commit-config.yaml)
+lint: setup ## ruff (lint, format), mypy and the layers (lint-imports); pre-commit runs the same
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 tables: setup ## regenerate tables, figures and findings from the runs under runs/
 	$(PY) -m analysis

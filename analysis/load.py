@@ -6,7 +6,6 @@ seed, step, ppl_<set>, bpb_<set>, ce_<set>, rho, trainer recipe, ...), so every 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from cart_sweeps.record.metrics import read_metrics
+from cart_sweeps.record.runfolder import METRICS
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.runset import UNREADABLE, StageRun
 
@@ -162,7 +163,7 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
             meta = {**_run_meta(summary, run.folder, root), **_axis_values(run), "role": selection.role}
             if choice.record and choice.record.looks > 1:  # a stage that added seeds while undecided
                 meta["looks"] = choice.record.looks
-            for event in _events(run.folder / "metrics.jsonl"):
+            for event in read_metrics(run.folder / METRICS):
                 if event.get("kind") == "train":
                     train.append({**meta, "step": event.get("step"), **{k: event.get(k) for k in TRAIN_KEYS}})
                 elif event.get("kind") == "eval":
@@ -225,21 +226,6 @@ def _scores(record: dict[str, Any]) -> dict[str, Any]:
         for k, v in record.items()
         if k not in skip and (v is None or isinstance(v, int | float)) and not isinstance(v, bool)
     }
-
-
-def _events(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl events; blank or torn lines (a run cut off mid-write) are skipped."""
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
 
 
 def _normalise(frame: pd.DataFrame) -> pd.DataFrame:

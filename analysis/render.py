@@ -137,24 +137,6 @@ def markdown(table: pd.DataFrame, metric: str | None = None) -> str:
     return "\n".join("| " + " | ".join(line) + " |" for line in lines) + "\n"
 
 
-CAPTIONS = {  # what each table shows, in a sentence (its metric is named in its headers)
-    "stage1_grid": "Stage 1 (screen): the ranking metric at the last step for every width $d$, prelude depth $P$ "
-    "and loop count $R$.",
-    "stage1_best": "Stage 1: the best $(P, R)$ per width, handed to Stage 2.",
-    "stage1_r_benefit": "Stage 1: change of the metric from the smallest to the largest $R$ at the best $P$.",
-    "stage1_p_ordering": "Stage 1: whether the ranking of prelude depths $P$ holds at every $R$ and width.",
-    "stage1_variance": "Stage 1: share of the variance of the log-metric explained by $P$ and $R$.",
-    "stage2_seeds": "Stage 2: mean and standard deviation over seeds of each full-length run.",
-    "stage2_best": "Stage 2: the best $R$ per width (mean over seeds).",
-    "reversal": "Whether Stage 2 reverses or confirms Stage 1's choice of $R$, tested over Stage 2's seeds.",
-    "reversal_cells": "The configurations both stages trained: Stage 1's metric against Stage 2's.",
-    "parity": "Dense baselines at parameter parity with CART (stored and effective parameters).",
-    "ablations": "Ablations against the base model, with the seed noise of the base.",
-    "variable_r": "The metric at inference loop counts $R$ other than the trained one.",
-    "rho": "Final gate $\\rho$ against the value weight decay alone predicts.",
-    "screen_agreement": "Agreement of each evaluation step's ranking with the final ranking, per stage and width.",
-    "screen_transfer": "Stage 1's final ranking against Stage 2's, at the matching step and at the end.",
-}
 _EXACT = {
     "d": "$d$",
     "P": "$P$",
@@ -216,13 +198,13 @@ def _latex_cells(table: pd.DataFrame) -> list[list[str]]:
     return _rows(cells)
 
 
-def latex(table: pd.DataFrame, name: str, metric: str | None = None) -> str:
+def latex(table: pd.DataFrame, name: str, metric: str | None = None, caption: str | None = None) -> str:
     """A booktabs table float with caption and label (needs booktabs and graphicx), the ranking metric's
     columns first, each column's best in bold. A table wider than the text is scaled down to \\linewidth,
     never up: \\resizebox with \\width inside its own width argument."""
     table = ranked_first(table, metric)
     spec = "".join("r" if n else "l" for n in _numeric(table))
-    caption = CAPTIONS.get(name, name.replace("_", " ").capitalize() + ".")
+    caption = caption or name.replace("_", " ").capitalize() + "."
     lines = [
         r"\begin{table}[tbp]",
         r"\centering",
@@ -241,12 +223,14 @@ def latex(table: pd.DataFrame, name: str, metric: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(table: pd.DataFrame, out: Path, name: str, runs: str = "", metric: str | None = None) -> list[Path]:
-    """<out>/<name>.csv (every digit), .md and .tex, the ranking metric's columns first; the Markdown opens
-    with `runs` (which runs it used) when given. Returns the paths written."""
+def write_table(
+    table: pd.DataFrame, out: Path, name: str, runs: str = "", metric: str | None = None, caption: str | None = None
+) -> list[Path]:
+    """<out>/<name>.csv (every digit), .md and .tex (its `caption`, else its name), the ranking metric's columns
+    first; the Markdown opens with `runs` (which runs it used) when given. Returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
     ranked_first(table, metric).to_csv(paths[0], index=False)
     paths[1].write_text(f"{runs}\n\n{markdown(table, metric)}" if runs else markdown(table, metric))
-    paths[2].write_text(latex(table, name, metric))
+    paths[2].write_text(latex(table, name, metric, caption))
     return paths

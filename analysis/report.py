@@ -16,10 +16,8 @@ from .decisions import ALPHA
 from .figures import figure_jobs
 from .findings import Findings, findings, plain, words
 from .load import AnalysisError, Study, pick_metric
+from .registry import TABLES
 from .render import markdown, write_table
-from .screen import READS as SCREEN_READS
-from .screen import TABLES as SCREEN_TABLES
-from .tables import READS, TABLES
 
 
 @dataclass
@@ -57,7 +55,7 @@ def run(
     metric, note = pick_metric(final, metric)
     figures = figure_jobs(study, metric)
     own = stage_tables.names(study)
-    chosen = _selected([*TABLES, *SCREEN_TABLES, *own, *figures], only)
+    chosen = _selected([*TABLES, *own, *figures], only)
     report, tables, decisions = Report(), {}, []
     out.mkdir(parents=True, exist_ok=True)
     for name in chosen:
@@ -68,13 +66,11 @@ def run(
             if name in own:
                 stage = stage_tables.stage_of(name)
                 tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
-            else:  # the screen's tables read every step, not the last
-                tables[name] = (
-                    TABLES[name](final, metric) if name in TABLES else SCREEN_TABLES[name](study.evals, metric)
-                )
-                tables[name], claims = decide(name, tables[name], final, metric, alpha)
+            else:
+                tables[name], claims = decide(name, TABLES[name].of(study, final, metric), final, metric, alpha)
                 decisions += claims
-            report.written += write_table(tables[name], out, name, runs_used(study, name), metric)
+            caption = TABLES[name].caption if name in TABLES else None
+            report.written += write_table(tables[name], out, name, runs_used(study, name), metric, caption)
         except AnalysisError as error:
             if only:
                 raise
@@ -95,7 +91,7 @@ def runs_used(study: Study, table: str) -> str:
     if table.startswith(stage_tables.PREFIX):
         chosen = [study.selection[s] for s in [stage_tables.stage_of(table)] if s in study.selection]
     else:
-        roles = {**READS, **SCREEN_READS}[table]
+        roles = TABLES[table].reads
         chosen = [c for c in study.selection.values() if c.role in roles]
     lines = [c.line() for c in chosen]
     return f"Runs: {'; '.join(lines)}." if lines else ""

@@ -14,8 +14,7 @@ import pandas as pd
 from scipy import stats
 
 from .load import CELL, AnalysisError, require
-from .promotion import screen_promotion
-from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
+from .stages import CONFIRM, SCREEN
 
 KEY = [c for c in CELL if c != "d_model"]  # what a ranking within one width ranks
 MIN_RANKED = 3  # fewer configurations make Kendall's tau and Spearman's rho +-1 by construction
@@ -140,15 +139,3 @@ def _settled_from(steps: np.ndarray, agrees: np.ndarray) -> int | None:
         return None
     failing = np.flatnonzero(~agrees)
     return int(steps[failing[-1] + 1] if len(failing) else steps[0])
-
-
-READS = {
-    "screen_agreement": (SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R),
-    "screen_transfer": (SCREEN, CONFIRM),
-    "screen_promotion": (SCREEN, CONFIRM),
-}
-TABLES = {  # built from every step (screen_promotion from each run's last)
-    "screen_agreement": screen_agreement,
-    "screen_transfer": screen_transfer,
-    "screen_promotion": screen_promotion,
-}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cart_sweeps.config import StageRole
+from cart_sweeps.options import StageRole
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.sweep.runset import StageRecord
 

@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from omegaconf import OmegaConf
 from scipy import stats
 
-from cart_sweeps.config import ModelConfig, TrainerConfig
+from cart_sweeps.config import CONF_DIR, ModelConfig, TrainerConfig
 from cart_sweeps.schedule import lr_at
 
-PAPER = TrainerConfig()  # the paper's recipe: the trainer's defaults (conf/trainer/paper.yaml holds the same)
+# The paper's recipe as the study states it (conf/trainer/paper.yaml), on its schema.
+PAPER = OmegaConf.merge(OmegaConf.structured(TrainerConfig), OmegaConf.load(CONF_DIR / "trainer" / "paper.yaml"))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from .stats import ordering, recipe_of, variance_shares, wd_only_rho
 
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "n_layers": "L"}
 CONFIG = ["d_model", "n_prelude", "n_loops"]
-Builder = Callable[[pd.DataFrame, str], pd.DataFrame]
 
 
 def select(final: pd.DataFrame, roles: tuple[str, ...], model: str = "cart", base_only: bool = True) -> pd.DataFrame:
@@ -49,6 +48,12 @@ def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.
     return rows.groupby(CONFIG)[metric].mean().reset_index().rename(columns=SHORT)
 
 
+def lowest_seed_mean(cells: pd.DataFrame, by: list[str], column: str) -> pd.DataFrame:
+    """The tables' "best": per `by` group, the cell (one config, its seeds averaged) with the lowest `column`.
+    The stage selection's is another rule, for another use (cart_sweeps.sweep.zoom.lowest_single_run)."""
+    return cells.loc[cells.groupby(by)[column].idxmin()]
+
+
 def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The full Stage-1 grid: per width, rows P, columns R."""
     grid = stage1_cells(final, metric, "stage1_grid").pivot(index=["d", "P"], columns="R", values=metric)
@@ -57,9 +62,9 @@ def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def stage1_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The best (P, R) per width: what Stage 1 hands to Stage 2."""
+    """The best (P, R) per width (lowest seed mean): what Stage 1 hands to Stage 2."""
     cells = stage1_cells(final, metric, "stage1_best")
-    return cells.loc[cells.groupby("d")[metric].idxmin(), ["d", "P", "R", metric]].reset_index(drop=True)
+    return lowest_seed_mean(cells, ["d"], metric)[["d", "P", "R", metric]].reset_index(drop=True)
 
 
 def stage1_r_benefit(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -136,9 +141,9 @@ def stage2_seeds(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def stage2_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The best R per width by the seed mean of the metric."""
+    """The best R per width (lowest seed mean of the metric)."""
     table = stage2_seeds(final, metric)
-    best = table.loc[table.groupby("d")[f"{metric}_mean"].idxmin()]
+    best = lowest_seed_mean(table, ["d"], f"{metric}_mean")
     return best[["d", "P", "R", "seeds", f"{metric}_mean", f"{metric}_std"]].reset_index(drop=True)
 
 
@@ -148,7 +153,7 @@ def reversal(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     rows_of(final, (CONFIRM,), "reversal")
     best2 = stage2_best(final, metric)[["d", "P", "R"]].rename(columns={"R": "stage2_R"})
     cells1 = stage1_cells(final, metric, "reversal")
-    picks = cells1.loc[cells1.groupby(["d", "P"])[metric].idxmin(), ["d", "P", "R"]].rename(columns={"R": "stage1_R"})
+    picks = lowest_seed_mean(cells1, ["d", "P"], metric)[["d", "P", "R"]].rename(columns={"R": "stage1_R"})
     return best2.merge(picks, on=["d", "P"], how="left")[["d", "P", "stage1_R", "stage2_R"]]
 
 
@@ -318,41 +323,3 @@ def _wd_only_at(row: pd.Series) -> float:
 def _chain(levels: list) -> str:
     """A ranking as text, best first: '6 > 4 > 3 > 2'."""
     return " > ".join(str(level) for level in levels)
-
-
-# The roles of the stages each table reads (what its "Runs:" line reports).
-READS: dict[str, tuple[str, ...]] = {
-    "stage1_grid": (SCREEN,),
-    "stage1_best": (SCREEN,),
-    "stage1_r_benefit": (SCREEN,),
-    "stage1_p_ordering": (SCREEN,),
-    "stage1_variance": (SCREEN,),
-    "stage2_seeds": (CONFIRM,),
-    "stage2_best": (CONFIRM,),
-    "reversal": (SCREEN, CONFIRM),
-    "reversal_cells": (SCREEN, CONFIRM),
-    "parity": (PARITY, CONFIRM),
-    "ablations": (ABLATIONS, CONFIRM, PARITY),
-    "variable_r": (VARIABLE_R,),
-    "variable_r_bench": (VARIABLE_R,),
-    "benchmarks": (BENCHMARKS,),
-    "rho": (SCREEN, CONFIRM, PARITY),
-}
-
-TABLES: dict[str, Builder] = {
-    "stage1_grid": stage1_grid,
-    "stage1_best": stage1_best,
-    "stage1_r_benefit": stage1_r_benefit,
-    "stage1_p_ordering": stage1_p_ordering,
-    "stage1_variance": stage1_variance,
-    "stage2_seeds": stage2_seeds,
-    "stage2_best": stage2_best,
-    "reversal": reversal,
-    "reversal_cells": reversal_cells,
-    "parity": parity,
-    "ablations": ablations,
-    "variable_r": variable_r,
-    "variable_r_bench": variable_r_bench,
-    "benchmarks": benchmarks,
-    "rho": rho,
-}

@@ -18,9 +18,9 @@ from matplotlib.image import imread
 from analysis.__main__ import main
 from analysis.figures import curves, save, screen_vs_step, stage1_ppl_vs_r
 from analysis.load import Study, load_csv, load_runs
+from analysis.registry import TABLES
 from analysis.report import run
 from analysis.stats import Recipe, wd_only_rho
-from analysis.tables import TABLES
 
 PAPER = Path(__file__).parent / "fixtures" / "paper_results.csv"
 RECIPE = {"steps": 40, "lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 5, "weight_decay": 0.1, "decay_all": True}

@@ -25,8 +25,8 @@ from tokenizers import Tokenizer
 from cart_sweeps.compose import compose_config
 from cart_sweeps.data.errors import DataError
 from cart_sweeps.data.loader import Prepared, load_prepared, train_batch, val_windows
-from cart_sweeps.data.prepare import main as prepare_main
-from cart_sweeps.summary import METRIC_KINDS
+from cart_sweeps.data.prepare.__main__ import main as prepare_main
+from cart_sweeps.record.summary import METRIC_KINDS
 from cart_sweeps.train.loop import eval_metrics
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "src" / "cart_sweeps" / "data" / "embedded"

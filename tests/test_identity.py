@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from cart_sweeps import config
+from cart_sweeps import register
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import (
     Config,
@@ -20,12 +20,10 @@ from cart_sweeps.config import (
     TokenizerConfig,
     TrainerConfig,
     ValSetConfig,
-    config_id,
-    run_id,
 )
-from cart_sweeps.identity import FROZEN_FIELDS, later_defaults
+from cart_sweeps.identity import FROZEN_FIELDS, config_id, later_defaults, run_id
+from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.train.runfolder import checkpoint_path
 
 PINNED = Path(__file__).parent / "fixtures" / "run_ids.json"
 # The paper-scale runs pinned here trained torch AdamW, the paper scale's default until AdamW8bit (the
@@ -124,7 +122,7 @@ class ConfigWithNewFields(Config):
 @pytest.fixture
 def new_fields(monkeypatch):
     """The schema as it would be after someone adds a field with a default to model, trainer and a data source."""
-    monkeypatch.setattr(config, "Config", ConfigWithNewFields)
+    monkeypatch.setattr(register, "Config", ConfigWithNewFields)  # the schema Hydra is given
 
 
 @pytest.mark.slow

@@ -18,12 +18,12 @@ from test_identity import completed_source
 
 from cart_sweeps.compose import compose_config
 from cart_sweeps.data.loader import load_prepared
+from cart_sweeps.record.runfolder import checkpoint_path
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.train.loop import Diverged, eval_metrics, raise_if_diverged
-from cart_sweeps.train.runfolder import checkpoint_path
 
 ONE_RUN = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2", "model.n_prelude=2", "trainer.steps=5"]
 

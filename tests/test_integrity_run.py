@@ -20,7 +20,7 @@ from test_train import cli, rows, summary
 
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError
-from cart_sweeps.train.run import Trainer, execute
+from cart_sweeps.run import Trainer, execute
 
 pytestmark = pytest.mark.slow  # faults caused in real runs, each relaunched: the full tier (make test-full)
 

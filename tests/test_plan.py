@@ -15,11 +15,12 @@ from omegaconf import OmegaConf
 
 from cart_sweeps import plan
 from cart_sweeps.compose import compose_config
-from cart_sweeps.config import run_id, run_label
-from cart_sweeps.summary import RunSummary
+from cart_sweeps.identity import run_id
+from cart_sweeps.naming import run_label
+from cart_sweeps.record.runfolder import write_summary
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import Ledger
-from cart_sweeps.train.runfolder import write_summary
 
 # REFERENCE section 5: Stage 1 PPL_wiki at step 3,000 with P=6 (d -> R -> ppl).
 STAGE1_P6 = {

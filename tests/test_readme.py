@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from cart_sweeps.config import REPO_ROOT, StageRole
+from cart_sweeps.config import REPO_ROOT
 from cart_sweeps.demo import QUICK, steps
+from cart_sweeps.options import StageRole
 
 README = REPO_ROOT / "README.md"
 ENTRY_POINTS = [

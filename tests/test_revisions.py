@@ -8,12 +8,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from cart_sweeps.compose import compose_config
-from cart_sweeps.config import run_id
 from cart_sweeps.data.errors import DataError
 from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.data.recipe import recipe_hash
 from cart_sweeps.data.sources import hub_revision, iter_texts
 from cart_sweeps.data.tokenizer import load_hub
+from cart_sweeps.identity import run_id
 
 
 def test_a_pinned_revision_reaches_datasets(monkeypatch):

@@ -16,12 +16,13 @@ import torch
 
 from cart_sweeps.bench import bench
 from cart_sweeps.compose import compose_config
-from cart_sweeps.config import ConfigError, run_id
+from cart_sweeps.config import ConfigError
 from cart_sweeps.dashboard import build_report, build_workspace, dashboard
+from cart_sweeps.identity import run_id
 from cart_sweeps.model import build_model
-from cart_sweeps.train.logger import DRIVER_KEYS, check_credentials, wandb_id
+from cart_sweeps.run import execute
+from cart_sweeps.train.logger import NOT_RECORDED, check_credentials, wandb_id
 from cart_sweeps.train.optim import build_optimizer, lr_at
-from cart_sweeps.train.run import execute
 
 TINY = ["scale=tiny", "trainer.steps=40", "trainer.eval_every=20", "trainer.ckpt_every=10", "trainer.log_every=5"]
 # Timing fields differ between two runs of the same config; everything else must not.
@@ -193,7 +194,7 @@ def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
     [run] = [r["run"] for r in records if r["type"] == "run"]
     assert run["job_type"] == "single" and {"stage-single", "scale-tiny"} <= set(run["tags"])
     config = set(run["config"]["update"])
-    assert {"model", "trainer", "data", "stage", "scale", "seed"} <= config and not config & set(DRIVER_KEYS)
+    assert {"model", "trainer", "data", "stage", "scale", "seed"} <= config and not config & set(NOT_RECORDED)
     best = {r["metric"].get("name"): r["metric"].get("summary") for r in records if r["type"] == "metric"}
     assert best["val/ppl_austen"] == best["val/bpb_austen"] == {"min": True, "last": True}
 

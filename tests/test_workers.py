@@ -15,10 +15,10 @@ from stages import env, leftovers, trials, wait_for, wait_until_gone
 from test_train import rows
 
 from cart_sweeps.compose import compose_config
-from cart_sweeps.config import run_id
+from cart_sweeps.identity import run_id
+from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.sweep.pool import Task
 from cart_sweeps.sweep.pools.worker import cancel_path, exit_path, task_path
-from cart_sweeps.train.runfolder import atomic_write
 
 RUN = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2", "trainer.threads=1"]
 STEPS = ["trainer.steps=20", "trainer.deterministic=true"]
@@ -36,7 +36,7 @@ def test_one_worker_forks_a_process_per_run_with_the_numbers_of_a_cold_start(tmp
 
     second = next(t for t in trials(tmp_path) if t.params["model.n_loops"] == 2)  # longest first: R=4 ran first
     cold_dir = tmp_path / "cold"  # the run as a cold job ran it: run_job in a fresh process
-    code = "import json, sys; from cart_sweeps.train.run import run_job; run_job(json.loads(sys.argv[1]), sys.argv[2])"
+    code = "import json, sys; from cart_sweeps.run import run_job; run_job(json.loads(sys.argv[1]), sys.argv[2])"
     cold = [sys.executable, "-c", code, json.dumps(second.user_attrs["overrides"]), str(cold_dir)]
     assert subprocess.run(cold, env=env(tmp_path), capture_output=True, timeout=300).returncode == 0
     warm_dir = Path(second.user_attrs["run_dir"])

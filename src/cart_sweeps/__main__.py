@@ -26,10 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps import completion
 from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
-from cart_sweeps.config import CONF_DIR, ConfigError, check_settings, register_configs
+from cart_sweeps.config import CONF_DIR, ConfigError
+from cart_sweeps.register import register_configs
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
 from cart_sweeps.text import count
+from cart_sweeps.validate import check_settings
 
 register_configs()
 SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plugins/cart_sweeps_plugins)
@@ -37,7 +39,7 @@ SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plug
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _run(cfg: DictConfig) -> None:
-    from cart_sweeps.train.run import execute
+    from cart_sweeps.run import execute
 
     try:
         summary = execute(cfg, Path(HydraConfig.get().runtime.output_dir))

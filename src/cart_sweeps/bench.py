@@ -13,11 +13,11 @@ import time
 import torch
 
 from cart_sweeps.compose import compose_config, run_cli
-from cart_sweeps.config import validate
 from cart_sweeps.model import param_counts, train_flops_per_token
 from cart_sweeps.train.loop import train_step
 from cart_sweeps.train.metrics import mfu, peak_mem_mb
 from cart_sweeps.train.setup import build_state, compiles, configure_torch
+from cart_sweeps.validate import validate
 
 USAGE = """usage: python -m cart_sweeps.bench [OVERRIDE ...]
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import optuna
 
+from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.pool import pool_class
-from cart_sweeps.train.runfolder import read_summary
 
 DEFAULT = ["stage=1", "scale=tiny", "launcher.slots=2"]
 

@@ -19,7 +19,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cart_sweeps.config import CONF_DIR, ConfigError, register_configs
+from cart_sweeps.config import CONF_DIR, ConfigError
+from cart_sweeps.register import register_configs
 
 T = TypeVar("T")
 

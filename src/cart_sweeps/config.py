@@ -1,29 +1,39 @@
-"""Typed schema of every config group, registered with Hydra's ConfigStore.
+"""Typed schema of every config group: pure data, registered with Hydra's ConfigStore by cart_sweeps.register.
 
 The YAML files in conf/ and sweeps/ are validated against these dataclasses at compose time, so an
-unknown key or a wrong type fails before anything runs. Value checks that types cannot express
-(d divisible by the head dim, R within the loop-index table, ...) live in `validate`. Which values
-name a run (`identity`, `run_id`, `config_id`) is decided in cart_sweeps.identity.
+unknown key or a wrong type fails before anything runs. The option lists are in cart_sweeps.options; value
+checks that types cannot express (d divisible by the head dim, R within the loop-index table, ...) in
+cart_sweeps.validate. Which values name a run (`identity`, `run_id`, `config_id`) is decided in
+cart_sweeps.identity; its label and folder in cart_sweeps.naming. The one import-time registration is the
+`cache_home` resolver that DataConfig's default names.
 """
 
 from __future__ import annotations
 
-import difflib
-import functools
 import os
-from dataclasses import dataclass, field, fields, is_dataclass
-from enum import StrEnum
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import omegaconf.base
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, OmegaConf
 
-from cart_sweeps.hardware import PEAK_BF16_FLOPS
-from cart_sweeps.identity import config_id as config_id
-from cart_sweeps.identity import identity as identity
-from cart_sweeps.identity import run_id as run_id
+from cart_sweeps.options import (
+    GPU,
+    CandidateSelection,
+    CoreUpdate,
+    Device,
+    LoggerMode,
+    LoggerName,
+    ModelName,
+    Optimizer,
+    PlanFormat,
+    Precision,
+    Pruner,
+    Sampler,
+    StageKind,
+    StageRole,
+    TokenizerKind,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The repo's conf/ and sweeps/, through the package's links to them (copies of them in an installed wheel).
@@ -35,87 +45,6 @@ MAX_LOOPS = 16  # rows of the loop-index embedding table: the largest R a model 
 
 class ConfigError(ValueError):
     """A user-fixable config problem; its message is one line naming the key and the fix."""
-
-
-# Fixed option lists. OmegaConf checks an Enum-typed field at compose time ("Invalid value 'x', expected
-# one of [...]"), so a typo fails before anything runs; a StrEnum compares equal to its value and is
-# written to YAML, JSON and the ledger as that plain string, so run ids and files are unchanged.
-class ModelName(StrEnum):
-    cart = "cart"
-    dense = "dense"
-
-
-class CoreUpdate(StrEnum):
-    reference = "reference"  # the author's code: h = (1 + sigmoid(a)) h_in + delta
-    paper = "paper"  # the paper's equation: h = sigmoid(a) h_in + delta
-
-
-class TokenizerKind(StrEnum):
-    hub = "hub"
-    bpe = "bpe"
-
-
-class Optimizer(StrEnum):
-    adamw = "adamw"
-    adamw8bit = "adamw8bit"  # bitsandbytes: CUDA, or the CPU from 0.50 (train/eightbit.py)
-
-
-class Precision(StrEnum):
-    auto = "auto"  # bf16 on CUDA, fp32 on CPU
-    bf16 = "bf16"
-    fp32 = "fp32"
-
-
-class Device(StrEnum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class LoggerName(StrEnum):
-    none = "none"
-    wandb = "wandb"
-
-
-class LoggerMode(StrEnum):
-    offline = "offline"
-    online = "online"  # needs W&B credentials (WANDB_API_KEY or `wandb login`)
-
-
-class StageKind(StrEnum):
-    train = "train"
-    evaluate = "evaluate"  # no training: a trained run evaluated at another loop count
-
-
-class StageRole(StrEnum):
-    """The part a stage plays in the paper's study: what the analysis reads its runs as, and the demo runs."""
-
-    screen = "screen"  # Stage 1
-    confirm = "confirm"  # Stage 2
-    parity = "parity"
-    ablations = "ablations"
-    variable_r = "variable_r"
-    benchmarks = "benchmarks"
-
-
-class CandidateSelection(StrEnum):
-    paper = "paper"  # the stage's fixed grid
-    zoom = "zoom"  # candidates ranked from an earlier stage's ledger
-    best = "best"  # each width's best run of an earlier stage (its ledger), as the trained run to evaluate
-
-
-class Sampler(StrEnum):
-    grid = "grid"
-    tpe = "tpe"
-
-
-class PlanFormat(StrEnum):
-    table = "table"
-    csv = "csv"
-
-
-# The GPUs plan can cost a stage on (members from a runtime table, which mypy cannot list).
-GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # type: ignore[misc]
 
 
 ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
@@ -219,7 +148,7 @@ class TrainerConfig:
     seq_len: int = field(default=1024, metadata=at_least(1))
     micro_batch_size: int = field(default=8, metadata=at_least(1))
     grad_accum: int = field(default=4, metadata=at_least(1))
-    optimizer: Optimizer = Optimizer.adamw
+    optimizer: Optimizer = MISSING  # the trainer group states it (conf/trainer/paper.yaml: the paper's AdamW8bit)
     lr: float = field(default=3e-4, metadata=above(0))
     min_lr: float = field(default=3e-5, metadata=at_least(0))
     warmup_steps: int = field(default=100, metadata=IN_STEPS | at_least(0))
@@ -339,17 +268,6 @@ class StageConfig:
     varied: list[str] = field(default_factory=list)
 
 
-class Pruner(StrEnum):
-    """How a search stops its unpromising trials early, from their intermediate evaluations (Optuna's pruners).
-
-    Members are named by their values: OmegaConf accepts an enum from the command line by name.
-    """
-
-    none = "none"
-    median = "median"  # MedianPruner: worse than the median of earlier trials at the same step
-    hyperband = "hyperband"  # HyperbandPruner: successive halving over brackets of run lengths
-
-
 @dataclass
 class SweepConfig:
     sampler: Sampler = Sampler.grid
@@ -424,196 +342,12 @@ class Config:
     evaluated: EvaluatedConfig | None = None  # evaluate stages: set from stage.source
 
 
-@functools.cache
-def register_configs() -> None:
-    """Register the root schema, and sweeps/*.yaml as the `stage` group (sweeps/ is not under conf/), once
-    per process (each composition called it: 0.3 s apiece).
-
-    The root schema types every group, so conf/ files need no schema of their own.
-    """
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
-    cs.store(name="launcher_local_schema", node=LocalLauncherConfig)  # outside the group: no option of it
-    cs.store(name="launcher_slurm_schema", node=SlurmLauncherConfig)
-    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
-        stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
-        cs.store(group="stage", name=path.stem, node=stage, package="stage")
-
-
-def check_bounds(node: Any, path: str) -> None:
-    """The bounds the schema declares on a group's fields (`at_least`, `above` metadata): one line for the
-    first value that cannot succeed. One walk for every group, so a bounded field needs no check of its own."""
-    schema = type(node) if is_dataclass(node) else OmegaConf.get_type(node)
-    if schema is None or not is_dataclass(schema):
-        return
-    for f in fields(schema):
-        value = getattr(node, f.name)
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            continue
-        if (low := f.metadata.get("at_least")) is not None and value < low:
-            raise ConfigError(f"{path}.{f.name}={value} must be >= {low:g}")
-        if (low := f.metadata.get("above")) is not None and not value > low:
-            raise ConfigError(f"{path}.{f.name}={value} must be > {low:g}")
-
-
-def validate_model(m: DictConfig | ModelConfig) -> None:
-    """Value checks on a model config, one clear line per problem."""
-    check_bounds(m, "model")
-    if m.d_model % m.head_dim:
-        raise ConfigError(f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}")
-    if m.head_dim % 2:
-        raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates half of each head)")
-    if m.name == ModelName.dense:
-        return
-    if m.d_model % 4:
-        raise ConfigError(f"model.d_model={m.d_model} must be a multiple of 4 (the K/V latent is d/4 wide)")
-    if not 0 < m.gate_init < 1:
-        raise ConfigError(f"model.gate_init={m.gate_init} must be in (0, 1): it is sigmoid(a) at init")
-    if m.n_loops > MAX_LOOPS and not m.disable_lie:
-        raise ConfigError(f"model.n_loops={m.n_loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
-    if m.self_attn_core and not m.unshare_core:
-        raise ConfigError("model.self_attn_core=true needs model.unshare_core=true (the paper's ablation)")
-    if m.self_attn_core and m.unfreeze_kv:
-        raise ConfigError("model.unfreeze_kv=true does nothing with model.self_attn_core=true (no anchor)")
-
-
-def _unknown_key(node: DictConfig, path: str) -> str | None:
-    """The first key under `node` that its schema lacks, at any depth (`+` adds keys past a schema)."""
-    schema = OmegaConf.get_type(node)
-    if schema is None or not is_dataclass(schema):
-        return None
-    known = {f.name for f in fields(schema)}
-    for key, child in node.items_ex(resolve=False):  # unresolved: this runs for every run of a stage
-        if str(key) not in known:
-            return f"{path}.{key!s}"
-        if isinstance(child, DictConfig) and (found := _unknown_key(child, f"{path}.{key!s}")):
-            return found
-    return None
-
-
-def check_settings(cfg: DictConfig) -> None:
-    """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in) is one line, before anything reads it."""
-    for group in ("model", "data", "trainer"):
-        if unknown := _unknown_key(cfg[group], group):
-            parent, _, name = unknown.rpartition(".")
-            known = [str(k) for k in cast(DictConfig, OmegaConf.select(cfg, parent)).keys() if k != name]
-            close = difflib.get_close_matches(name, known, n=1)
-            advice = f"did you mean {parent}.{close[0]}?" if close else "check its spelling (no + to set one)"
-            raise ConfigError(f"+{unknown}: {parent} has no such setting; {advice}")
-
-
-def validate(cfg: DictConfig) -> None:
-    """Checks across the whole composed config that the schema's types cannot express."""
-    check_settings(cfg)
-    validate_model(cfg.model)
-    for group in ("trainer", "data", "harness"):
-        check_bounds(cfg[group], group)
-    t = cfg.trainer
-    if t.seq_len > cfg.model.max_seq_len:
-        raise ConfigError(
-            f"trainer.seq_len={t.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
-            "lower one or raise the other"
-        )
+# The root groups that say how a stage drives, costs or times its runs, not what a run is: a stage keeps their
+# overrides to itself (sweep/overrides.py), and a run's W&B record leaves them out (train/logger.py).
+DRIVER_GROUPS = ("launcher", "sweep", "plan", "bench")
 
 
 ABLATION_SWITCHES = tuple(f.name for f in fields(ModelConfig) if f.metadata.get("ablation"))
-
-
-def variant(model: DictConfig | ModelConfig) -> str:
-    """The ablation label of a model config: 'base', or its switches joined by '+'."""
-    on = [s for s in ABLATION_SWITCHES if getattr(model, s)]
-    if model.core_update != CoreUpdate.reference:
-        on.append(f"core_{model.core_update}")
-    return "+".join(on) or "base"
-
-
-# The override keys `run_label` shows in its fixed part; any other key a stage varies is appended to it.
-LABEL_SHOWS = frozenset(
-    {
-        "seed",
-        "model",
-        "model.name",
-        "model.d_model",
-        "model.n_prelude",
-        "model.n_loops",
-        "model.n_layers",
-        "model.core_update",
-        "stage.eval_n_loops",
-        "stage.num_fewshot",
-        *(f"model.{s}" for s in ABLATION_SWITCHES),
-    }
-)
-SHORT_KEYS = {"weight_decay": "wd", "warmup_steps": "warmup", "micro_batch_size": "mbs", "grad_accum": "accum"}
-
-
-def short_value(value: Any) -> str:
-    """A value as a label writes it: 3e-3, 0.5, 32, true (three significant digits for floats)."""
-    if isinstance(value, float) and value != 0 and not 1e-2 <= abs(value) < 1e4:
-        mantissa, exponent = f"{value:.2e}".split("e")
-        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, DictConfig):  # a config group chosen per run (data=...): its name
-        return str(value.get("name", "?"))
-    return str(value)
-
-
-def axis_tag(key: str, value: Any) -> str:
-    """One varied key in a label: lr3e-3, gate_init0.5, decay_all_false, data_embedded."""
-    name = key.rsplit(".", 1)[-1]
-    name = SHORT_KEYS.get(name, name)
-    text = short_value(value)
-    return f"{name}{text}" if isinstance(value, int | float) and not isinstance(value, bool) else f"{name}_{text}"
-
-
-def run_label(cfg: DictConfig) -> str:
-    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
-    d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation); each other key its stage varies (stage.varied)
-    is shown before the seed (d32-P2-R2-lr3e-3-s42), so no two runs of a stage share a label."""
-    return seeded_label(label_parts(cfg), cfg.seed)
-
-
-def label_parts(cfg: DictConfig) -> tuple[str, str]:
-    """`run_label` around its seed: what comes before `-s<seed>` and after (a stage names the seeds of one
-    configuration from these)."""
-    m = cfg.model
-    if m.name == ModelName.dense:
-        before = f"dense-d{m.d_model}-L{m.n_layers}"
-    else:
-        before = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
-        if variant(m) != "base":
-            before += f"-{variant(m)}"
-    for key in cfg.stage.get("varied") or ():
-        if key not in LABEL_SHOWS:
-            before += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"
-    after = ""
-    if cfg.stage.eval_n_loops is not None:
-        after += f"-at-R{cfg.stage.eval_n_loops}"
-    if cfg.stage.get("num_fewshot") is not None:
-        after += f"-{cfg.stage.num_fewshot}shot"
-    return before, after
-
-
-def seeded_label(parts: tuple[str, str], seed: int) -> str:
-    return f"{parts[0]}-s{seed}{parts[1]}"
-
-
-def run_dir(cfg: DictConfig) -> Path:
-    """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike:
-    the label for people, the id so that runs sharing a label (another lr, say) never share a folder."""
-    return run_folder(stage_folder(cfg), run_label(cfg), run_id(cfg))
-
-
-def stage_folder(cfg: DictConfig) -> Path:
-    """Where a stage's run folders are: `<paths.runs>/<stage>`."""
-    return Path(cfg.paths.runs) / cfg.stage.name
-
-
-def run_folder(stage_dir: Path, label: str, id_: str) -> Path:
-    """`run_dir` from the run's stage folder, label and id, for a caller that has them (hashing is not free)."""
-    return stage_dir / f"{label}-{id_[:8]}"
 
 
 def cache_home() -> str:
@@ -624,10 +358,4 @@ def cache_home() -> str:
     return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cart_sweeps")
 
 
-OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
 OmegaConf.register_new_resolver("cache_home", cache_home, replace=True)
-
-# OmegaConf parses an interpolation's text (with ANTLR, 0.1-0.2 ms) each time it resolves it, and naming,
-# validating and costing a stage's runs resolve the same few texts thousands of times (model.vocab_size,
-# paths.runs). A parse tree depends on its text alone and resolving only reads it: trees are kept by text.
-omegaconf.base.parse = functools.lru_cache(maxsize=1024)(omegaconf.base.parse)

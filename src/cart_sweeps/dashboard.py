@@ -55,9 +55,7 @@ def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
     finished runs): its own table, and the paper's tables of its role."""
     from cart_sweeps.analysis import stage_tables as own
     from cart_sweeps.analysis.load import AnalysisError, load_runs, pick_metric
-    from cart_sweeps.analysis.screen import READS as SCREEN_READS
-    from cart_sweeps.analysis.screen import TABLES as SCREEN_TABLES
-    from cart_sweeps.analysis.tables import READS, TABLES
+    from cart_sweeps.analysis.registry import TABLES
 
     try:
         study = load_runs(Path(cfg.paths.runs))
@@ -71,10 +69,11 @@ def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
             tables[name] = own.stage_table(study.final(), cfg.stage.name, study.axes[cfg.stage.name], metric)
         except AnalysisError:
             pass
-    for name, build in {**TABLES, **SCREEN_TABLES}.items():
-        if cfg.stage.role in {**READS, **SCREEN_READS}[name]:
+    final = study.final()
+    for name, table in TABLES.items():
+        if cfg.stage.role in table.reads:
             try:
-                tables[name] = build(study.final() if name in TABLES else study.evals, metric)
+                tables[name] = table.of(study, final, metric)
             except AnalysisError:  # the stage's runs so far do not give this table
                 continue
     return tables

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from cart_sweeps.config import StageRole
+from cart_sweeps.options import StageRole
 from cart_sweeps.roles import stage_of
 
 STAGE = ["-m", "cart_sweeps", "-m", "scale=tiny", "launcher.slots=2"]

@@ -7,8 +7,7 @@ when its value differs from its dataclass default. Adding a field with a default
 setting it makes a new run. Changing a later field's default would silently give old ids a new
 meaning, which tests/test_identity.py guards against.
 
-Torch-free; the schema module (which re-exports `identity`, `run_id` and `config_id`) is imported only to
-type a config read back from a run's config.yaml.
+Torch-free; above the schema (cart_sweeps.config), which types a config read back from a run's config.yaml.
 """
 
 from __future__ import annotations
@@ -20,6 +19,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from cart_sweeps.config import DataConfig, ModelConfig, TrainerConfig
 
 # Keys that change where or how fast a run goes, not what it computes: left out of its identity.
 NON_IDENTITY_KEYS = {
@@ -171,8 +172,6 @@ def _typed(group: str, node: DictConfig) -> DictConfig:
     """A group read back from a run's config.yaml (untyped) on its schema again, so its later fields are known."""
     if OmegaConf.get_type(node) is not dict:
         return node
-    from cart_sweeps.config import DataConfig, ModelConfig, TrainerConfig  # the schema imports this module
-
     schema = {"model": ModelConfig, "data": DataConfig, "trainer": TrainerConfig}[group]
     return cast(DictConfig, OmegaConf.merge(OmegaConf.structured(schema), node))
 

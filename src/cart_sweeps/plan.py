@@ -10,21 +10,23 @@ from __future__ import annotations
 import csv
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 from rich.console import Console
 
 from cart_sweeps.compose import run_cli
-from cart_sweeps.config import LABEL_SHOWS, SWEEPS_DIR, ConfigError
+from cart_sweeps.config import SWEEPS_DIR, ConfigError
+from cart_sweeps.naming import LABEL_SHOWS
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
-from cart_sweeps.sweep.driver import folder_holds_result, held_result
+from cart_sweeps.sweep.driver import Standing, held_result, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.sweep.pool import pool_class
@@ -83,22 +85,23 @@ def driver_running(sweep_dir: Path) -> bool:
     return False
 
 
-def statuses(stage: Stage, runs: Sequence[Run], history: dict[str, list[FrozenTrial]] | None) -> dict[str, str]:
+def statuses(
+    stage: Stage,
+    runs: Sequence[Run],
+    history: dict[str, list[FrozenTrial]] | None,
+    held: Mapping[str, RunSummary | None],
+) -> dict[str, str]:
     """Run id -> status: new, a RunStatus from the ledger, cut off (no driver), or lost (the ledger says
-    done, the run folder is gone); without a readable ledger (None), what the run folders hold."""
+    done, the run folder is gone); without a readable ledger (None), what the run folders hold (`held`)."""
     driver = history is not None and driver_running(stage.sweep_dir)
     history = history or {}
+    shown: dict[Standing, str] = {Standing.RECOVERED: RunStatus.COMPLETED, Standing.NEW: "new", Standing.LOST: "lost"}
+    shown[Standing.CUT_OFF] = RunStatus.RUNNING if driver else "cut off"
     out = {}
     for run in runs:
-        trials = history.get(run.run_id)
-        if not trials:
-            out[run.run_id] = RunStatus.COMPLETED if folder_holds_result(run) else "new"
-        elif trials[-1].state == TrialState.RUNNING:
-            out[run.run_id] = RunStatus.RUNNING if driver else "cut off"
-        elif status_of(trials[-1]).is_result and not folder_holds_result(run, trials):
-            out[run.run_id] = "lost"
-        else:
-            out[run.run_id] = status_of(trials[-1])
+        trials = history.get(run.run_id, [])
+        where = standing(run, trials, held[run.run_id])
+        out[run.run_id] = shown[where] if where in shown else status_of(trials[-1])  # done, retry: the ledger's
     return out
 
 
@@ -138,9 +141,10 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     """One row per run, in `columns(stage)` order and launch order."""
     history = read_history(stage)
     runs = [*stage.known_runs(history or {}), *(a.run for a in adaptive.earlier(stage, history or {}))]
-    results = ((run, held_result(run, (history or {}).get(run.run_id, []))) for run in runs)
+    held = {run.run_id: held_result(run, (history or {}).get(run.run_id, [])) for run in runs}  # read once
+    results = ((run, held[run.run_id]) for run in runs)
     throughput = Throughput.of(results, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
-    status = statuses(stage, runs, history)
+    status = statuses(stage, runs, history, held)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
     costs = run_costs(runs, throughput)
     shared: dict[str, dict[str, Any]] = {}  # the columns of each configuration, read once (not per seed)

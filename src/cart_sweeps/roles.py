@@ -14,7 +14,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import config_dirs
-from cart_sweeps.config import SWEEPS_DIR, ConfigError, StageRole
+from cart_sweeps.config import SWEEPS_DIR, ConfigError
+from cart_sweeps.options import StageRole
 
 
 @dataclass(frozen=True)

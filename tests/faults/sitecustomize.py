@@ -115,6 +115,6 @@ elif POINT == "queue":
 elif POINT == "submit":
     sys.meta_path.insert(0, After("submitit.core.utils", _patch_submitit))
 elif POINT in ("step", "save"):
-    sys.meta_path.insert(0, After("cart_sweeps.train.run", _patch_run))
+    sys.meta_path.insert(0, After("cart_sweeps.run", _patch_run))
     if POINT == "save":
         sys.meta_path.insert(0, After("torch", _patch_torch))

@@ -26,10 +26,10 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.model.cart import CART
 from cart_sweeps.model.dense import Dense
+from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.train.checkpoint import load_trained
 from cart_sweeps.train.device import amp_dtype, pick_device
-from cart_sweeps.train.evaluate import load_trained
 from cart_sweeps.train.loop import autocast
-from cart_sweeps.train.runfolder import read_summary
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_GEN_TOKS = 64  # generate_until's length when a task names none (lm-eval's own default is 256)

@@ -6,11 +6,12 @@ imports no torch (the driver and `plan` count parameters with it); `build_model`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from cart_sweeps.config import ModelName, validate_model
+from cart_sweeps.entry import load
 from cart_sweeps.model.params import dense_parity, param_counts, train_flops_per_token
+from cart_sweeps.options import ModelName
+from cart_sweeps.validate import validate_model
 
 if TYPE_CHECKING:
     from cart_sweeps.model.cart import CART
@@ -20,12 +21,12 @@ if TYPE_CHECKING:
 
 __all__ = ["MODELS", "build_model", "dense_parity", "param_counts", "train_flops_per_token"]
 
-# The class each model.name builds (a new model: its module, a ModelName member, a line here, its counts).
+# The class each model.name builds, by path (cart_sweeps.entry; a new model: its module, a ModelName member,
+# a line here, its counts).
 MODELS = {ModelName.cart: "cart_sweeps.model.cart.CART", ModelName.dense: "cart_sweeps.model.dense.Dense"}
 
 
 def build_model(model_cfg: Any) -> LanguageModel:
     """Validate the config (one clear ConfigError per problem), then build the model on the CPU."""
     validate_model(model_cfg)
-    module, name = MODELS[ModelName(model_cfg.name)].rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)(model_cfg)
+    return cast("LanguageModel", load(MODELS[ModelName(model_cfg.name)], "model.name")(model_cfg))

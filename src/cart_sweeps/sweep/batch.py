@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cart_sweeps.compose import quote_stage
-from cart_sweeps.summary import RunSummary
-from cart_sweeps.sweep.composer import Composer
+from cart_sweeps.composer import Composer
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.sweep.driver import PoolFactory
 from cart_sweeps.sweep.expand import Run, make_configuration, make_run
 from cart_sweeps.sweep.pool import Task

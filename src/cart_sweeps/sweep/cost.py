@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
 from cart_sweeps.model import param_counts, train_flops_per_token
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 
 if TYPE_CHECKING:
     from cart_sweeps.sweep.expand import Run

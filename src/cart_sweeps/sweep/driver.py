@@ -10,6 +10,7 @@ import signal
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
@@ -33,7 +35,6 @@ from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.sweep.runset import StageRecord
 from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
-from cart_sweeps.train.runfolder import read_summary
 
 PoolFactory = Callable[[DictConfig, Path], Pool[Any]]
 
@@ -69,8 +70,28 @@ def held_result(run: Run, trials: Sequence[FrozenTrial] = ()) -> RunSummary | No
     return None
 
 
-def folder_holds_result(run: Run, trials: Sequence[FrozenTrial] = ()) -> bool:
-    return held_result(run, trials) is not None
+class Standing(StrEnum):
+    """Where a run stands before a launch, from its trials in the ledger and its run folder: the one rule the
+    driver acts on and `python -m cart_sweeps.plan` shows."""
+
+    NEW = "new"  # no trial and no result
+    RECOVERED = "recovered"  # no trial, but its folder holds a result: the ledger lacks it
+    CUT_OFF = "cut off"  # its newest trial is running: its driver died (or runs now)
+    DONE = "done"  # its newest trial is a result, and its folder still holds it
+    LOST = "lost"  # the ledger says done, but the run folder that held the result is gone
+    RETRY = "retry"  # failed, interrupted, cancelled, rejected before: a launch tries again
+
+
+def standing(run: Run, trials: Sequence[FrozenTrial], result: RunSummary | None) -> Standing:
+    """Where `run` stands, from its trials and `result`, what its folder holds (`held_result`)."""
+    last = trials[-1] if trials else None
+    if last is None:
+        return Standing.RECOVERED if result is not None else Standing.NEW
+    if last.state == TrialState.RUNNING:
+        return Standing.CUT_OFF
+    if status_of(last).is_result:
+        return Standing.DONE if result is not None else Standing.LOST
+    return Standing.RETRY
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -104,9 +125,10 @@ class StageDriver:
             self._classify(run, self.history.get(run.run_id, []), held[run.run_id])
 
     def _classify(self, run: Run, trials: list[FrozenTrial], result: RunSummary | None) -> None:
-        """Queue, attach or skip the run by its trials and `result`, what its folder holds."""
-        last = trials[-1] if trials else None
-        if last is not None and last.state == TrialState.RUNNING:  # cut off: its driver died
+        """Queue, attach or skip the run by where it stands; `result`: what its folder holds."""
+        where = standing(run, trials, result)
+        if where == Standing.CUT_OFF:
+            last = trials[-1]
             trial = self.ledger.resume(last)
             reported = set(last.intermediate_values)
             job_id = last.user_attrs.get("job_id")
@@ -117,18 +139,18 @@ class StageDriver:
                 self.attached.append((Attempt(run, trial, reported=reported), job))
             else:
                 self.queue.append(Attempt(run, trial, reported=reported))
-        elif last is not None and status_of(last).is_result:
-            if result is not None:
-                self.skipped += 1
-            else:  # the ledger says done, but the run folder that holds the result is gone
-                self.lost.append(run)
-                self.queue.append(Attempt(run))
-        elif last is None and result is not None:  # the ledger lacks a result its run folder holds
+        elif where == Standing.DONE:
+            self.skipped += 1
+        elif where == Standing.LOST:
+            self.lost.append(run)
+            self.queue.append(Attempt(run))
+        elif where == Standing.RECOVERED:
+            assert result is not None
             trial = self.ledger.start(run.params, self.stage.dists(run.params), _attrs(run))
             self.ledger.finish(trial, result, self.sweep.metric)
             self.recovered += 1
             self.skipped += 1
-        else:  # new, or failed, interrupted, cancelled, rejected before: this launch tries again
+        else:  # new, or tried before without a result: this launch tries again
             self.queue.append(Attempt(run))
 
     def _sampled_attempt(self) -> Attempt | None:

@@ -24,26 +24,19 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import (
-    LABEL_SHOWS,
-    ConfigError,
-    ScaleConfig,
-    label_parts,
-    run_folder,
-    seeded_label,
-    stage_folder,
-    validate,
-)
+from cart_sweeps.composer import Composer
+from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, digest, identity, seeded_id
 from cart_sweeps.model import dense_parity
+from cart_sweeps.naming import LABEL_SHOWS, label_parts, run_folder, seeded_label, stage_folder
+from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep import adaptive
-from cart_sweeps.sweep.composer import Composer
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
-from cart_sweeps.sweep.zoom import ZOOM_AXES, best_runs, zoom_candidates
-from cart_sweeps.train.runfolder import with_source
+from cart_sweeps.sweep.zoom import ZOOM_AXES, lowest_single_run, zoom_candidates
+from cart_sweeps.validate import validate
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
 PARITY = "dense_parity"  # a variant key: derive model.n_layers at parity with the point's CART model
@@ -177,7 +170,7 @@ class Stage:
 
     def _points(self) -> list[dict[str, Any]]:
         if self.spec.select == "best":  # each width's best run of stage zoom_from, times the grid
-            self._best = best_runs(self._source(), self.base.sweep.metric)
+            self._best = lowest_single_run(self._source(), self.base.sweep.metric)
             grid = [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
             d_key, r_key = ZOOM_AXES[:2]
             return [{d_key: d, "stage.eval_n_loops": b[r_key], **g} for d, b in self._best.items() for g in grid]

@@ -8,7 +8,6 @@ driver stays the ledger's one writer, and no job needs a connection to it.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -16,9 +15,11 @@ import optuna
 from omegaconf import DictConfig
 from optuna.trial import Trial
 
-from cart_sweeps.config import ConfigError, Pruner
+from cart_sweeps.config import ConfigError
+from cart_sweeps.options import Pruner
+from cart_sweeps.record.metrics import read_metrics
+from cart_sweeps.record.runfolder import METRICS, read_summary, write_summary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.train.runfolder import METRICS, read_summary, write_summary
 
 
 def make_pruner(sweep: DictConfig, stage: str, search: bool) -> optuna.pruners.BasePruner:
@@ -35,17 +36,9 @@ def make_pruner(sweep: DictConfig, stage: str, search: bool) -> optuna.pruners.B
 
 def logged_evals(run_dir: Path, metric: str) -> dict[int, float]:
     """Step -> `metric` of each evaluation the run has logged so far (a line cut off mid-write is skipped)."""
-    try:
-        lines = (run_dir / METRICS).read_text(errors="replace").splitlines()
-    except OSError:
-        return {}
     out = {}
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        value = row.get(metric) if isinstance(row, dict) and row.get("kind") == "eval" else None
+    for row in read_metrics(run_dir / METRICS):
+        value = row.get(metric) if row.get("kind") == "eval" else None
         if isinstance(value, int | float) and math.isfinite(value):
             out[int(row["step"])] = float(value)
     return out

@@ -36,8 +36,8 @@ from optuna.trial import FrozenTrial, Trial, TrialState, create_trial
 
 from cart_sweeps.compose import first_line
 from cart_sweeps.config import ConfigError
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 
 # What a damaged ledger file raises inside Optuna (checked with optuna 5.0: an empty or overwritten
 # SQLite file gives StorageInternalError; a torn journal JSONDecodeError, a garbage one AssertionError).

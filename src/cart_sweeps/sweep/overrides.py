@@ -17,9 +17,9 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from cart_sweeps.compose import describe, quote_stage
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import DRIVER_GROUPS, ConfigError
 
-DRIVER_KEYS = ("hydra", "launcher", "sweep", "plan")  # settings of the sweep, not of its runs
+DRIVER_KEYS = ("hydra", *DRIVER_GROUPS)  # settings of the sweep (and Hydra's own), not of its runs
 _BARE = re.compile(r"[A-Za-z_/][\w./-]*")
 _RESERVED = {"true", "false", "null", "nan", "inf"}
 

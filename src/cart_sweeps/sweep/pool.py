@@ -9,7 +9,6 @@ and one config class (config.py, conf/launcher/), and changes no file here.
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import signal
@@ -18,15 +17,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar
 
 import submitit
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.entry import load
+from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
-from cart_sweeps.train.runfolder import read_summary
 
 Item = TypeVar("Item")
 _LOW_DISK_BYTES = 64 * 2**20  # less free space than this beside a dead run: the disk is the likely cause
@@ -60,8 +60,8 @@ class Task(submitit.helpers.Checkpointable):
         # Ctrl-C semantics whatever the launching shell left: a driver started with `&` or nohup hands its
         # jobs SIGINT ignored, and the controller's SIGINT would then never let a run record `interrupted`.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        from cart_sweeps.run import execute  # in the job's process only: the driver needs no torch
         from cart_sweeps.train.output import output_to_run_log
-        from cart_sweeps.train.run import execute  # in the job's process only: the driver needs no torch
 
         try:
             with output_to_run_log(self.run_dir):
@@ -96,12 +96,12 @@ def _disk_problem(run_dir: Path, error: str) -> str | None:
 class Pool(ABC, Generic[Item]):
     """At most `capacity` jobs in flight; `run` feeds it until nothing is left.
 
-    A subclass is built as `Pool(cfg, folder)` from the composed run config (its launcher settings in
-    `cfg.launcher`) and the folder for its jobs' files.
+    Every pool is built as `make_pool` builds it, `cls(cfg, folder)`: the composed run config (its launcher
+    settings in `cfg.launcher`) and the folder for its jobs' files. A subclass calls this constructor first.
     """
 
-    def __init__(self, capacity: int, poll_s: float) -> None:
-        self.capacity, self.poll_s = capacity, poll_s
+    def __init__(self, cfg: DictConfig, folder: Path) -> None:
+        self.capacity, self.poll_s = self.capacity_of(cfg.launcher), float(cfg.launcher.poll_s)
 
     @staticmethod
     @abstractmethod
@@ -211,16 +211,11 @@ class Pool(ABC, Generic[Item]):
 
 def make_pool(cfg: DictConfig, folder: Path) -> Pool[Any]:
     """The pool `launcher._target_` names (conf/launcher/<name>.yaml), built from the run config."""
-    build = cast(Callable[[DictConfig, Path], Pool[Any]], pool_class(cfg.launcher))  # a subclass's constructor
-    return build(cfg, folder)
+    return pool_class(cfg.launcher)(cfg, folder)
 
 
 def pool_class(launcher: DictConfig) -> type[Pool[Any]]:
-    module, _, name = str(launcher._target_).rpartition(".")
-    try:  # not hydra.utils.get_class: it logs its own multi-line error before raising
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"launcher._target_={launcher._target_} is no importable class: check its spelling") from err
+    cls = load(str(launcher._target_), "launcher._target_")
     if not (isinstance(cls, type) and issubclass(cls, Pool)):
         raise ConfigError(f"launcher._target_={launcher._target_} is not a pool (a subclass of {Pool.__qualname__})")
     return cls

@@ -14,17 +14,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, check_bounds
+from cart_sweeps.config import ConfigError
 from cart_sweeps.data.manifest import checked_bins, read_manifest
 from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
 from cart_sweeps.hardware import gpu_memory_bytes
-from cart_sweeps.summary import metric_names
+from cart_sweeps.record.summary import metric_names
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import pool_class
 from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
+from cart_sweeps.validate import check_bounds
 
 
 def check_launcher(launcher: DictConfig) -> None:

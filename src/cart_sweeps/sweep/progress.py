@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 
 FINAL = (
     RunStatus.COMPLETED,

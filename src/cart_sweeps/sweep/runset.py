@@ -29,10 +29,10 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.ledger import LEDGER_FILES, Ledger, LedgerDamaged, merged_attempts, merged_launches, shared
-from cart_sweeps.train.runfolder import read_summary
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
 

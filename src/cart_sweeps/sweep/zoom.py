@@ -43,10 +43,11 @@ def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[floa
     return out
 
 
-def best_runs(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
-    """Per width (paper number), the run of the source stage with the lowest `metric` among those its
-    conclusions use: its R and folder (what the benchmarks stage evaluates, as the paper's zero-shot table
-    does at each scale's best R)."""
+def lowest_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
+    """The stage selection's "best": per width (paper number), the one run of the source stage with the lowest
+    `metric` among those its conclusions use, its R and folder (what the benchmarks stage evaluates, as the
+    paper's zero-shot table does at each scale's best R). A single run, since one checkpoint is evaluated;
+    the tables' "best" is the lowest seed mean (analysis.tables.lowest_seed_mean)."""
     best: dict[int, tuple[float, dict[str, Any]]] = {}
     for value, params, folder in _scored(runs, metric, (D, R)):
         if params[D] not in best or value < best[params[D]][0]:

@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 
+from cart_sweeps.config import ConfigError
 from cart_sweeps.data.manifest import file_sha256
-from cart_sweeps.train.runfolder import CKPT_DIR, atomic_write, checkpoint_path
+from cart_sweeps.model import build_model
+from cart_sweeps.model.cart import CART
+from cart_sweeps.model.dense import Dense
+from cart_sweeps.record.runfolder import CKPT_DIR, atomic_write, checkpoint_path
 
 CORRUPT = ".corrupt"
 
@@ -89,3 +94,26 @@ def set_aside(path: Path) -> Path:
     meta = path.with_suffix(".json")
     meta.replace(meta.with_name(meta.name + CORRUPT))
     return aside
+
+
+def load_trained(
+    run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str, step: int | None = None
+) -> tuple[CART | Dense, int]:
+    """The model of `run_dir`'s checkpoint at `step` (None: its newest) on `device`, and its step; `key`
+    names the setting in errors.
+
+    Shared by variable-R inference and the benchmark harness, so both read a trained run the same way.
+    """
+    found = list_checkpoints(run_dir) if step is None else [checkpoint_path(run_dir, step)]
+    if not found or not found[-1].is_file():
+        raise ConfigError(f"{key}={run_dir} has no checkpoint{f' at step {step}' if step else ''}; train it first")
+    model = build_model(model_cfg).to(device)
+    try:
+        state = restore(found[-1], device, lambda state: model.load_state_dict(state["model"]))
+    except CheckpointError as err:  # the source run's files are its own: say so, change nothing there
+        raise ConfigError(
+            f"{key}: {err}; relaunch the source run so it rewrites it "
+            "(remove its summary.json first if that says completed)"
+        ) from err
+    model.eval()
+    return model, state["step"]

@@ -1,21 +1,24 @@
 """Dashboards: W&B (offline unless asked for online) or a null logger with the same methods, by `logger.name`.
 
 A new logger (MLflow, TensorBoard, ...) is a class with `log` and `finish` built from (cfg, run_dir), a
-`LoggerName` member, a line in LOGGERS, and conf/logger/<name>.yaml.
+`LoggerName` member, its path in LOGGERS, and conf/logger/<name>.yaml.
 """
 
 from __future__ import annotations
 
 import netrc
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, cast
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, LoggerName, run_id, run_label, variant
+from cart_sweeps.config import DRIVER_GROUPS, ConfigError
+from cart_sweeps.entry import load
+from cart_sweeps.identity import run_id
+from cart_sweeps.naming import run_label, variant
+from cart_sweeps.options import LoggerName
 
 
 class Logger(Protocol):
@@ -39,14 +42,14 @@ class NullLogger:
         pass
 
 
-DRIVER_KEYS = ("launcher", "sweep", "plan", "bench", "paths", "logger")  # how runs are driven, not what a run is
+NOT_RECORDED = (*DRIVER_GROUPS, "paths", "logger")  # how runs are driven and where they report, not what a run is
 
 
 def run_config(cfg: DictConfig) -> dict[str, Any]:
     """The config a W&B run records: the run's own (model, data, trainer, stage, scale, seed), not the driver's."""
     full = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     assert isinstance(full, dict)
-    return {k: v for k, v in full.items() if k not in DRIVER_KEYS}
+    return {k: v for k, v in full.items() if k not in NOT_RECORDED}
 
 
 def wandb_id(cfg: DictConfig) -> str:
@@ -131,11 +134,12 @@ def has_wandb_login() -> bool:
     return bool(entry and entry[2])
 
 
-LOGGERS: dict[LoggerName, Callable[[DictConfig, Path], Logger]] = {
-    LoggerName.none: NullLogger,
-    LoggerName.wandb: WandbLogger,
+# The class each logger.name builds from (cfg, run_dir), by path (cart_sweeps.entry: one registry style).
+LOGGERS = {
+    LoggerName.none: "cart_sweeps.train.logger.NullLogger",
+    LoggerName.wandb: "cart_sweeps.train.logger.WandbLogger",
 }
 
 
 def make_logger(cfg: DictConfig, run_dir: Path) -> Logger:
-    return LOGGERS[LoggerName(cfg.logger.name)](cfg, run_dir)
+    return cast(Logger, load(LOGGERS[LoggerName(cfg.logger.name)], "logger.name")(cfg, run_dir))

@@ -1,4 +1,5 @@
-"""The run folder's metric record (metrics.jsonl), throughput/MFU figures and the environment."""
+"""The run folder's metric record written (metrics.jsonl; read by cart_sweeps.record.metrics), throughput/MFU
+figures and the environment."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import torch
 
 from cart_sweeps.config import REPO_ROOT
 from cart_sweeps.hardware import peak_for_device_name
-from cart_sweeps.train.runfolder import atomic_write
+from cart_sweeps.record.metrics import read_metrics
+from cart_sweeps.record.runfolder import atomic_write
 
 # The packages whose versions a run records (bitsandbytes: AdamW8bit's kernels).
 PACKAGES = (
@@ -41,21 +43,12 @@ class MetricsLog:
 
     def __init__(self, path: Path, resume_step: int) -> None:
         self.path = path
-        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-        self.rows = [row for row in map(_parse, lines) if row is not None and row["step"] <= resume_step]
+        self.rows = [row for row in read_metrics(path) if row["step"] <= resume_step]
         atomic_write(path, lambda tmp: tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows)))
 
     def write(self, row: dict[str, Any]) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
-
-
-def _parse(line: str) -> dict[str, Any] | None:
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return None
-    return row if isinstance(row, dict) and "step" in row else None
 
 
 def device_peak_flops(device: torch.device) -> float | None:

@@ -27,12 +27,12 @@ from omegaconf import DictConfig
 from submitit.local.local import LocalJob
 
 from cart_sweeps.hardware import nvidia_gpus
+from cart_sweeps.record.runfolder import atomic_write
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.local_controller import DRIVER_ENV, GRACE_S, exit_codes_path
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
 from cart_sweeps.sweep.pools.worker import POLL_S, Worker, cancel_path, exit_path, result_path, task_path
-from cart_sweeps.train.runfolder import atomic_write
 
 
 class LocalExecutor(submitit.LocalExecutor):
@@ -149,7 +149,7 @@ class LocalPool(Pool[Item]):
         gpus = visible_gpus()
         shares: list[str | None] = [g for g in gpus for _ in range(lc.runs_per_gpu)] if gpus else [None] * lc.slots
         self.slots = [Slot(share) for share in shares]
-        super().__init__(len(self.slots), lc.poll_s)
+        super().__init__(cfg, folder)  # capacity_of: one slot per share
         self.free = list(self.slots)
         threads = str(max(1, len(os.sched_getaffinity(0)) // self.capacity))
         self.threads, self.worker_env = threads, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}

@@ -21,8 +21,8 @@ from omegaconf import DictConfig
 from submitit.core.utils import FailedJobError
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
 
 _ACTIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING"}
@@ -61,7 +61,7 @@ def refusal(stderr: str) -> str:
 class SlurmPool(Pool[Item]):
     def __init__(self, cfg: DictConfig, folder: Path) -> None:
         lc = cfg.launcher
-        super().__init__(self.capacity_of(lc), lc.poll_s)
+        super().__init__(cfg, folder)
         self.executor = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=lc.max_num_timeout)
         params: dict[str, Any] = {
             "name": f"cart-{cfg.stage.name}",

@@ -36,9 +36,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.sweep.local_controller import GRACE_S
 from cart_sweeps.sweep.pool import Task
-from cart_sweeps.train.runfolder import atomic_write
 
 POLL_S = 0.01  # how often an idle worker looks for its next run (a slot waits no longer than this)
 WATCH_S = 0.25  # how often a worker looks for a cancel or a timeout of its run; its end wakes it at once
@@ -68,8 +68,8 @@ def _preload(modules: tuple[str, ...]) -> None:
     of initialising CUDA."""
     import torch._dynamo  # noqa: F401  # torch.optim imports it on first use: 1.4 s of every cold run
 
+    import cart_sweeps.run  # noqa: F401
     import cart_sweeps.train.output  # noqa: F401
-    import cart_sweeps.train.run  # noqa: F401
     from cart_sweeps.train.metrics import software
 
     software()  # git and the package versions, once per worker (a `git` process per run cost ~10 ms)

@@ -1,4 +1,5 @@
-"""One run: train (or resume, or skip) a composed config in its run folder, and say how it ended.
+"""One run: train (or resume, or skip) a composed config in its run folder, or evaluate one (an evaluate
+stage's run, cart_sweeps.evaluate), and say how it ended.
 
 The run folder holds everything the analysis and a resumed process need: config.yaml, metrics.jsonl,
 summary.json, checkpoints/; one process owns it at a time. A divergence is recorded (status diverged);
@@ -17,19 +18,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import compose_config
-from cart_sweeps.config import ConfigError, run_id, run_label, validate
+from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared, train_batch
+from cart_sweeps.evaluate import evaluate_run
+from cart_sweeps.identity import run_id
 from cart_sweeps.model import train_flops_per_token
-from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
-from cart_sweeps.train import checkpoint as ckpt
-from cart_sweeps.train.evaluate import evaluate_run
-from cart_sweeps.train.logger import Logger, make_logger
-from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step
-from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
-from cart_sweeps.train.optim import lr_at
-from cart_sweeps.train.progress import RunProgress
-from cart_sweeps.train.runfolder import (
+from cart_sweeps.naming import run_label
+from cart_sweeps.record.runfolder import (
     METRICS,
     atomic_write,
     base_summary,
@@ -38,7 +33,16 @@ from cart_sweeps.train.runfolder import (
     with_source,
     write_summary,
 )
+from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.status import RunStatus
+from cart_sweeps.train import checkpoint as ckpt
+from cart_sweeps.train.logger import Logger, make_logger
+from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step
+from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
+from cart_sweeps.train.optim import lr_at
+from cart_sweeps.train.progress import RunProgress
 from cart_sweeps.train.setup import build_state, configure_torch
+from cart_sweeps.validate import validate
 
 
 def run_job(overrides: list[str], run_dir: str) -> RunSummary:

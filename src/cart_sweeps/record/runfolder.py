@@ -14,15 +14,19 @@ from typing import Any, cast
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, EvaluatedConfig, config_id, run_id, run_label, variant
+from cart_sweeps.config import ConfigError, EvaluatedConfig
 from cart_sweeps.data.manifest import file_sha256
+from cart_sweeps.identity import config_id, run_id
 from cart_sweeps.model import param_counts
+from cart_sweeps.naming import run_label, variant
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
 
 SUMMARY = "summary.json"
 CKPT_DIR = "checkpoints"
-METRICS = "metrics.jsonl"  # one JSON object per logged event (train.metrics.MetricsLog)
+METRICS = (
+    "metrics.jsonl"  # one JSON object per logged event (written by train.metrics.MetricsLog, read by record.metrics)
+)
 LOCK = ".run.lock"
 
 

@@ -2,9 +2,9 @@
 
     python -m cart_sweeps.data.prepare data=<recipe> [overrides]
 
-Runs call `prepare` themselves when the bins are missing. Concurrent preparers are safe: one builds under
-a file lock in a temporary folder that is renamed into place only when complete, and the others wait and
-reuse it; a failed build leaves nothing behind.
+The library; the command is this package's __main__. Runs call `prepare` themselves when the bins are
+missing. Concurrent preparers are safe: one builds under a file lock in a temporary folder that is renamed
+into place only when complete, and the others wait and reuse it; a failed build leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,7 +28,6 @@ from omegaconf import DictConfig
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.config import DataConfig
 from cart_sweeps.data.errors import DataError
 from cart_sweeps.data.manifest import MANIFEST, TOKENIZER
@@ -39,21 +37,6 @@ from cart_sweeps.data.tokenizer import check_fits_uint16, check_vocab, load_hub,
 from cart_sweeps.data.tokens import BinWriter, TokenStream, encode_documents, interleave
 
 log = logging.getLogger(__name__)
-
-USAGE = """\
-usage: python -m cart_sweeps.data.prepare [data=<recipe>] [override ...]
-
-Tokenize a data recipe once into <data.cache_dir>/<recipe>-<hash>/: train.bin and val_<set>.bin
-(uint16 token ids), tokenizer.json and manifest.json. Runs do this themselves when the bins are missing.
-
-recipes (conf/data/):
-  embedded    the offline corpus shipped in the package (Shakespeare, KJV Bible, Austen), BPE 4096
-  paper_mix   the paper's ~1B-token TinyStories/Wikipedia/FineWeb-Edu mix from the hub, Llama-2 tokenizer
-
-examples:
-  python -m cart_sweeps.data.prepare data=embedded
-  python -m cart_sweeps.data.prepare data=paper_mix data.cache_dir=/scratch/cart
-  python -m cart_sweeps.data.prepare data=embedded data.tokenizer.vocab_size=8192"""
 
 _NAME = re.compile(r"^\w+$")
 
@@ -226,28 +209,3 @@ def prepare(data_cfg: DictConfig | DataConfig) -> Path:
         f"{manifest['tokens_per_second']:,}",
     )
     return final
-
-
-def _main(args: list[str]) -> Path:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = compose_config(args)
-    try:
-        folder = prepare(cfg.data)
-    except DataError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    manifest = json.loads((folder / MANIFEST).read_text())
-    val = ", ".join(f"{k} {v['tokens']:,}" for k, v in manifest["validation"].items())
-    print(
-        f"{folder}: train {manifest['train']['tokens']:,} tokens {manifest['train']['tokens_per_source']}; "
-        f"val {val}; vocab {manifest['tokenizer']['vocab_size']:,}"
-    )
-    return folder
-
-
-def main(argv: list[str] | None = None) -> None:
-    run_cli(_main, USAGE, argv)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,48 +1,24 @@
-"""Variable-R inference: evaluate a trained run's final checkpoint at another loop count, no training."""
+"""Variable-R inference: evaluate a trained run's final checkpoint at another loop count, no training.
+
+The evaluate stage's run: above the training layer and the benchmark harness, both of which it drives.
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.data.manifest import file_sha256
-from cart_sweeps.model import build_model
-from cart_sweeps.model.cart import CART
-from cart_sweeps.model.dense import Dense
+from cart_sweeps.record.runfolder import base_summary, checkpoint_path, write_summary
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.summary import RunSummary
-from cart_sweeps.train import checkpoint as ckpt
+from cart_sweeps.train.checkpoint import load_trained
 from cart_sweeps.train.device import pick_device
 from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged
-from cart_sweeps.train.runfolder import base_summary, checkpoint_path, write_summary
-
-
-def load_trained(
-    run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str, step: int | None = None
-) -> tuple[CART | Dense, int]:
-    """The model of `run_dir`'s checkpoint at `step` (None: its newest) on `device`, and its step; `key`
-    names the setting in errors.
-
-    Shared by variable-R inference and the benchmark harness, so both read a trained run the same way.
-    """
-    found = ckpt.list_checkpoints(run_dir) if step is None else [checkpoint_path(run_dir, step)]
-    if not found or not found[-1].is_file():
-        raise ConfigError(f"{key}={run_dir} has no checkpoint{f' at step {step}' if step else ''}; train it first")
-    model = build_model(model_cfg).to(device)
-    try:
-        state = ckpt.restore(found[-1], device, lambda state: model.load_state_dict(state["model"]))
-    except ckpt.CheckpointError as err:  # the source run's files are its own: say so, change nothing there
-        raise ConfigError(
-            f"{key}: {err}; relaunch the source run so it rewrites it "
-            "(remove its summary.json first if that says completed)"
-        ) from err
-    model.eval()
-    return model, state["step"]
 
 
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:

@@ -1,0 +1,126 @@
+"""The paper's tables, one record each in one registry: what the report (analysis/report.py) and a stage's
+dashboard (cart_sweeps/dashboard.py) build, from which stages' runs, and what each says in its caption.
+
+A new paper table is its builder (analysis/tables.py) and its record here; the findings read tables by name
+(analysis/findings.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from . import promotion, screen, tables
+from .load import Study
+from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
+
+
+@dataclass(frozen=True)
+class Table:
+    reads: tuple[str, ...]  # the roles of the stages whose runs it reads (its "Runs:" line, a dashboard's tables)
+    build: Callable[[pd.DataFrame, str], pd.DataFrame]  # (rows, ranking metric) -> the table
+    caption: str | None = None  # what it shows, in a sentence (None: its name); its metric is named in its headers
+    every_step: bool = False  # built from every evaluation (Study.evals), not from each run's last (Study.final())
+
+    def of(self, study: Study, final: pd.DataFrame, metric: str) -> pd.DataFrame:
+        """The table from `study` (`final`: its runs' last evaluations, computed once by the caller)."""
+        return self.build(study.evals if self.every_step else final, metric)
+
+
+TABLES: dict[str, Table] = {
+    "stage1_grid": Table(
+        reads=(SCREEN,),
+        build=tables.stage1_grid,
+        caption="Stage 1 (screen): the ranking metric at the last step for every width $d$, prelude depth "
+        "$P$ and loop count $R$.",
+    ),
+    "stage1_best": Table(
+        reads=(SCREEN,),
+        build=tables.stage1_best,
+        caption="Stage 1: the best $(P, R)$ per width, handed to Stage 2.",
+    ),
+    "stage1_r_benefit": Table(
+        reads=(SCREEN,),
+        build=tables.stage1_r_benefit,
+        caption="Stage 1: change of the metric from the smallest to the largest $R$ at the best $P$.",
+    ),
+    "stage1_p_ordering": Table(
+        reads=(SCREEN,),
+        build=tables.stage1_p_ordering,
+        caption="Stage 1: whether the ranking of prelude depths $P$ holds at every $R$ and width.",
+    ),
+    "stage1_variance": Table(
+        reads=(SCREEN,),
+        build=tables.stage1_variance,
+        caption="Stage 1: share of the variance of the log-metric explained by $P$ and $R$.",
+    ),
+    "stage2_seeds": Table(
+        reads=(CONFIRM,),
+        build=tables.stage2_seeds,
+        caption="Stage 2: mean and standard deviation over seeds of each full-length run.",
+    ),
+    "stage2_best": Table(
+        reads=(CONFIRM,),
+        build=tables.stage2_best,
+        caption="Stage 2: the best $R$ per width (mean over seeds).",
+    ),
+    "reversal": Table(
+        reads=(SCREEN, CONFIRM),
+        build=tables.reversal,
+        caption="Whether Stage 2 reverses or confirms Stage 1's choice of $R$, tested over Stage 2's seeds.",
+    ),
+    "reversal_cells": Table(
+        reads=(SCREEN, CONFIRM),
+        build=tables.reversal_cells,
+        caption="The configurations both stages trained: Stage 1's metric against Stage 2's.",
+    ),
+    "parity": Table(
+        reads=(PARITY, CONFIRM),
+        build=tables.parity,
+        caption="Dense baselines at parameter parity with CART (stored and effective parameters).",
+    ),
+    "ablations": Table(
+        reads=(ABLATIONS, CONFIRM, PARITY),
+        build=tables.ablations,
+        caption="Ablations against the base model, with the seed noise of the base.",
+    ),
+    "variable_r": Table(
+        reads=(VARIABLE_R,),
+        build=tables.variable_r,
+        caption="The metric at inference loop counts $R$ other than the trained one.",
+    ),
+    "variable_r_bench": Table(
+        reads=(VARIABLE_R,),
+        build=tables.variable_r_bench,
+    ),
+    "benchmarks": Table(
+        reads=(BENCHMARKS,),
+        build=tables.benchmarks,
+    ),
+    "rho": Table(
+        reads=(SCREEN, CONFIRM, PARITY),
+        build=tables.rho,
+        caption="Final gate $\\rho$ against the value weight decay alone predicts.",
+    ),
+    "screen_agreement": Table(
+        reads=(SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R),
+        build=screen.screen_agreement,
+        caption="Agreement of each evaluation step's ranking with the final ranking, per stage and width.",
+        every_step=True,
+    ),
+    "screen_transfer": Table(
+        reads=(SCREEN, CONFIRM),
+        build=screen.screen_transfer,
+        caption="Stage 1's final ranking against Stage 2's, at the matching step and at the end.",
+        every_step=True,
+    ),
+    "screen_promotion": Table(
+        reads=(SCREEN, CONFIRM),
+        build=promotion.screen_promotion,
+        caption="The promotion audit: per width, Stage 2's winner and its screen rank, whether the cutoff "
+        "promoted it, and the pairwise agreement of the two stages' rankings with a bootstrap interval.",
+        every_step=True,  # it takes each run's last evaluation itself
+    ),
+}

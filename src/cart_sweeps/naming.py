@@ -1,0 +1,113 @@
+"""A run's names for people and for the file system: its ablation variant, its label, its folder.
+
+Above the schema and the run id (cart_sweeps.identity), which it combines; cart_sweeps.register makes
+`run_dir` the resolver the root config's hydra.run.dir reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from cart_sweeps.config import ABLATION_SWITCHES, ModelConfig
+from cart_sweeps.identity import run_id
+from cart_sweeps.options import CoreUpdate, ModelName
+
+
+def variant(model: DictConfig | ModelConfig) -> str:
+    """The ablation label of a model config: 'base', or its switches joined by '+'."""
+    on = [s for s in ABLATION_SWITCHES if getattr(model, s)]
+    if model.core_update != CoreUpdate.reference:
+        on.append(f"core_{model.core_update}")
+    return "+".join(on) or "base"
+
+
+# The override keys `run_label` shows in its fixed part; any other key a stage varies is appended to it.
+LABEL_SHOWS = frozenset(
+    {
+        "seed",
+        "model",
+        "model.name",
+        "model.d_model",
+        "model.n_prelude",
+        "model.n_loops",
+        "model.n_layers",
+        "model.core_update",
+        "stage.eval_n_loops",
+        "stage.num_fewshot",
+        *(f"model.{s}" for s in ABLATION_SWITCHES),
+    }
+)
+SHORT_KEYS = {"weight_decay": "wd", "warmup_steps": "warmup", "micro_batch_size": "mbs", "grad_accum": "accum"}
+
+
+def short_value(value: Any) -> str:
+    """A value as a label writes it: 3e-3, 0.5, 32, true (three significant digits for floats)."""
+    if isinstance(value, float) and value != 0 and not 1e-2 <= abs(value) < 1e4:
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, DictConfig):  # a config group chosen per run (data=...): its name
+        return str(value.get("name", "?"))
+    return str(value)
+
+
+def axis_tag(key: str, value: Any) -> str:
+    """One varied key in a label: lr3e-3, gate_init0.5, decay_all_false, data_embedded."""
+    name = key.rsplit(".", 1)[-1]
+    name = SHORT_KEYS.get(name, name)
+    text = short_value(value)
+    return f"{name}{text}" if isinstance(value, int | float) and not isinstance(value, bool) else f"{name}_{text}"
+
+
+def run_label(cfg: DictConfig) -> str:
+    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
+    d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation); each other key its stage varies (stage.varied)
+    is shown before the seed (d32-P2-R2-lr3e-3-s42), so no two runs of a stage share a label."""
+    return seeded_label(label_parts(cfg), cfg.seed)
+
+
+def label_parts(cfg: DictConfig) -> tuple[str, str]:
+    """`run_label` around its seed: what comes before `-s<seed>` and after (a stage names the seeds of one
+    configuration from these)."""
+    m = cfg.model
+    if m.name == ModelName.dense:
+        before = f"dense-d{m.d_model}-L{m.n_layers}"
+    else:
+        before = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
+        if variant(m) != "base":
+            before += f"-{variant(m)}"
+    for key in cfg.stage.get("varied") or ():
+        if key not in LABEL_SHOWS:
+            before += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"
+    after = ""
+    if cfg.stage.eval_n_loops is not None:
+        after += f"-at-R{cfg.stage.eval_n_loops}"
+    if cfg.stage.get("num_fewshot") is not None:
+        after += f"-{cfg.stage.num_fewshot}shot"
+    return before, after
+
+
+def seeded_label(parts: tuple[str, str], seed: int) -> str:
+    return f"{parts[0]}-s{seed}{parts[1]}"
+
+
+def run_dir(cfg: DictConfig) -> Path:
+    """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike:
+    the label for people, the id so that runs sharing a label (another lr, say) never share a folder."""
+    return run_folder(stage_folder(cfg), run_label(cfg), run_id(cfg))
+
+
+def stage_folder(cfg: DictConfig) -> Path:
+    """Where a stage's run folders are: `<paths.runs>/<stage>`."""
+    return Path(cfg.paths.runs) / cfg.stage.name
+
+
+def run_folder(stage_dir: Path, label: str, id_: str) -> Path:
+    """`run_dir` from the run's stage folder, label and id, for a caller that has them (hashing is not free)."""
+    return stage_dir / f"{label}-{id_[:8]}"

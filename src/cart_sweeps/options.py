@@ -1,0 +1,101 @@
+"""The fixed option lists of the schema (cart_sweeps.config): one StrEnum per setting with named choices.
+
+OmegaConf checks an Enum-typed field at compose time ("Invalid value 'x', expected one of [...]"), so a typo
+fails before anything runs; a StrEnum compares equal to its value and is written to YAML, JSON and the ledger
+as that plain string, so run ids and files are unchanged.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from cart_sweeps.hardware import PEAK_BF16_FLOPS
+
+
+class ModelName(StrEnum):
+    cart = "cart"
+    dense = "dense"
+
+
+class CoreUpdate(StrEnum):
+    reference = "reference"  # the author's code: h = (1 + sigmoid(a)) h_in + delta
+    paper = "paper"  # the paper's equation: h = sigmoid(a) h_in + delta
+
+
+class TokenizerKind(StrEnum):
+    hub = "hub"
+    bpe = "bpe"
+
+
+class Optimizer(StrEnum):
+    adamw = "adamw"
+    adamw8bit = "adamw8bit"  # bitsandbytes: CUDA, or the CPU from 0.50 (train/eightbit.py)
+
+
+class Precision(StrEnum):
+    auto = "auto"  # bf16 on CUDA, fp32 on CPU
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class Device(StrEnum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class LoggerName(StrEnum):
+    none = "none"
+    wandb = "wandb"
+
+
+class LoggerMode(StrEnum):
+    offline = "offline"
+    online = "online"  # needs W&B credentials (WANDB_API_KEY or `wandb login`)
+
+
+class StageKind(StrEnum):
+    train = "train"
+    evaluate = "evaluate"  # no training: a trained run evaluated at another loop count
+
+
+class StageRole(StrEnum):
+    """The part a stage plays in the paper's study: what the analysis reads its runs as, and the demo runs."""
+
+    screen = "screen"  # Stage 1
+    confirm = "confirm"  # Stage 2
+    parity = "parity"
+    ablations = "ablations"
+    variable_r = "variable_r"
+    benchmarks = "benchmarks"
+
+
+class CandidateSelection(StrEnum):
+    paper = "paper"  # the stage's fixed grid
+    zoom = "zoom"  # candidates ranked from an earlier stage's ledger
+    best = "best"  # each width's best run of an earlier stage (its ledger), as the trained run to evaluate
+
+
+class Sampler(StrEnum):
+    grid = "grid"
+    tpe = "tpe"
+
+
+class PlanFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+
+
+# The GPUs plan can cost a stage on (members from a runtime table, which mypy cannot list).
+GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # type: ignore[misc]
+
+
+class Pruner(StrEnum):
+    """How a search stops its unpromising trials early, from their intermediate evaluations (Optuna's pruners).
+
+    Members are named by their values: OmegaConf accepts an enum from the command line by name.
+    """
+
+    none = "none"
+    median = "median"  # MedianPruner: worse than the median of earlier trials at the same step
+    hyperband = "hyperband"  # HyperbandPruner: successive halving over brackets of run lengths

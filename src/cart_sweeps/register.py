@@ -1,0 +1,34 @@
+"""What Hydra and OmegaConf must know before composing: the schema, the shipped stages (sweeps/), a resolver.
+
+Called by whatever composes (cart_sweeps.compose, the Hydra entry point), never at import: importing the
+schema or the naming registers nothing of theirs but the schema's own cache_home default.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from cart_sweeps.config import SWEEPS_DIR, Config, LocalLauncherConfig, SlurmLauncherConfig, StageConfig
+from cart_sweeps.naming import run_dir
+from cart_sweeps.parse_cache import install as install_parse_cache
+
+
+@functools.cache  # once per process: each composition calls it (0.3 s apiece)
+def register_configs() -> None:
+    """Register the root schema, sweeps/*.yaml as the `stage` group (sweeps/ is not under conf/), the
+    resolver naming a run's folder (the root config's hydra.run.dir), and the parse cache (parse_cache.py).
+
+    The root schema types every group, so conf/ files need no schema of their own.
+    """
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(name="launcher_local_schema", node=LocalLauncherConfig)  # outside the group: no option of it
+    cs.store(name="launcher_slurm_schema", node=SlurmLauncherConfig)
+    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+        stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
+        cs.store(group="stage", name=path.stem, node=stage, package="stage")
+    OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
+    install_parse_cache()

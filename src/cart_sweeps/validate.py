@@ -1,0 +1,91 @@
+"""Value checks the schema's types cannot express, on a composed config: one clear line (ConfigError) each.
+
+Apart from the schema (cart_sweeps.config, pure data) so that it holds only what a config may contain.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import fields, is_dataclass
+from typing import Any, cast
+
+from omegaconf import DictConfig, OmegaConf
+
+from cart_sweeps.config import MAX_LOOPS, ConfigError, ModelConfig
+from cart_sweeps.options import ModelName
+
+
+def check_bounds(node: Any, path: str) -> None:
+    """The bounds the schema declares on a group's fields (`at_least`, `above` metadata): one line for the
+    first value that cannot succeed. One walk for every group, so a bounded field needs no check of its own."""
+    schema = type(node) if is_dataclass(node) else OmegaConf.get_type(node)
+    if schema is None or not is_dataclass(schema):
+        return
+    for f in fields(schema):
+        value = getattr(node, f.name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        if (low := f.metadata.get("at_least")) is not None and value < low:
+            raise ConfigError(f"{path}.{f.name}={value} must be >= {low:g}")
+        if (low := f.metadata.get("above")) is not None and not value > low:
+            raise ConfigError(f"{path}.{f.name}={value} must be > {low:g}")
+
+
+def validate_model(m: DictConfig | ModelConfig) -> None:
+    """Value checks on a model config, one clear line per problem."""
+    check_bounds(m, "model")
+    if m.d_model % m.head_dim:
+        raise ConfigError(f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}")
+    if m.head_dim % 2:
+        raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates half of each head)")
+    if m.name == ModelName.dense:
+        return
+    if m.d_model % 4:
+        raise ConfigError(f"model.d_model={m.d_model} must be a multiple of 4 (the K/V latent is d/4 wide)")
+    if not 0 < m.gate_init < 1:
+        raise ConfigError(f"model.gate_init={m.gate_init} must be in (0, 1): it is sigmoid(a) at init")
+    if m.n_loops > MAX_LOOPS and not m.disable_lie:
+        raise ConfigError(f"model.n_loops={m.n_loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
+    if m.self_attn_core and not m.unshare_core:
+        raise ConfigError("model.self_attn_core=true needs model.unshare_core=true (the paper's ablation)")
+    if m.self_attn_core and m.unfreeze_kv:
+        raise ConfigError("model.unfreeze_kv=true does nothing with model.self_attn_core=true (no anchor)")
+
+
+def _unknown_key(node: DictConfig, path: str) -> str | None:
+    """The first key under `node` that its schema lacks, at any depth (`+` adds keys past a schema)."""
+    schema = OmegaConf.get_type(node)
+    if schema is None or not is_dataclass(schema):
+        return None
+    known = {f.name for f in fields(schema)}
+    for key, child in node.items_ex(resolve=False):  # unresolved: this runs for every run of a stage
+        if str(key) not in known:
+            return f"{path}.{key!s}"
+        if isinstance(child, DictConfig) and (found := _unknown_key(child, f"{path}.{key!s}")):
+            return found
+    return None
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in) is one line, before anything reads it."""
+    for group in ("model", "data", "trainer"):
+        if unknown := _unknown_key(cfg[group], group):
+            parent, _, name = unknown.rpartition(".")
+            known = [str(k) for k in cast(DictConfig, OmegaConf.select(cfg, parent)).keys() if k != name]
+            close = difflib.get_close_matches(name, known, n=1)
+            advice = f"did you mean {parent}.{close[0]}?" if close else "check its spelling (no + to set one)"
+            raise ConfigError(f"+{unknown}: {parent} has no such setting; {advice}")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks across the whole composed config that the schema's types cannot express."""
+    check_settings(cfg)
+    validate_model(cfg.model)
+    for group in ("trainer", "data", "harness"):
+        check_bounds(cfg[group], group)
+    t = cfg.trainer
+    if t.seq_len > cfg.model.max_seq_len:
+        raise ConfigError(
+            f"trainer.seq_len={t.seq_len} exceeds model.max_seq_len={cfg.model.max_seq_len}; "
+            "lower one or raise the other"
+        )
