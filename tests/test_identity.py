@@ -123,6 +123,9 @@ class ConfigWithNewFields(Config):
 def new_fields(monkeypatch):
     """The schema as it would be after someone adds a field with a default to model, trainer and a data source."""
     monkeypatch.setattr(register, "Config", ConfigWithNewFields)  # the schema Hydra is given
+    register.register_configs.cache_clear()  # registered once per process: again with this schema
+    yield
+    register.register_configs.cache_clear()  # and again with the real one (monkeypatch has restored it)
 
 
 @pytest.mark.slow
