@@ -9,7 +9,8 @@ import sys
 
 from stages import run_quick_demo
 
-QUICK_RUNS = {"1": 8, "2": 8, "parity": 3, "ablations": 8, "variable_r": 3, "benchmarks": 4}
+# Stage 1: the 8 corners, then each width's best again with 2 more seeds (stage.replicates=1)
+QUICK_RUNS = {"1": 12, "2": 8, "parity": 3, "ablations": 8, "variable_r": 3, "benchmarks": 4}
 
 
 def test_quick_demo_runs_every_stage_then_the_analysis(quick_demo):

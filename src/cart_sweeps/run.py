@@ -217,14 +217,13 @@ class Trainer:
 
     def checkpoint(self, step: int) -> None:
         """Save the state at `step` and say so in the summary (with the wall time so far). The final one is
-        the weights alone, and the only one kept, unless trainer.keep_final_optimizer: nothing resumes a
-        finished run, and AdamW's state is twice its weights."""
-        final = step == self.t.steps and not self.t.keep_final_optimizer
+        the weights alone unless trainer.keep_final_optimizer: nothing resumes a finished run, and AdamW's
+        state is twice its weights (the checkpoints before it go once the summary says completed)."""
         state: dict[str, Any] = {"model": self.model.state_dict(), "step": step, "rng": ckpt.rng_state()}
-        if not final:
+        if step < self.t.steps or self.t.keep_final_optimizer:
             state |= {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
         meta = {"run_id": self.summary.run_id, "label": self.summary.label, "tokens": step * self.tokens_per_step}
-        ckpt.save_checkpoint(self.run_dir, step, state, meta, keep=1 if final else self.t.keep_checkpoints)
+        ckpt.save_checkpoint(self.run_dir, step, state, meta, keep=self.t.keep_checkpoints)
         self.summary.step, self.summary.wall_time_s = step, self._wall()
         write_summary(self.run_dir, self.summary)
 
@@ -297,6 +296,8 @@ class Trainer:
         finally:
             self.summary.status, self.summary.wall_time_s = status, self._wall()
             write_summary(self.run_dir, self.summary)
+            if status == RunStatus.COMPLETED and not self.t.keep_final_optimizer:
+                ckpt.prune(self.run_dir, keep=1)  # recorded completed: only its final weights are needed now
             self.logger.finish(status)
             self.progress.close()
         return self.summary

@@ -58,11 +58,16 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], meta: dict[
     atomic_write(path, write)
     meta = {**meta, "step": step, "file": path.name, "sha256": digest[0]}
     atomic_write(path.with_suffix(".json"), lambda tmp: tmp.write_text(json.dumps(meta, indent=2)))
+    prune(run_dir, keep)
+    return path
+
+
+def prune(run_dir: Path, keep: int) -> None:
+    """Delete all but the `keep` newest checkpoints (0 keeps all)."""
     if keep > 0:
         for old in list_checkpoints(run_dir)[:-keep]:
             old.unlink(missing_ok=True)
             old.with_suffix(".json").unlink(missing_ok=True)
-    return path
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
