@@ -89,11 +89,13 @@ def _search_distribution(key: str, spec: dict[str, Any]) -> IntDistribution | Fl
 
 @contextmanager
 def long_lived() -> Iterator[None]:
-    """Build objects that live on (a stage's runs) without the cyclic garbage collector rescanning them.
+    """Build objects that live on (a stage's runs and configurations) without the cyclic garbage collector
+    rescanning them.
 
-    Each run's config is ~1,100 tracked objects: collected as usual, the growing heap is scanned again and
-    again (a quarter of a 768-run expansion). Built with the collector paused, they are then moved, unscanned,
-    to its oldest generation (freeze, unfreeze), which only its rare full collections scan.
+    Each configuration's composed config is ~1,100 tracked objects (a grid over trainer.lr has one per run):
+    collected as usual, the growing heap is scanned again and again (a quarter of a 768-configuration
+    expansion). Built with the collector paused, they are then moved, unscanned, to its oldest generation
+    (freeze, unfreeze), which only its rare full collections scan.
     """
     enabled = gc.isenabled()
     gc.disable()
