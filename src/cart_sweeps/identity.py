@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -206,8 +207,35 @@ def identity(cfg: DictConfig, seed: bool = True, part: GroupPart = group_identit
 
 
 def digest(values: dict[str, Any]) -> str:
-    blob = json.dumps(values, sort_keys=True, default=str)
+    return _hash(json.dumps(values, sort_keys=True, default=str))
+
+
+def _hash(blob: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+_SEED_MARK = '"seed": "\\u0000seed"'  # the seed's place in a configuration's JSON: no config value writes it
+
+
+@dataclass(frozen=True)
+class SeededIds:
+    """The run ids of one configuration's seeds: `digest({**identity, "seed": seed})` with the configuration's
+    JSON written once around the seed's place (a 10,240-run stage wrote it 10,240 times: ~1.5 s)."""
+
+    head: str
+    tail: str | None  # None: the mark is not found once (cannot happen), so each id writes the JSON whole
+    identity: dict[str, Any]
+
+    @classmethod
+    def of(cls, config_identity: dict[str, Any]) -> SeededIds:
+        blob = json.dumps({**config_identity, "seed": "\0seed"}, sort_keys=True, default=str)
+        head, _, tail = blob.partition(_SEED_MARK)
+        return cls(head, tail if blob.count(_SEED_MARK) == 1 else None, config_identity)
+
+    def __call__(self, seed: int) -> str:
+        if self.tail is None:
+            return digest({**self.identity, "seed": seed})
+        return _hash(f'{self.head}"seed": {json.dumps(seed)}{self.tail}')
 
 
 def run_id(cfg: DictConfig, part: GroupPart = group_identity) -> str:
@@ -217,7 +245,7 @@ def run_id(cfg: DictConfig, part: GroupPart = group_identity) -> str:
 
 def seeded_id(config_identity: dict[str, Any], seed: int) -> str:
     """The run id of the seed `seed` of a configuration whose `identity(cfg, seed=False)` is `config_identity`."""
-    return digest({**config_identity, "seed": seed})
+    return SeededIds.of(config_identity)(seed)
 
 
 def config_id(cfg: DictConfig) -> str:

@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial
 
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
-from cart_sweeps.identity import NON_IDENTITY_KEYS, digest, identity, seeded_id
+from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, label_parts, run_folder, seeded_label, stage_folder
 from cart_sweeps.record.runfolder import with_source
@@ -49,7 +49,7 @@ class Configuration:
 
     cfg: DictConfig  # composed at the seed of the first of its runs: read it for anything but the seed
     config_id: str
-    identity: dict[str, Any]  # identity(cfg, seed=False): a seed's run id is seeded_id(identity, seed)
+    seeded_ids: SeededIds  # a seed's run id: seeded_ids(seed), from its identity(cfg, seed=False)
     label_parts: tuple[str, str]  # its label around the seed: a seed's label is seeded_label(parts, seed)
     stage_folder: Path
 
@@ -120,8 +120,10 @@ class Stage:
         stage_roles()  # one stage per role, over every config source: refused in one line before anything else
         self._compose = Composer()
         self._configurations: dict[tuple[str, ...], Configuration] = {}
+        self._first_seeds: dict[str, Run] = {}  # a configuration's first run: its other seeds are named from it
         self.base = self._compose(first.base)
         self.spec = self.base.stage
+        self.select = self.spec.select  # read per run: a DictConfig lookup is not free
         self.name: str = self.spec.name
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(arguments, list(self.spec.grid))
@@ -171,12 +173,12 @@ class Stage:
         }
 
     def _points(self) -> list[dict[str, Any]]:
-        if self.spec.select == "best":  # each width's best run of stage zoom_from, times the grid
+        if self.select == "best":  # each width's best run of stage zoom_from, times the grid
             self._best = lowest_single_run(self._source(), self.base.sweep.metric)
             grid = [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
             d_key, r_key = ZOOM_AXES[:2]
             return [{d_key: d, "stage.eval_n_loops": b[r_key], **g} for d, b in self._best.items() for g in grid]
-        if self.spec.select == "zoom":
+        if self.select == "zoom":
             if not all(k in self.axes for k in ZOOM_AXES[:2]):
                 raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
             cands = zoom_candidates(
@@ -239,7 +241,21 @@ class Stage:
         return self._paper_values[key]
 
     def run(self, params: dict[str, Any]) -> Run:
-        """The run at a grid point or sampled point (paper numbers), composed and validated."""
+        """The run at a grid point or sampled point (paper numbers), composed and validated. The seeds of a
+        configuration share everything but the seed: the first is worked out in full, the others named from it
+        (a stage of 64 configurations x 160 seeds works 64 out, not 10,240)."""
+        seed = params.get("seed")
+        named_alike = isinstance(seed, int) and "seed" not in self.args.passed  # else the command line's seed wins
+        sibling = self._first_seeds.get(_without_seed(params)) if named_alike else None
+        if sibling is None:
+            run = self._worked_out(params)
+            if named_alike and self._configurations.get(_seedless(run.overrides)) is run.config:
+                self._first_seeds[_without_seed(params)] = run  # its seeds share its config (_named)
+            return run
+        overrides = [f"seed={seed}" if o.startswith("seed=") else o for o in sibling.overrides]
+        return make_run(dict(params), overrides, sibling.config, seed, sibling.actual)
+
+    def _worked_out(self, params: dict[str, Any]) -> Run:
         paper = dict(self._recipe)
         paper.update({k: v for k, v in params.items() if k != VARIANT})
         if VARIANT in params:
@@ -250,7 +266,7 @@ class Stage:
         values = to_scale(paper, self._scale, self._paper_value, self.train)
         stated = {k: paper[k] if k in paper else self._paper_value(k) for k in values}
         scaled = {k: v for k, v in stated.items() if v != values[k]}  # kept in the run's config as scale.paper
-        if self.spec.select == "best":  # the folder is no trial param (its value space changes between launches)
+        if self.select == "best":  # the folder is no trial param (its value space changes between launches)
             values["stage.source"] = self._best[params[ZOOM_AXES[0]]]["run_dir"]
         if parity is not None:
             cart = {k: v for k, v in values.items() if k not in ("model", "model.n_layers")}
@@ -263,9 +279,8 @@ class Stage:
     def _named(self, params: dict[str, Any], overrides: list[str]) -> Run:
         """The run of `overrides`, composed once per configuration (its overrides less the seed) and each seed
         named from that; a config that reads the seed (an interpolation) or an evaluation is composed per run."""
-        seed_line = next((o for o in overrides if o.startswith("seed=")), None)
-        seed = _int_value(seed_line)
-        key = tuple(o for o in overrides if o != seed_line)
+        seed = _int_value(next((o for o in overrides if o.startswith("seed=")), None))
+        key = _seedless(overrides)
         if seed is not None and (config := self._configurations.get(key)) is not None:
             return make_run(params, overrides, config, seed)
         cfg = self._compose(overrides)
@@ -275,6 +290,16 @@ class Stage:
         if seed is not None and not _reads_seed(cfg):
             self._configurations[key] = config
         return make_run(params, overrides, config)
+
+
+def _seedless(overrides: list[str]) -> tuple[str, ...]:
+    """A run's overrides less its seed: what its configuration is known by."""
+    return tuple(o for o in overrides if not o.startswith("seed="))
+
+
+def _without_seed(params: dict[str, Any]) -> str:
+    """A grid point less its seed, as a key (values may be lists)."""
+    return repr([(k, v) for k, v in params.items() if k != "seed"])
 
 
 def _int_value(line: str | None) -> int | None:
@@ -329,11 +354,18 @@ def make_configuration(
         cfg, name = with_source(cfg), _seedless_identity  # its groups are the source's
     validate(cfg)
     config_identity = name(cfg)
-    return Configuration(cfg, digest(config_identity), config_identity, label_parts(cfg), stage_folder(cfg))
+    ids = SeededIds.of(config_identity)
+    return Configuration(cfg, digest(config_identity), ids, label_parts(cfg), stage_folder(cfg))
 
 
-def make_run(params: dict[str, Any], overrides: list[str], config: Configuration, seed: int | None = None) -> Run:
+def make_run(
+    params: dict[str, Any],
+    overrides: list[str],
+    config: Configuration,
+    seed: int | None = None,
+    actual: dict[str, Any] | None = None,
+) -> Run:
     """The run of `config` at `seed` (None: the seed it was composed at), in `<paths.runs>/<stage>/<label>-<id[:8]>`."""
     seed = config.cfg.seed if seed is None else seed
-    id_, label = seeded_id(config.identity, seed), seeded_label(config.label_parts, seed)
-    return Run(params, overrides, config, seed, id_, label, run_folder(config.stage_folder, label, id_))
+    id_, label = config.seeded_ids(seed), seeded_label(config.label_parts, seed)
+    return Run(params, overrides, config, seed, id_, label, run_folder(config.stage_folder, label, id_), actual or {})
