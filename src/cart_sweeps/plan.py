@@ -20,9 +20,10 @@ from optuna.trial import FrozenTrial
 from rich.console import Console
 
 from cart_sweeps.compose import run_cli
-from cart_sweeps.config import SWEEPS_DIR, ConfigError
+from cart_sweeps.config import ConfigError
 from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.register import stage_paths
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
@@ -33,7 +34,7 @@ from cart_sweeps.sweep.pool import pool_class
 from cart_sweeps.sweep.runset import stage_runs
 from cart_sweeps.text import count
 
-STAGES = "|".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))  # the shipped stage files
+STAGES = "|".join(p.stem for p in stage_paths())  # the shipped stage files
 USAGE = f"""usage: python -m cart_sweeps.plan stage=<name> [overrides]
 
 Lists the runs of a stage without launching any, in the order the driver launches them (longest

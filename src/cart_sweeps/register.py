@@ -7,6 +7,8 @@ schema or the naming registers nothing of theirs but the schema's own cache_home
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -27,8 +29,17 @@ def register_configs() -> None:
     cs.store(name="config_schema", node=Config)
     cs.store(name="launcher_local_schema", node=LocalLauncherConfig)  # outside the group: no option of it
     cs.store(name="launcher_slurm_schema", node=SlurmLauncherConfig)
-    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+    for path in stage_paths():
         stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
     OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
     install_parse_cache()
+
+
+def stage_paths(config_dirs: Sequence[Path] = ()) -> list[Path]:
+    """Every stage file, once: the shipped sweeps/*.yaml, then each config folder's stage/*.yaml (the `stage`
+    group as Hydra finds it there). The one discovery of stages: registration, roles and plan's listing read it."""
+    paths = [*sorted(SWEEPS_DIR.glob("*.yaml"))]
+    for folder in config_dirs:
+        paths += sorted((folder / "stage").glob("*.yaml"))
+    return list(dict.fromkeys(p.resolve() for p in paths))

@@ -14,8 +14,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import config_dirs
-from cart_sweeps.config import SWEEPS_DIR, ConfigError
+from cart_sweeps.config import ConfigError
 from cart_sweeps.options import StageRole
+from cart_sweeps.register import stage_paths
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,7 @@ class StageFile:
 
 def stage_files() -> list[StageFile]:
     """Every stage file this command can compose: sweeps/*.yaml, then each config folder's stage/*.yaml."""
-    paths = [*sorted(SWEEPS_DIR.glob("*.yaml"))]
-    for folder in config_dirs():
-        paths += sorted((folder / "stage").glob("*.yaml"))
-    return [_read(path) for path in dict.fromkeys(p.resolve() for p in paths)]
+    return [_read(path) for path in stage_paths(config_dirs())]
 
 
 def _read(path: Path) -> StageFile:
