@@ -30,7 +30,7 @@ from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order
 from cart_sweeps.sweep.driver import Standing, held_result, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
-from cart_sweeps.sweep.pool import pool_class
+from cart_sweeps.sweep.pool import capacity
 from cart_sweeps.sweep.runset import stage_runs
 from cart_sweeps.text import count
 
@@ -193,7 +193,7 @@ def stage_slots(base: DictConfig) -> int:
         if base.plan.slots < 1:
             raise ConfigError(f"plan.slots={base.plan.slots} must be >= 1")
         return base.plan.slots
-    return pool_class(base.launcher).capacity_of(base.launcher)
+    return capacity(base.launcher)
 
 
 def makespan_line(slots: int, table_rows: list[dict[str, Any]]) -> str:
