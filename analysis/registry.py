@@ -1,14 +1,15 @@
 """The paper's tables, one record each in one registry: what the report (analysis/report.py) and a stage's
 dashboard (cart_sweeps/dashboard.py) build, from which stages' runs, and what each says in its caption.
 
-A new paper table is its builder (analysis/tables.py) and its record here; the findings read tables by name
-(analysis/findings.py).
+A new paper table is its record here (its builder may live in any analysis module); README.md lists them
+between its `tables` markers, written from this list by `python -m analysis --readme-tables`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
@@ -124,3 +125,22 @@ TABLES: dict[str, Table] = {
         every_step=True,  # it takes each run's last evaluation itself
     ),
 }
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+README_START, README_END = "<!-- tables:start (python -m analysis --readme-tables) -->", "<!-- tables:end -->"
+
+
+def readme_tables() -> str:
+    """The README's list of the paper's tables: name, the roles of the stages it reads, caption."""
+    rows = ["| table | reads the stages of role | caption |", "| --- | --- | --- |"]
+    for name, table in TABLES.items():
+        rows.append(f"| `{name}` | {', '.join(table.reads)} | {table.caption or '(its name)'} |")
+    return "\n".join(rows)
+
+
+def readme_with_tables(text: str) -> str:
+    """`text` (README.md) with the block between its markers rewritten from TABLES."""
+    head, _, rest = text.partition(README_START)
+    _, _, tail = rest.partition(README_END)
+    return f"{head}{README_START}\n{readme_tables()}\n{README_END}{tail}"

@@ -66,6 +66,14 @@ def test_the_demo_block_is_what_the_demo_runs():
     assert set(QUICK) == set(StageRole)  # every stage of the paper's study
 
 
+def test_the_readme_lists_the_registrys_tables():
+    """README's table list is written from analysis/registry.py; an edit to either without the other fails here."""
+    from analysis.registry import readme_with_tables
+
+    text = README.read_text()
+    assert readme_with_tables(text) == text, "README.md's table list is stale: run python -m analysis --readme-tables"
+
+
 def test_every_readme_command_runs(demo_env, tmp_path):
     root, env = demo_env
     exercised = 0
