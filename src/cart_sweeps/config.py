@@ -31,7 +31,6 @@ from cart_sweeps.options import (
     Pruner,
     Sampler,
     StageKind,
-    StageRole,
     TokenizerKind,
 )
 
@@ -222,7 +221,8 @@ class StageConfig:
 
     name: str = "single"
     kind: StageKind = StageKind.train
-    role: StageRole | None = None  # its part in the paper's study (None: in no paper table)
+    role: str | None = None  # its part in the paper's study: a role the paper's tables read (None: in none)
+    quick: list[str] = field(default_factory=list)  # `python -m cart_sweeps.demo --quick`: overrides narrowing it
     grid: dict[str, list[Any]] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
