@@ -13,9 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import findings as found
 from . import promotion, screen, tables
-from .load import Study
-from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
+from .decisions import Decision
+from .findings import Findings
+from .load import AnalysisError, Study
+from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R, shipped_roles
+
+# A table's findings: (its section's key in findings.json, the hook that reads it off the built tables by name).
+Section = tuple[str, Callable[[dict[str, pd.DataFrame], str], Findings]]
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,7 @@ class Table:
     build: Callable[[pd.DataFrame, str], pd.DataFrame]  # (rows, ranking metric) -> the table
     caption: str | None = None  # what it shows, in a sentence (None: its name); its metric is named in its headers
     every_step: bool = False  # built from every evaluation (Study.evals), not from each run's last (Study.final())
+    findings: Section | None = None  # what findings.json says of it (present only where its tables were built)
 
     def of(self, study: Study, final: pd.DataFrame, metric: str) -> pd.DataFrame:
         """The table from `study` (`final`: its runs' last evaluations, computed once by the caller)."""
@@ -41,6 +48,7 @@ TABLES: dict[str, Table] = {
         reads=(SCREEN,),
         build=tables.stage1_best,
         caption="Stage 1: the best $(P, R)$ per width, handed to Stage 2.",
+        findings=("stage1", found.stage1),
     ),
     "stage1_r_benefit": Table(
         reads=(SCREEN,),
@@ -66,11 +74,13 @@ TABLES: dict[str, Table] = {
         reads=(CONFIRM,),
         build=tables.stage2_best,
         caption="Stage 2: the best $R$ per width (mean over seeds).",
+        findings=("stage2", found.stage2),
     ),
     "reversal": Table(
         reads=(SCREEN, CONFIRM),
         build=tables.reversal,
         caption="Whether Stage 2 reverses or confirms Stage 1's choice of $R$, tested over Stage 2's seeds.",
+        findings=("reversal", found.reversal),
     ),
     "reversal_cells": Table(
         reads=(SCREEN, CONFIRM),
@@ -81,20 +91,24 @@ TABLES: dict[str, Table] = {
         reads=(PARITY, CONFIRM),
         build=tables.parity,
         caption="Dense baselines at parameter parity with CART (stored and effective parameters).",
+        findings=("parity", found.parity),
     ),
     "ablations": Table(
         reads=(ABLATIONS, CONFIRM, PARITY),
         build=tables.ablations,
         caption="Ablations against the base model, with the seed noise of the base.",
+        findings=("ablations", found.ablations),
     ),
     "variable_r": Table(
         reads=(VARIABLE_R,),
         build=tables.variable_r,
         caption="The metric at inference loop counts $R$ other than the trained one.",
+        findings=("variable_r", found.variable_r),
     ),
     "variable_r_bench": Table(
         reads=(VARIABLE_R,),
         build=tables.variable_r_bench,
+        findings=("variable_r_bench", found.variable_r_bench),
     ),
     "benchmarks": Table(
         reads=(BENCHMARKS,),
@@ -104,12 +118,14 @@ TABLES: dict[str, Table] = {
         reads=(SCREEN, CONFIRM, PARITY),
         build=tables.rho,
         caption="Final gate $\\rho$ against the value weight decay alone predicts.",
+        findings=("rho", found.rho),
     ),
     "screen_agreement": Table(
         reads=(SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R),
         build=screen.screen_agreement,
         caption="Agreement of each evaluation step's ranking with the final ranking, per stage and width.",
         every_step=True,
+        findings=("screen", found.screen),
     ),
     "screen_transfer": Table(
         reads=(SCREEN, CONFIRM),
@@ -125,6 +141,30 @@ TABLES: dict[str, Table] = {
         every_step=True,  # it takes each run's last evaluation itself
     ),
 }
+
+
+def findings(built: dict[str, pd.DataFrame], metric: str, decisions: list[Decision]) -> Findings:
+    """Each table's findings section, in the registry's order; a section is present only where its tables are.
+    `decisions` holds one record per claim the words make (analysis.claims), how sure each is."""
+    out: Findings = {"metric": metric}
+    for table in TABLES.values():
+        if table.findings and (part := table.findings[1](built, metric)):
+            out[table.findings[0]] = part
+    if decisions:
+        out["decisions"] = [d.as_json() for d in decisions]
+    return out
+
+
+def check_roles() -> None:
+    """A stage file's role that no table reads (a misspelt or forgotten one) is one line: its runs would be in
+    no paper table."""
+    read = {role for table in TABLES.values() for role in table.reads}
+    for stage, role in shipped_roles().items():
+        if role not in read:
+            raise AnalysisError(
+                f"stage {stage} claims role: {role}, which no table reads; fix its role, or give a table in "
+                "analysis/registry.py reads=(its role,)"
+            )
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"
