@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .decisions import ALPHA
 from .load import AnalysisError, load_csv, load_runs
+from .registry import README, readme_with_tables
 from .report import run
 
 CURRENT = "current"
@@ -82,11 +83,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "launched for it, as plan and stage.select=zoom read them) or N, the runs launch N ran (1 = the first); "
         "run folders only",
     )
+    parser.add_argument(
+        "--readme-tables",
+        action="store_true",
+        help="rewrite README.md's list of the paper's tables from analysis/registry.py, then stop",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.readme_tables:
+        README.write_text(readme_with_tables(README.read_text()))
+        print(f"wrote {README}")
+        return 0
     try:
         if args.from_csv:
             if args.where or args.launch is not None:

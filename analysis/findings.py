@@ -1,4 +1,7 @@
-"""The study's findings as data (findings.json) and in words (the closing paragraph), read off the tables."""
+"""The study's findings as data (findings.json) and in words (the closing paragraph), read off the tables.
+
+Each function named by a section of findings.json (stage1, parity, ...) is a table's findings hook
+(analysis/registry.py), which collects them in the registry's order."""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from . import sentences
-from .decisions import Decision
 from .screen import shortest_screen
 from .stages import CONFIRM, SCREEN
 from .stats import spearman
@@ -33,30 +35,7 @@ def _by_width(table: pd.DataFrame, column: str) -> dict[str, Any]:
     return {str(plain(d)): plain(v) for d, v in zip(table["d"], table[column], strict=True)}
 
 
-def findings(tables: dict[str, pd.DataFrame], metric: str, decisions: list[Decision]) -> Findings:
-    """Findings from the tables that could be built; a key is present only where its tables are.
-    `decisions` holds one record per claim the words make (analysis.claims), how sure each is."""
-    out: Findings = {"metric": metric}
-    sections = {
-        "stage1": _stage1,
-        "stage2": _stage2,
-        "reversal": _reversal,
-        "parity": _parity,
-        "ablations": _ablations,
-        "variable_r": _variable_r,
-        "variable_r_bench": _variable_r_bench,
-        "rho": _rho,
-        "screen": _screen,
-    }
-    for key, section in sections.items():
-        if part := section(tables, metric):
-            out[key] = part
-    if decisions:
-        out["decisions"] = [d.as_json() for d in decisions]
-    return out
-
-
-def _stage1(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def stage1(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """Best config per width, R benefit, the P-ordering check and the variance shares."""
     out: Findings = {}
     if "stage1_best" in tables:
@@ -86,12 +65,12 @@ def _stage1(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     return out
 
 
-def _stage2(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def stage2(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """The best R per width over seeds."""
     return {"best_R_per_width": _by_width(tables["stage2_best"], "R")} if "stage2_best" in tables else {}
 
 
-def _reversal(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def reversal(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """Where Stage 2 reverses or confirms the Stage-1 pick of R over its seeds (decided), where it does
     neither (undecided), the p-values, and the rank agreement."""
     out: Findings = {}
@@ -108,7 +87,7 @@ def _reversal(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     return out
 
 
-def _parity(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def parity(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """Gap per validation set at stored and effective parity (where several widths have parity runs,
     the widest)."""
     if "parity" not in tables:
@@ -124,7 +103,7 @@ def _parity(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     }
 
 
-def _ablations(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def ablations(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """Delta % per variant and set, and the verdict over the seed noise (hurts, helps, or undecided)."""
     if "ablations" not in tables:
         return {}
@@ -137,7 +116,7 @@ def _ablations(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     }
 
 
-def _rho(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def rho(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """The range of final rho, beside the range weight decay alone predicts."""
     if "rho" not in tables:
         return {}
@@ -148,7 +127,7 @@ def _rho(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     }
 
 
-def _variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """Per width: the trained R, the best inference R per set, and whether the trained R is that best."""
     if "variable_r" not in tables:
         return {}
@@ -165,7 +144,7 @@ def _variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     return out
 
 
-def _variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """Per width: the best inference R for each lm-eval task metric, and whether it is the trained R."""
     if "variable_r_bench" not in tables:
         return {}
@@ -182,7 +161,7 @@ def _variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     return out
 
 
-def _screen(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+def screen(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     """How early each stage's ranking settles, how Stage 1's ranking carries to Stage 2, and what the input
     cannot show (a results CSV of final numbers has no ranking along the way)."""
     out: Findings = {}

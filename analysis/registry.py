@@ -1,20 +1,27 @@
 """The paper's tables, one record each in one registry: what the report (analysis/report.py) and a stage's
 dashboard (cart_sweeps/dashboard.py) build, from which stages' runs, and what each says in its caption.
 
-A new paper table is its builder (analysis/tables.py) and its record here; the findings read tables by name
-(analysis/findings.py).
+A new paper table is its record here (its builder may live in any analysis module); README.md lists them
+between its `tables` markers, written from this list by `python -m analysis --readme-tables`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
+from . import findings as found
 from . import promotion, screen, tables
-from .load import Study
-from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
+from .decisions import Decision
+from .findings import Findings
+from .load import AnalysisError, Study
+from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R, shipped_roles
+
+# A table's findings: (its section's key in findings.json, the hook that reads it off the built tables by name).
+Section = tuple[str, Callable[[dict[str, pd.DataFrame], str], Findings]]
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,7 @@ class Table:
     build: Callable[[pd.DataFrame, str], pd.DataFrame]  # (rows, ranking metric) -> the table
     caption: str | None = None  # what it shows, in a sentence (None: its name); its metric is named in its headers
     every_step: bool = False  # built from every evaluation (Study.evals), not from each run's last (Study.final())
+    findings: Section | None = None  # what findings.json says of it (present only where its tables were built)
 
     def of(self, study: Study, final: pd.DataFrame, metric: str) -> pd.DataFrame:
         """The table from `study` (`final`: its runs' last evaluations, computed once by the caller)."""
@@ -40,6 +48,7 @@ TABLES: dict[str, Table] = {
         reads=(SCREEN,),
         build=tables.stage1_best,
         caption="Stage 1: the best $(P, R)$ per width, handed to Stage 2.",
+        findings=("stage1", found.stage1),
     ),
     "stage1_r_benefit": Table(
         reads=(SCREEN,),
@@ -65,11 +74,13 @@ TABLES: dict[str, Table] = {
         reads=(CONFIRM,),
         build=tables.stage2_best,
         caption="Stage 2: the best $R$ per width (mean over seeds).",
+        findings=("stage2", found.stage2),
     ),
     "reversal": Table(
         reads=(SCREEN, CONFIRM),
         build=tables.reversal,
         caption="Whether Stage 2 reverses or confirms Stage 1's choice of $R$, tested over Stage 2's seeds.",
+        findings=("reversal", found.reversal),
     ),
     "reversal_cells": Table(
         reads=(SCREEN, CONFIRM),
@@ -80,20 +91,24 @@ TABLES: dict[str, Table] = {
         reads=(PARITY, CONFIRM),
         build=tables.parity,
         caption="Dense baselines at parameter parity with CART (stored and effective parameters).",
+        findings=("parity", found.parity),
     ),
     "ablations": Table(
         reads=(ABLATIONS, CONFIRM, PARITY),
         build=tables.ablations,
         caption="Ablations against the base model, with the seed noise of the base.",
+        findings=("ablations", found.ablations),
     ),
     "variable_r": Table(
         reads=(VARIABLE_R,),
         build=tables.variable_r,
         caption="The metric at inference loop counts $R$ other than the trained one.",
+        findings=("variable_r", found.variable_r),
     ),
     "variable_r_bench": Table(
         reads=(VARIABLE_R,),
         build=tables.variable_r_bench,
+        findings=("variable_r_bench", found.variable_r_bench),
     ),
     "benchmarks": Table(
         reads=(BENCHMARKS,),
@@ -103,12 +118,14 @@ TABLES: dict[str, Table] = {
         reads=(SCREEN, CONFIRM, PARITY),
         build=tables.rho,
         caption="Final gate $\\rho$ against the value weight decay alone predicts.",
+        findings=("rho", found.rho),
     ),
     "screen_agreement": Table(
         reads=(SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R),
         build=screen.screen_agreement,
         caption="Agreement of each evaluation step's ranking with the final ranking, per stage and width.",
         every_step=True,
+        findings=("screen", found.screen),
     ),
     "screen_transfer": Table(
         reads=(SCREEN, CONFIRM),
@@ -124,3 +141,46 @@ TABLES: dict[str, Table] = {
         every_step=True,  # it takes each run's last evaluation itself
     ),
 }
+
+
+def findings(built: dict[str, pd.DataFrame], metric: str, decisions: list[Decision]) -> Findings:
+    """Each table's findings section, in the registry's order; a section is present only where its tables are.
+    `decisions` holds one record per claim the words make (analysis.claims), how sure each is."""
+    out: Findings = {"metric": metric}
+    for table in TABLES.values():
+        if table.findings and (part := table.findings[1](built, metric)):
+            out[table.findings[0]] = part
+    if decisions:
+        out["decisions"] = [d.as_json() for d in decisions]
+    return out
+
+
+def check_roles() -> None:
+    """A stage file's role that no table reads (a misspelt or forgotten one) is one line: its runs would be in
+    no paper table."""
+    read = {role for table in TABLES.values() for role in table.reads}
+    for stage, role in shipped_roles().items():
+        if role not in read:
+            raise AnalysisError(
+                f"stage {stage} claims role: {role}, which no table reads; fix its role, or give a table in "
+                "analysis/registry.py reads=(its role,)"
+            )
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+README_START, README_END = "<!-- tables:start (python -m analysis --readme-tables) -->", "<!-- tables:end -->"
+
+
+def readme_tables() -> str:
+    """The README's list of the paper's tables: name, the roles of the stages it reads, caption."""
+    rows = ["| table | reads the stages of role | caption |", "| --- | --- | --- |"]
+    for name, table in TABLES.items():
+        rows.append(f"| `{name}` | {', '.join(table.reads)} | {table.caption or '(its name)'} |")
+    return "\n".join(rows)
+
+
+def readme_with_tables(text: str) -> str:
+    """`text` (README.md) with the block between its markers rewritten from TABLES."""
+    head, _, rest = text.partition(README_START)
+    _, _, tail = rest.partition(README_END)
+    return f"{head}{README_START}\n{readme_tables()}\n{README_END}{tail}"

@@ -14,9 +14,9 @@ from . import stage_tables
 from .claims import decide
 from .decisions import ALPHA
 from .figures import figure_jobs
-from .findings import Findings, findings, plain, words
+from .findings import Findings, plain, words
 from .load import AnalysisError, Study, pick_metric
-from .registry import TABLES
+from .registry import TABLES, check_roles, findings
 from .render import markdown, write_table
 
 
@@ -48,6 +48,7 @@ def run(
     Without `only`, what the inputs cannot give is skipped with its reason; with `only`, it is an error.
     A claim is decided at the error rate `alpha` (analysis.decisions).
     """
+    check_roles()
     final = study.final()
     if final.empty:
         left = ", ".join(f"{n} {s}" for s, n in study.not_completed.items()) or "none"

@@ -7,7 +7,7 @@ import pytest
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
-from cart_sweeps.sweep.preflight import check_packing
+from cart_sweeps.sweep.pools.local import check_packing
 
 
 def test_paper_runs_need_gigabytes_and_tiny_runs_little():

@@ -22,7 +22,7 @@ import optuna
 
 from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.pool import pool_class
+from cart_sweeps.sweep.pool import capacity
 
 DEFAULT = ["stage=1", "scale=tiny", "launcher.slots=2"]
 
@@ -30,7 +30,7 @@ DEFAULT = ["stage=1", "scale=tiny", "launcher.slots=2"]
 def measure(overrides: list[str], runs: Path) -> dict[str, float]:
     """Run the stage into `runs` (which must hold none of it yet) and read its figures back."""
     stage = Stage(overrides)
-    slots = pool_class(stage.base.launcher).capacity_of(stage.base.launcher)
+    slots = capacity(stage.base.launcher)
     prepare = [sys.executable, "-m", "cart_sweeps.data.prepare", f"data={stage.base.data.name}"]
     subprocess.run(prepare, check=True, stdout=subprocess.DEVNULL)  # not timed: a stage finds its data ready
     env = {**os.environ, "CART_SWEEPS_RUNS": str(runs)}

@@ -31,7 +31,6 @@ from cart_sweeps.options import (
     Pruner,
     Sampler,
     StageKind,
-    StageRole,
     TokenizerKind,
 )
 
@@ -182,42 +181,15 @@ class LoggerConfig:
 
 @dataclass
 class LauncherConfig:
-    """Where a stage's runs execute: `_target_` names the pool class (cart_sweeps.sweep.pool.Pool) that
-    reads the rest. A new launcher is a pool module plus a subclass of this and its conf/launcher YAML."""
+    """What every launcher has: `_target_` names its pool class (cart_sweeps.sweep.pool.Pool), whose module
+    declares a subclass of this with the rest of its settings (`Pool.settings`). The values are in
+    conf/launcher/<name>.yaml, every one of them (no defaults here): the `launcher` group composes untyped, and
+    preflight types it by the pool's subclass before anything launches."""
 
     _target_: str = MISSING
-    poll_s: float = field(default=1.0, metadata=at_least(1e-3))  # how often the driver checks its jobs
-    timeout_min: int = field(default=1440, metadata=at_least(1))  # a job's wall-time limit
-    setup: list[str] = field(default_factory=list)  # shell lines run before each job (module loads, venvs)
-
-
-@dataclass
-class LocalLauncherConfig(LauncherConfig):
-    """submitit processes on this machine: one slot per visible GPU (x runs_per_gpu), or `slots` without GPUs."""
-
-    _target_: str = "cart_sweeps.sweep.pools.local.LocalPool"
-    slots: int = field(default=1, metadata=at_least(1))
-    runs_per_gpu: int = field(default=1, metadata=at_least(1))
-
-
-@dataclass
-class SlurmLauncherConfig(LauncherConfig):
-    """submitit SLURM job arrays; sbatch options by name, any other one in `additional_parameters`."""
-
-    _target_: str = "cart_sweeps.sweep.pools.slurm.SlurmPool"
-    poll_s: float = field(default=5.0, metadata=at_least(1e-3))
-    max_num_timeout: int = field(default=10, metadata=at_least(0))  # requeues after a timeout or preemption
-    partition: str | None = None
-    qos: str | None = None
-    account: str | None = None
-    constraint: str | None = None
-    gpus_per_task: int = field(default=1, metadata=at_least(0))
-    cpus_per_task: int = field(default=8, metadata=at_least(1))
-    mem_gb: int = field(default=64, metadata=at_least(1))
-    array_parallelism: int = field(default=64, metadata=at_least(1))
-    signal_delay_s: int = field(default=120, metadata=at_least(0))
-    # any other sbatch option, added by +launcher.additional_parameters.KEY=VALUE
-    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    poll_s: float = field(default=MISSING, metadata=at_least(1e-3))  # how often the driver checks its jobs
+    timeout_min: int = field(default=MISSING, metadata=at_least(1))  # a job's wall-time limit
+    setup: list[str] = MISSING  # shell lines run before each job (module loads, venvs)
 
 
 @dataclass
@@ -249,7 +221,8 @@ class StageConfig:
 
     name: str = "single"
     kind: StageKind = StageKind.train
-    role: StageRole | None = None  # its part in the paper's study (None: in no paper table)
+    role: str | None = None  # its part in the paper's study: a role the paper's tables read (None: in none)
+    quick: list[str] = field(default_factory=list)  # `python -m cart_sweeps.demo --quick`: overrides narrowing it
     grid: dict[str, list[Any]] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -330,7 +303,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    launcher: LauncherConfig = MISSING  # one of the subclasses above, chosen by the launcher group
+    launcher: Any = MISSING  # conf/launcher/<name>.yaml, typed by its pool's LauncherConfig (Pool.settings_of)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     stage: StageConfig = field(default_factory=StageConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)

@@ -3,8 +3,9 @@
 Each step is the command a researcher would type (printed before it runs): prepare the embedded corpus,
 Stage 1, Stage 2, parity, ablations, variable-R inference (perplexity and the lm-eval tasks), the
 benchmarks of each width's best Stage-2 run, then the analysis. Every stage keeps a ledger,
-so a second demo skips what is done and finishes in seconds. `--quick` narrows each grid by overrides
-(the same commands, fewer runs): CI runs it to keep the seams between the pieces tested.
+so a second demo skips what is done and finishes in seconds. `--quick` narrows each stage by the overrides
+its stage file lists (`quick:`; the same commands, fewer runs): CI runs it to keep the seams between the
+pieces tested.
 """
 
 from __future__ import annotations
@@ -19,23 +20,13 @@ import time
 from pathlib import Path
 
 from cart_sweeps.options import StageRole
-from cart_sweeps.roles import stage_of
+from cart_sweeps.roles import stage_of, stage_roles
 
 STAGE = ["-m", "cart_sweeps", "-m", "scale=tiny", "launcher.slots=2"]
-# --quick: corners of each grid (paper numbers; scale=tiny maps them), enough for every table.
-# The Stage-2 recipe's stages also run fewer steps (a plain override wins over the stage's recipe).
-QUICK = {
-    StageRole.screen: ["model.d_model=256,1024", "model.n_loops=2,8", "model.n_prelude=2,6"],
-    StageRole.confirm: ["model.d_model=256,1024", "model.n_loops=6,8", "seed=42,137", "trainer.steps=30"],
-    StageRole.parity: ["seed=42", "trainer.steps=30"],
-    StageRole.ablations: ["trainer.steps=30"],
-    StageRole.variable_r: ["stage.eval_n_loops=2,6,10"],
-    StageRole.benchmarks: [],  # already small: Stage 2's best run of each width, 0- and 5-shot
-}
 # Seeds where the decisions need them (README, "How sure is a finding"): the screen re-runs each width's best
-# and runner-up with two more seeds (--quick: its best), so its picks carry a confidence; the same commands.
+# and runner-up with two more seeds (--quick: its best, in its stage file's `quick:`), so its picks carry a
+# confidence; the same commands.
 SEEDS = {StageRole.screen: ["stage.replicates=2"]}
-QUICK_SEEDS = {StageRole.screen: ["stage.replicates=1"]}
 # The model the paper evaluates at other R: Stage 2's widest, R=6, seed 42 (paper numbers).
 VARIABLE_R_SOURCE = {"model.d_model": 1024, "model.n_loops": 6, "seed": 42}
 SOURCE = "stage.source=runs/2/d96-P6-R6-s42-<id>"  # shown; the demo fills in the folder variable_r_source finds
@@ -53,8 +44,9 @@ def variable_r_source(runs: Path, quick: bool) -> Path:
 
 
 def stage_args(role: StageRole, quick: bool) -> list[str]:
-    """The overrides after `stage=<name>`: the tiny scale, and --quick's narrowing."""
-    return [*STAGE[3:], *(QUICK[role] if quick else []), *(QUICK_SEEDS if quick else SEEDS).get(role, [])]
+    """The overrides after `stage=<name>`: the tiny scale, and --quick's narrowing (the stage file's `quick:`:
+    corners of each grid, enough for every table; a plain override wins over the stage's recipe)."""
+    return [*STAGE[3:], *(stage_roles()[role].quick if quick else SEEDS.get(role, []))]
 
 
 def steps(runs: Path, out: Path, quick: bool) -> list[tuple[str, list[str]]]:

@@ -60,7 +60,8 @@ class StageKind(StrEnum):
 
 
 class StageRole(StrEnum):
-    """The part a stage plays in the paper's study: what the analysis reads its runs as, and the demo runs."""
+    """The paper's parts of the study, which the analysis's tables and the demo rely on. A stage's `role:` is
+    an open name (a new table's stage names its own: roles.py); these are the ones a near miss is refused by."""
 
     screen = "screen"  # Stage 1
     confirm = "confirm"  # Stage 2

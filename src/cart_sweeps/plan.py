@@ -20,20 +20,21 @@ from optuna.trial import FrozenTrial
 from rich.console import Console
 
 from cart_sweeps.compose import run_cli
-from cart_sweeps.config import SWEEPS_DIR, ConfigError
+from cart_sweeps.config import ConfigError
 from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.register import stage_paths
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import Standing, held_result, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
-from cart_sweeps.sweep.pool import pool_class
+from cart_sweeps.sweep.pool import capacity
 from cart_sweeps.sweep.runset import stage_runs
 from cart_sweeps.text import count
 
-STAGES = "|".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))  # the shipped stage files
+STAGES = "|".join(p.stem for p in stage_paths())  # the shipped stage files
 USAGE = f"""usage: python -m cart_sweeps.plan stage=<name> [overrides]
 
 Lists the runs of a stage without launching any, in the order the driver launches them (longest
@@ -192,7 +193,7 @@ def stage_slots(base: DictConfig) -> int:
         if base.plan.slots < 1:
             raise ConfigError(f"plan.slots={base.plan.slots} must be >= 1")
         return base.plan.slots
-    return pool_class(base.launcher).capacity_of(base.launcher)
+    return capacity(base.launcher)
 
 
 def makespan_line(slots: int, table_rows: list[dict[str, Any]]) -> str:

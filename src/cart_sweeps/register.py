@@ -7,11 +7,13 @@ schema or the naming registers nothing of theirs but the schema's own cache_home
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from cart_sweeps.config import SWEEPS_DIR, Config, LocalLauncherConfig, SlurmLauncherConfig, StageConfig
+from cart_sweeps.config import SWEEPS_DIR, Config, StageConfig
 from cart_sweeps.naming import run_dir
 from cart_sweeps.parse_cache import install as install_parse_cache
 
@@ -21,14 +23,22 @@ def register_configs() -> None:
     """Register the root schema, sweeps/*.yaml as the `stage` group (sweeps/ is not under conf/), the
     resolver naming a run's folder (the root config's hydra.run.dir), and the parse cache (parse_cache.py).
 
-    The root schema types every group, so conf/ files need no schema of their own.
+    The root schema types every group but `launcher`, so conf/ files need no schema of their own; a launcher's
+    settings are typed by its pool before anything launches (Pool.settings_of).
     """
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    cs.store(name="launcher_local_schema", node=LocalLauncherConfig)  # outside the group: no option of it
-    cs.store(name="launcher_slurm_schema", node=SlurmLauncherConfig)
-    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+    for path in stage_paths():
         stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
     OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
     install_parse_cache()
+
+
+def stage_paths(config_dirs: Sequence[Path] = ()) -> list[Path]:
+    """Every stage file, once: the shipped sweeps/*.yaml, then each config folder's stage/*.yaml (the `stage`
+    group as Hydra finds it there). The one discovery of stages: registration, roles and plan's listing read it."""
+    paths = [*sorted(SWEEPS_DIR.glob("*.yaml"))]
+    for folder in config_dirs:
+        paths += sorted((folder / "stage").glob("*.yaml"))
+    return list(dict.fromkeys(p.resolve() for p in paths))

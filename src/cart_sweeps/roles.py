@@ -1,36 +1,39 @@
 """Which stage plays each part of the paper's study, read from every config source.
 
-A stage file may claim a `role:` (screen, confirm, ...): the analysis then tables its runs in that role's
-paper tables and the demo runs it. Stages come from the shipped sweeps/ and from the user's config folders
-(`--config-dir DIR`, `hydra.searchpath`: DIR/stage/*.yaml), so a role is checked across all of them: one
-stage per role, and a role value the study does not know is one line naming the allowed ones.
+A stage file may claim a `role:`: the analysis then tables its runs in the paper tables that read that role
+(analysis/registry.py), and the demo runs the paper's roles (StageRole) with each stage's `quick:` overrides.
+A role is an open name, so a new table's stage names its own; a near miss of a paper role (`scren`) is refused
+here as a typo, and a role no table reads is refused by the analysis, which knows the tables. Stages come from
+the shipped sweeps/ and from the user's config folders (`--config-dir DIR`, `hydra.searchpath`:
+DIR/stage/*.yaml), so a role is checked across all of them: one stage per role.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import config_dirs
-from cart_sweeps.config import SWEEPS_DIR, ConfigError
+from cart_sweeps.config import ConfigError
 from cart_sweeps.options import StageRole
+from cart_sweeps.register import stage_paths
 
 
 @dataclass(frozen=True)
 class StageFile:
     name: str
     path: Path
-    role: StageRole | None
+    role: str | None
+    quick: list[str] = field(default_factory=list)  # the demo's --quick overrides (StageConfig.quick)
 
 
 def stage_files() -> list[StageFile]:
     """Every stage file this command can compose: sweeps/*.yaml, then each config folder's stage/*.yaml."""
-    paths = [*sorted(SWEEPS_DIR.glob("*.yaml"))]
-    for folder in config_dirs():
-        paths += sorted((folder / "stage").glob("*.yaml"))
-    return [_read(path) for path in dict.fromkeys(p.resolve() for p in paths)]
+    return [_read(path) for path in stage_paths(config_dirs())]
 
 
 def _read(path: Path) -> StageFile:
@@ -39,14 +42,17 @@ def _read(path: Path) -> StageFile:
         raise ConfigError(f"{path}: a stage file is a mapping (name:, grid:, recipe:, ...)")
     role = node.get("role")
     if role is not None and role not in StageRole.__members__:
-        allowed = ", ".join(StageRole)
-        raise ConfigError(f"{path}: role: {role} is no role of the study; use one of {allowed}, or leave role out")
-    return StageFile(str(node.get("name", path.stem)), path, StageRole(role) if role is not None else None)
+        misspelt = difflib.get_close_matches(str(role), list(StageRole), n=1)
+        if misspelt or not re.fullmatch(r"[a-z][a-z0-9_]*", str(role)):
+            allowed = ", ".join(StageRole)
+            raise ConfigError(f"{path}: role: {role} is no role of the study; use one of {allowed}, or leave role out")
+    quick = [str(o) for o in node.get("quick", [])]
+    return StageFile(str(node.get("name", path.stem)), path, str(role) if role is not None else None, quick)
 
 
-def stage_roles() -> dict[StageRole, StageFile]:
+def stage_roles() -> dict[str, StageFile]:
     """Role -> the one stage file claiming it; two claiming one role is one line naming both files."""
-    out: dict[StageRole, StageFile] = {}
+    out: dict[str, StageFile] = {}
     for stage in stage_files():
         if stage.role is None:
             continue
@@ -59,7 +65,7 @@ def stage_roles() -> dict[StageRole, StageFile]:
     return out
 
 
-def stage_of(role: StageRole) -> str:
+def stage_of(role: str) -> str:
     """The name of the stage playing `role` (the shipped one unless a user's stage took it)."""
     roles = stage_roles()
     if role not in roles:

@@ -29,7 +29,7 @@ from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
 from cart_sweeps.sweep.ledger import Ledger, check_storage, ledger_path, status_of, writing
-from cart_sweeps.sweep.pool import Pool, Task, pool_class
+from cart_sweeps.sweep.pool import Pool, Task
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.sweep.runset import StageRecord
@@ -297,7 +297,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
             "sweep.startup_trials",
             flush=True,
         )
-    preflight(stage, pool_class(stage.base.launcher).local_gpus())
+    preflight(stage)
     stage.sweep_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(stage.sweep_dir / ".driver.lock")
     try:

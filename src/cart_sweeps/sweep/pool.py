@@ -3,12 +3,14 @@
 A pool keeps at most `capacity` jobs in flight and starts the next run as soon as one ends (no
 batches). When a job dies without a result, the pool says why (a signal, an out-of-memory kill, scancel,
 a full disk) and whether a retry can help. The pools live in sweep/pools/ (submitit processes on this
-machine, SLURM arrays); `launcher._target_` names the one a stage uses, so a new launcher is one module
-and one config class (config.py, conf/launcher/), and changes no file here.
+machine, SLURM arrays); `launcher._target_` names the one a stage uses. A pool module declares its settings
+(a LauncherConfig subclass, `Pool.settings`) beside its pool, so a new launcher is that module and its
+conf/launcher/<name>.yaml, and changes no file here.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import signal
@@ -17,16 +19,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
-import submitit
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import ConfigError, LauncherConfig
 from cart_sweeps.entry import load
 from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
+from cart_sweeps.validate import check_bounds
 
 Item = TypeVar("Item")
 _LOW_DISK_BYTES = 64 * 2**20  # less free space than this beside a dead run: the disk is the likely cause
@@ -48,9 +51,10 @@ class Job(Protocol):
 
 
 @dataclass
-class Task(submitit.helpers.Checkpointable):
-    """One run inside a job. On a SLURM requeue submitit pickles it again as it is, and the next call
-    resumes the run from its folder (`execute` finds the newest checkpoint)."""
+class Task:
+    """One run inside a job, a plain callable a pool pickles into its job. Called again for the same run (a
+    relaunch, a SLURM requeue: pools/slurm.py), it resumes the run from its folder (`execute` finds the newest
+    checkpoint)."""
 
     cfg: DictConfig  # the run's config as its driver composed it (the run composes nothing)
     run_dir: str
@@ -97,21 +101,56 @@ class Pool(ABC, Generic[Item]):
     """At most `capacity` jobs in flight; `run` feeds it until nothing is left.
 
     Every pool is built as `make_pool` builds it, `cls(cfg, folder)`: the composed run config (its launcher
-    settings in `cfg.launcher`) and the folder for its jobs' files. A subclass calls this constructor first.
+    settings in `cfg.launcher`, typed as `self.launcher`) and the folder for its jobs' files. A subclass calls
+    this constructor first.
     """
 
+    # The pool's settings: their types and bounds, checked before anything launches (`settings_of`). Their
+    # values are in conf/launcher/<name>.yaml, which Hydra composes untyped (the root schema cannot know them).
+    settings: ClassVar[type[LauncherConfig]]
+
     def __init__(self, cfg: DictConfig, folder: Path) -> None:
-        self.capacity, self.poll_s = self.capacity_of(cfg.launcher), float(cfg.launcher.poll_s)
+        self.launcher = self.settings_of(cfg.launcher)
+        self.capacity, self.poll_s = self.capacity_of(self.launcher), float(self.launcher.poll_s)
+
+    @classmethod
+    def settings_of(cls, launcher: DictConfig) -> DictConfig:
+        """`launcher` typed by `settings`: a setting it lacks, a value missing or of a wrong type, or one out of
+        its bounds is one line naming it (a ConfigError)."""
+        schema = cls.settings
+        try:
+            typed = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(schema), launcher))
+        except ConfigKeyError as err:
+            known = [f for f in OmegaConf.structured(schema).keys() if f != "_target_"]
+            close = difflib.get_close_matches(str(err.key), [str(k) for k in known], n=1)
+            advice = f"did you mean launcher.{close[0]}?" if close else f"its settings: {', '.join(map(str, known))}"
+            raise ConfigError(f"launcher.{err.key}: {cls.__name__} has no such setting; {advice}") from err
+        except OmegaConfBaseException as err:
+            why = str(err).splitlines()[0]
+            raise ConfigError(
+                f"launcher.{err.full_key}: {why}; give it a value of its type ({schema.__name__})"
+            ) from err
+        if missing := sorted(OmegaConf.missing_keys(typed)):
+            raise ConfigError(
+                f"launcher.{missing[0]} has no value: set it in conf/launcher/<name>.yaml (the `launcher` group option)"
+            )
+        check_bounds(typed, "launcher")
+        return typed
 
     @staticmethod
     @abstractmethod
     def capacity_of(launcher: DictConfig) -> int:
-        """How many runs the pool keeps in flight with these launcher settings."""
+        """How many runs the pool keeps in flight with these (typed) launcher settings."""
 
-    @staticmethod
-    def local_gpus() -> list[str] | None:
-        """The GPUs the runs get on this machine; None where the pool runs them elsewhere (a cluster)."""
+    @classmethod
+    def no_gpu(cls, launcher: DictConfig) -> str | None:
+        """Why a run gets no CUDA GPU with these settings (None: it gets one), for preflight's device checks."""
         return None
+
+    @classmethod
+    def preflight(cls, launcher: DictConfig, configs: Sequence[DictConfig]) -> None:
+        """What these launcher settings need of the stage's distinct run configs beyond their schema, checked
+        before anything launches (sweep/preflight.py): a ConfigError line each. None by default."""
 
     @abstractmethod
     def submit(self, tasks: Sequence[Task]) -> list[Job]:
@@ -212,6 +251,12 @@ class Pool(ABC, Generic[Item]):
 def make_pool(cfg: DictConfig, folder: Path) -> Pool[Any]:
     """The pool `launcher._target_` names (conf/launcher/<name>.yaml), built from the run config."""
     return pool_class(cfg.launcher)(cfg, folder)
+
+
+def capacity(launcher: DictConfig) -> int:
+    """How many runs the pool of these launcher settings keeps in flight (plan, bench_stage)."""
+    cls = pool_class(launcher)
+    return cls.capacity_of(cls.settings_of(launcher))
 
 
 def pool_class(launcher: DictConfig) -> type[Pool[Any]]:

@@ -1,9 +1,10 @@
 """What a stage needs beyond each run's own config check, checked once before anything launches.
 
-Each problem is one line naming the key and the fix (a ConfigError): the driver's own settings, the sweep
-metric against the validation sets the data measures, and what this machine must offer the runs (a CUDA
-GPU, or bitsandbytes' CPU kernels, for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage
-that cannot succeed is refused whole, rather than launched and retried run by run.
+Each problem is one line naming the key and the fix (a ConfigError): the driver's own settings, the launcher's
+settings typed by its pool (and what that pool needs of the runs: Pool.preflight), the sweep metric against the
+validation sets the data measures, and what the machines must offer the runs (a CUDA GPU, or bitsandbytes' CPU
+kernels, for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage that cannot succeed is
+refused whole, rather than launched and retried run by run.
 """
 
 from __future__ import annotations
@@ -12,26 +13,17 @@ import importlib.util
 import tempfile
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.manifest import checked_bins, read_manifest
 from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
-from cart_sweeps.hardware import gpu_memory_bytes
 from cart_sweeps.record.summary import metric_names
-from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import pool_class
 from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
-from cart_sweeps.validate import check_bounds
-
-
-def check_launcher(launcher: DictConfig) -> None:
-    """The bounds the launcher's schema declares (field metadata), and that its pool exists."""
-    check_bounds(launcher, "launcher")
-    pool_class(launcher)
 
 
 def check_metric(metric: str, data: DictConfig) -> None:
@@ -62,16 +54,14 @@ def check_data(data: DictConfig) -> None:
         checked_bins(folder, read_manifest(folder, cfg.name, digest), cfg.name)
 
 
-def check_machine(cfg: DictConfig, gpus: list[str] | None) -> None:
-    """What one run config needs of the machines it runs on; `gpus` are the local pool's (None on SLURM)."""
-    t, lc = cfg.trainer, cfg.launcher
-    no_gpu = not gpus if gpus is not None else OmegaConf.select(lc, "gpus_per_task", default=1) == 0
-    where = "this machine has none visible" if gpus is not None else "launcher.gpus_per_task=0"
+def check_machine(cfg: DictConfig, no_gpu: str | None) -> None:
+    """What one run config needs of the machines it runs on; `no_gpu`: why its runs get no CUDA GPU (Pool.no_gpu)."""
+    t = cfg.trainer
     if t.optimizer == "adamw8bit" and cfg.stage.kind == "train":  # an evaluate stage steps no optimizer
-        if problem := adamw8bit_problem(cuda=not no_gpu and t.device != "cpu"):
+        if problem := adamw8bit_problem(cuda=no_gpu is None and t.device != "cpu"):
             raise ConfigError(problem)
-    if t.device == "cuda" and no_gpu:
-        raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {where}; use trainer.device=auto")
+    if t.device == "cuda" and no_gpu is not None:
+        raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {no_gpu}; use trainer.device=auto")
     check_credentials(cfg.logger)
     if cfg.stage.kind == "evaluate" and cfg.harness.tasks:
         check_harness(list(cfg.harness.tasks))
@@ -94,18 +84,11 @@ def check_harness(tasks: list[str]) -> None:
         )
 
 
-def check_packing(runs_per_gpu: int, need: int, gpu_memory: int | None) -> None:
-    """Runs packed onto one GPU (launcher.runs_per_gpu) must fit its memory by their estimated need."""
-    if runs_per_gpu > 1 and gpu_memory is not None and runs_per_gpu * need > gpu_memory:
-        raise ConfigError(
-            f"launcher.runs_per_gpu={runs_per_gpu} packs runs that need up to {need / GIB:.1f} GiB each (estimated) "
-            f"onto GPUs of {gpu_memory / GIB:.0f} GiB; lower launcher.runs_per_gpu"
-        )
-
-
-def preflight(stage: Stage, gpus: list[str] | None) -> None:
-    """Every check above, for every run of the stage (each distinct setting once)."""
-    check_launcher(stage.base.launcher)
+def preflight(stage: Stage) -> None:
+    """Every check above, for every run of the stage (each distinct setting once), and its pool's own."""
+    pool = pool_class(stage.base.launcher)
+    launcher = pool.settings_of(stage.base.launcher)
+    no_gpu = pool.no_gpu(launcher)
     storage = check_storage(stage.base.sweep.storage)
     if (path := ledger_path(stage.sweep_dir, storage)) is not None and storage != "journal":
         sqlite_url(path)
@@ -120,8 +103,5 @@ def preflight(stage: Stage, gpus: list[str] | None) -> None:
             check_metric(stage.base.sweep.metric, c.data)
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_data(c.data)
-            check_machine(c, gpus)
-    if gpus and stage.base.launcher.runs_per_gpu > 1:  # the largest run's need against the smallest GPU
-        memory = [m for m in gpu_memory_bytes(gpus) if m is not None]
-        need = max(memory_need_bytes(c) for c in configs)
-        check_packing(stage.base.launcher.runs_per_gpu, need, min(memory, default=None))
+            check_machine(c, no_gpu)
+    pool.preflight(launcher, configs)

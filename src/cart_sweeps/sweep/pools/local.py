@@ -18,21 +18,31 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import submitit
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 from submitit.local.local import LocalJob
 
-from cart_sweeps.hardware import nvidia_gpus
+from cart_sweeps.config import ConfigError, LauncherConfig, at_least
+from cart_sweeps.hardware import gpu_memory_bytes, nvidia_gpus
 from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
+from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.local_controller import DRIVER_ENV, GRACE_S, exit_codes_path
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
 from cart_sweeps.sweep.pools.worker import POLL_S, Worker, cancel_path, exit_path, result_path, task_path
+
+
+@dataclass
+class LocalLauncherConfig(LauncherConfig):
+    """launcher=local (conf/launcher/local.yaml): one slot per visible GPU (x runs_per_gpu), or `slots` without."""
+
+    slots: int = field(default=MISSING, metadata=at_least(1))
+    runs_per_gpu: int = field(default=MISSING, metadata=at_least(1))
 
 
 class LocalExecutor(submitit.LocalExecutor):
@@ -144,12 +154,14 @@ class LocalPool(Pool[Item]):
     """Warm workers on this machine (sweep/pools/worker.py): one per visible GPU (x runs_per_gpu), or
     `slots` on a CPU machine; each run a process forked by its slot's worker."""
 
+    settings = LocalLauncherConfig
+
     def __init__(self, cfg: DictConfig, folder: Path) -> None:
-        lc = cfg.launcher
+        super().__init__(cfg, folder)
+        lc = self.launcher
         gpus = visible_gpus()
         shares: list[str | None] = [g for g in gpus for _ in range(lc.runs_per_gpu)] if gpus else [None] * lc.slots
-        self.slots = [Slot(share) for share in shares]
-        super().__init__(cfg, folder)  # capacity_of: one slot per share
+        self.slots = [Slot(share) for share in shares]  # one per unit of capacity_of
         self.free = list(self.slots)
         threads = str(max(1, len(os.sched_getaffinity(0)) // self.capacity))
         self.threads, self.worker_env = threads, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
@@ -167,9 +179,17 @@ class LocalPool(Pool[Item]):
         gpus = visible_gpus()
         return len(gpus) * launcher.runs_per_gpu if gpus else launcher.slots
 
-    @staticmethod
-    def local_gpus() -> list[str]:
-        return visible_gpus()
+    @classmethod
+    def no_gpu(cls, launcher: DictConfig) -> str | None:
+        return None if visible_gpus() else "this machine has none visible"
+
+    @classmethod
+    def preflight(cls, launcher: DictConfig, configs: Sequence[DictConfig]) -> None:
+        """Runs packed onto a GPU: the largest run's estimated need against the smallest GPU's memory."""
+        if (gpus := visible_gpus()) and launcher.runs_per_gpu > 1:
+            memory = [m for m in gpu_memory_bytes(gpus) if m is not None]
+            need = max(memory_need_bytes(c) for c in configs)
+            check_packing(launcher.runs_per_gpu, need, min(memory, default=None))
 
     def extra_overrides(self) -> list[str]:
         return [f"trainer.threads={self.threads}"]
@@ -234,6 +254,15 @@ class LocalPool(Pool[Item]):
         """End every worker started: no run is left in them (`cancel` has stopped those still going)."""
         for worker in self.workers:
             _kill_group(worker.job)
+
+
+def check_packing(runs_per_gpu: int, need: int, gpu_memory: int | None) -> None:
+    """Runs packed onto one GPU (launcher.runs_per_gpu) must fit its memory by their estimated need."""
+    if runs_per_gpu > 1 and gpu_memory is not None and runs_per_gpu * need > gpu_memory:
+        raise ConfigError(
+            f"launcher.runs_per_gpu={runs_per_gpu} packs runs that need up to {need / GIB:.1f} GiB each (estimated) "
+            f"onto GPUs of {gpu_memory / GIB:.0f} GiB; lower launcher.runs_per_gpu"
+        )
 
 
 _WORKER_LIFETIME_MIN = 60 * 24 * 365  # the controller's limit on its worker; each run has launcher.timeout_min

@@ -1,8 +1,8 @@
 """submitit SLURM job arrays (one array per refill), at most `array_parallelism` runs in flight.
 
-A job cut by its time limit or a preemption is requeued by submitit (Task is Checkpointable) and its run
-resumes from the run folder's newest checkpoint. An sbatch refusal is one line naming the launcher
-setting it most likely concerns; a job pending in the queue shows SLURM's reason in the progress line.
+A job cut by its time limit or a preemption is requeued by submitit (each Task goes in a Checkpointable,
+`Requeued`) and its run resumes from the run folder's newest checkpoint. An sbatch refusal is one line naming
+the launcher setting it most likely concerns; a job pending in the queue shows SLURM's reason in the progress line.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import submitit
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 from submitit.core.utils import FailedJobError
 
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import ConfigError, LauncherConfig, at_least
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
@@ -58,10 +59,40 @@ def refusal(stderr: str) -> str:
     return f"sbatch refused the stage's jobs: {why}; {fix} (nothing was launched from this batch)"
 
 
+@dataclass
+class SlurmLauncherConfig(LauncherConfig):
+    """launcher=slurm (conf/launcher/slurm.yaml): sbatch options by name, any other in `additional_parameters`."""
+
+    max_num_timeout: int = field(default=MISSING, metadata=at_least(0))  # requeues after a timeout or preemption
+    partition: str | None = MISSING
+    qos: str | None = MISSING
+    account: str | None = MISSING
+    constraint: str | None = MISSING
+    gpus_per_task: int = field(default=MISSING, metadata=at_least(0))
+    cpus_per_task: int = field(default=MISSING, metadata=at_least(1))
+    mem_gb: int = field(default=MISSING, metadata=at_least(1))
+    array_parallelism: int = field(default=MISSING, metadata=at_least(1))
+    signal_delay_s: int = field(default=MISSING, metadata=at_least(0))
+    additional_parameters: dict[str, Any] = MISSING  # any other sbatch option: +launcher.additional_parameters.KEY=V
+
+
+class Requeued(submitit.helpers.Checkpointable):
+    """A run's Task as a SLURM job. Cut by its time limit or a preemption, submitit calls `checkpoint`, which
+    requeues this same object; its next call runs the Task again, which resumes the run from its folder."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    def __call__(self) -> RunSummary:
+        return self.task()
+
+
 class SlurmPool(Pool[Item]):
+    settings = SlurmLauncherConfig
+
     def __init__(self, cfg: DictConfig, folder: Path) -> None:
-        lc = cfg.launcher
         super().__init__(cfg, folder)
+        lc = self.launcher
         self.executor = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=lc.max_num_timeout)
         params: dict[str, Any] = {
             "name": f"cart-{cfg.stage.name}",
@@ -87,6 +118,10 @@ class SlurmPool(Pool[Item]):
     def capacity_of(launcher: DictConfig) -> int:
         return launcher.array_parallelism
 
+    @classmethod
+    def no_gpu(cls, launcher: DictConfig) -> str | None:
+        return "launcher.gpus_per_task=0" if launcher.gpus_per_task == 0 else None
+
     def extra_overrides(self) -> list[str]:
         return [f"trainer.threads={self.threads}"]
 
@@ -94,7 +129,7 @@ class SlurmPool(Pool[Item]):
         stderr = io.StringIO()  # submitit prints sbatch's stderr itself: keep it for the one line below
         try:
             with contextlib.redirect_stderr(stderr), self.executor.batch():
-                jobs: list[Job] = [self.executor.submit(task) for task in tasks]
+                jobs: list[Job] = [self.executor.submit(Requeued(task)) for task in tasks]
         except FailedJobError as err:
             raise ConfigError(refusal(str(err) or stderr.getvalue())) from err
         return jobs
