@@ -180,11 +180,10 @@ def _study_name(storage: BaseStorage, stage: str, objective: dict[str, Any]) -> 
     """The stage's study whose values mean `objective`: the first (named `stage`) unless it means another
     metric or recipe, then `<stage>~<digest>`. A first study from before objectives were recorded is
     taken as meaning `objective` when its named metric agrees."""
-    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
-    first = next((s for s in summaries if s.study_name == stage), None)
-    if first is None or not objective:
+    if not objective or stage not in optuna.get_all_study_names(storage):  # names alone: no trial is read
         return stage
-    recorded = first.user_attrs.get(OBJECTIVE)  # None also while its creator has yet to record it
+    # the objective it was created with (None also while its creator has yet to record it)
+    recorded = storage.get_study_user_attrs(storage.get_study_id_from_name(stage)).get(OBJECTIVE)
     if recorded == objective or (recorded is None and _named_metric(storage, stage) in (None, objective["metric"])):
         return stage
     digest = hashlib.sha256(json.dumps(objective, sort_keys=True, default=str).encode()).hexdigest()[:8]
