@@ -16,7 +16,7 @@ import yaml
 from optuna.trial import TrialState
 from stages import env, trials, with_fault
 
-from cart_sweeps.compose import CONFIG_NAME_ENV, SEARCHPATH_ENV, compose_config, use_config_sources
+from cart_sweeps.compose import CONFIG_NAME_ENV, SEARCHPATH_ENV, compose_config, parse_overrides, use_config_sources
 from cart_sweeps.config import ConfigError
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.train.output import output_to_run_log
@@ -85,7 +85,7 @@ def test_plan_and_cfg_take_the_users_config_folder(tmp_path, user_configs):
 def test_hydra_searchpath_reaches_every_composition(monkeypatch, user_configs):
     monkeypatch.setenv(SEARCHPATH_ENV, "[]")  # restored after the test
     searchpath = f"hydra.searchpath=[file://{user_configs}]"
-    use_config_sources(None, None, [searchpath])
+    use_config_sources(None, None, parse_overrides([searchpath]))
     runs = Stage([searchpath, "stage=mine", "model=mycart"]).runs
     assert [(r.label, r.config.cfg.model.init_std) for r in runs] == [("d256-P6-R2-s7", 0.03), ("d256-P6-R3-s7", 0.03)]
 

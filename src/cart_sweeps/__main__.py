@@ -19,13 +19,11 @@ from typing import NoReturn, cast
 import hydra
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ValueType
-from hydra.errors import HydraException
+from hydra.core.override_parser.types import Override, ValueType
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps import completion
-from cart_sweeps.compose import compose_config, describe, quote_stage, use_config_sources
+from cart_sweeps.compose import compose_config, parse_overrides, quote_stage, use_config_sources
 from cart_sweeps.config import CONF_DIR, ConfigError
 from cart_sweeps.register import register_configs
 from cart_sweeps.roles import stage_roles
@@ -72,12 +70,8 @@ def flags_first(args: list[str], overrides: list[str]) -> list[str]:
     return [*flags, *overrides]
 
 
-def named_stage(overrides: list[str]) -> str | None:
+def named_stage(parsed: list[Override]) -> str | None:
     """The stage the overrides name (`stage=1`), if any: naming one runs it as a multirun (with our sweeper)."""
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException as err:
-        raise ConfigError(describe(err)) from err
     names = [o.value() for o in parsed if o.key_or_group == "stage" and not o.is_delete()]
     stage = str(names[-1]) if names and names[-1] is not None else None
     sweepers = [str(o.value()) for o in parsed if o.key_or_group == "hydra/sweeper"]
@@ -86,10 +80,9 @@ def named_stage(overrides: list[str]) -> str | None:
     return stage
 
 
-def adhoc_stage(overrides: list[str]) -> list[str]:
+def adhoc_stage(parsed: list[Override]) -> list[str]:
     """A multirun naming no stage runs as the anonymous stage over the keys it sweeps: the overrides that
     name it (`stage=adhoc stage.name=adhoc-<hash>`); one line when it sweeps nothing."""
-    parsed = OverridesParser.create().parse_overrides(overrides)
     swept = sorted(o.get_key_element() for o in parsed if o.is_sweep_override() and not o.is_hydra_override())
     if not swept:
         raise ConfigError(
@@ -100,15 +93,11 @@ def adhoc_stage(overrides: list[str]) -> list[str]:
     return ["stage=adhoc", f"stage.name=adhoc-{digest}"]
 
 
-def precheck(overrides: list[str]) -> None:
+def precheck(parsed: list[Override]) -> None:
     """Compose the command's config once, so a bad override is one line before Hydra starts anything.
 
     Sweep overrides (`a=1,2`) are checked with their first value; interval sweeps are the stage's to name.
     """
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException as err:
-        raise ConfigError(describe(err)) from err
     single = [
         o.input_line for o in parsed if not o.is_sweep_override() and not o.get_key_element().startswith("hydra.")
     ]
@@ -120,9 +109,9 @@ def precheck(overrides: list[str]) -> None:
     check_settings(compose_config(cast(list[str], single)))  # the parser records every override's text
 
 
-def refuse_placement(overrides: list[str], stage: str) -> None:
+def refuse_placement(parsed: list[Override], stage: str) -> None:
     """Under a stage, Hydra's placement of jobs (hydra.sweep.dir, hydra.run.dir) is not where runs go: say so."""
-    for o in OverridesParser.create().parse_overrides(overrides):
+    for o in parsed:
         key = o.get_key_element().lstrip("+~")
         if key.startswith("hydra.sweep.") or key == "hydra.run.dir":
             raise ConfigError(
@@ -178,21 +167,23 @@ def main() -> None:
                 print(script)
                 return
             completion.name_the_program_once()
-        use_config_sources(ns.config_dir, ns.config_name, ns.overrides)
-        stage = named_stage(ns.overrides)
+        parsed = parse_overrides(ns.overrides)  # once: each check below reads this parse
+        use_config_sources(ns.config_dir, ns.config_name, parsed)
+        stage = named_stage(parsed)
         if stage is None and ns.multirun:
-            anonymous = adhoc_stage(ns.overrides)
+            anonymous = adhoc_stage(parsed)
             ns.overrides += anonymous
             args += anonymous
-            stage = named_stage(anonymous)
+            parsed += parse_overrides(anonymous)
+            stage = named_stage(parsed)
         if stage is not None:
             stage_roles()  # a role taken twice or unknown, in any config source: one line before composing
-            refuse_placement(ns.overrides, stage)
+            refuse_placement(parsed, stage)
         if stage is not None and (ns.help or ns.cfg in ("job", "all")):
             show_stage(ns)
             return
         if not (ns.hydra_help or ns.shell_completion):
-            precheck(ns.overrides)
+            precheck(parsed)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

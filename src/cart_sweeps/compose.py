@@ -15,6 +15,7 @@ from typing import TypeVar
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -31,18 +32,24 @@ SEARCHPATH_ENV = "CART_SWEEPS_SEARCHPATH"
 CONFIG_NAME_ENV = "CART_SWEEPS_CONFIG_NAME"
 
 
-def use_config_sources(config_dir: str | None, config_name: str | None, overrides: Sequence[str]) -> None:
-    """Make this command's --config-dir, --config-name and `hydra.searchpath=[...]` reach every composition."""
+def parse_overrides(overrides: Sequence[str]) -> list[Override]:
+    """Hydra's parse of a command line's overrides (`stage=1` quoted: quote_stage); a mistake is one line.
+    A command parses its overrides once and hands the parse on."""
+    try:
+        return OverridesParser.create().parse_overrides(quote_stage(overrides))
+    except HydraException as err:
+        raise ConfigError(describe(err)) from err
+
+
+def use_config_sources(config_dir: str | None, config_name: str | None, parsed: Sequence[Override]) -> None:
+    """Make this command's --config-dir, --config-name and `hydra.searchpath=[...]` (in its parsed overrides)
+    reach every composition."""
     paths = json.loads(os.environ.get(SEARCHPATH_ENV, "[]"))
     if config_dir is not None:
         folder = Path(config_dir).resolve()
         if not folder.is_dir():
             raise ConfigError(f"--config-dir {config_dir}: no such folder")
         paths.append(f"file://{folder}")
-    try:
-        parsed = OverridesParser.create().parse_overrides(quote_stage(overrides))
-    except HydraException as err:
-        raise ConfigError(describe(err)) from err
     for o in parsed:
         if o.get_key_element() == "hydra.searchpath":
             value = o.value()
@@ -180,7 +187,7 @@ def run_cli(main: Callable[[list[str]], T], usage: str, argv: Sequence[str] | No
             raise ConfigError(
                 f"{unknown[0]}: unknown flag; this command takes overrides, --config-dir and --config-name"
             )
-        use_config_sources(flags.config_dir, flags.config_name, overrides)
+        use_config_sources(flags.config_dir, flags.config_name, parse_overrides(overrides))
         return main(overrides)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -24,6 +24,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
+from cart_sweeps.compose import parse_overrides
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
@@ -113,7 +114,8 @@ class Stage:
     """A stage with the command line applied: its grid axes or search space, and its runs."""
 
     def __init__(self, arguments: Sequence[str]) -> None:
-        first = split_arguments(arguments, ())
+        parsed = parse_overrides(arguments)  # once: sorted twice, before and after the stage's axes are known
+        first = split_arguments(parsed, ())
         if first.stage is None:
             names = sorted({f.path.stem for f in stage_files()})
             raise ConfigError(f"name a stage: stage=<name>, one of {names}")
@@ -126,7 +128,7 @@ class Stage:
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
         self.name: str = self.spec.name
         self.sweep_dir = Path(self.base.paths.runs) / self.name
-        self.args: Arguments = split_arguments(arguments, list(self.spec.grid))
+        self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
         self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
         self.args.axes = {k: [to_paper(k, v, self._scale) for v in vs] for k, vs in self.args.axes.items()}
         self.train = self.spec.kind == "train"

@@ -12,11 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ValueType
-from hydra.errors import HydraException
+from hydra.core.override_parser.types import Override, ValueType
 
-from cart_sweeps.compose import describe, quote_stage
 from cart_sweeps.config import DRIVER_GROUPS, ConfigError
 
 DRIVER_KEYS = ("hydra", *DRIVER_GROUPS)  # settings of the sweep (and Hydra's own), not of its runs
@@ -56,12 +53,9 @@ def _root(key: str) -> str:
     return re.split(r"[./@]", key.lstrip("+~"), maxsplit=1)[0]
 
 
-def split_arguments(arguments: Sequence[str], stage_axes: Sequence[str]) -> Arguments:
-    """Sort the command line into the stage name, grid axes, per-run overrides and the base config's."""
-    try:
-        parsed = OverridesParser.create().parse_overrides(quote_stage(arguments))
-    except HydraException as err:
-        raise ConfigError(describe(err)) from err
+def split_arguments(parsed: Sequence[Override], stage_axes: Sequence[str]) -> Arguments:
+    """Sort the parsed command line (compose.parse_overrides) into the stage name, grid axes, per-run overrides
+    and the base config's."""
     out = Arguments()
     for o in parsed:
         assert o.input_line is not None  # the parser records every override's text
