@@ -168,3 +168,30 @@ def test_tpe_search(tmp_path, data_cache):
     assert len(found) == 2 and all(1e-4 <= t.params["trainer.lr"] <= 3e-3 for t in found)
     again = sweep(tmp_path, *args)
     assert again.returncode == 0 and "2 done, skipped" in again.stdout and len(trials(tmp_path, "lr")) == 2
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt itself
+def test_an_interrupt_the_collector_swallows_still_stops_the_launch():
+    """SIGTERM arriving while Python runs a weakref callback (the collector's) raises KeyboardInterrupt there,
+    where Python prints "Exception ignored" and goes on: the driver's next refill raises it again (a driver once
+    finished its whole stage after SIGTERM this way)."""
+    import os
+    import weakref
+
+    from cart_sweeps.sweep import driver
+
+    class Collected:
+        pass
+
+    previous = signal.signal(signal.SIGTERM, driver._raise_interrupt)
+    try:
+        driver._signalled.clear()
+        obj = Collected()
+        ref = weakref.ref(obj, lambda _: os.kill(os.getpid(), signal.SIGTERM))
+        del obj  # the callback runs, the handler raises inside it, Python swallows the exception
+        assert ref() is None and driver._signalled == [signal.SIGTERM]
+        with pytest.raises(KeyboardInterrupt, match="signal 15"):
+            driver.StageDriver.take(driver.StageDriver.__new__(driver.StageDriver), 1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        driver._signalled.clear()

@@ -94,7 +94,13 @@ def standing(run: Run, trials: Sequence[FrozenTrial], result: RunSummary | None)
     return Standing.RETRY
 
 
+_signalled: list[int] = []  # SIGINT/SIGTERM received by this launch
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
+    """Stop the launch as on Ctrl-C. The signal is also recorded: Python swallows an exception raised while it
+    runs a weakref callback or a __del__ (the collector's), so `take` raises it again at the next refill."""
+    _signalled.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -172,6 +178,8 @@ class StageDriver:
         return Attempt(run, trial)
 
     def take(self, n: int) -> list[Attempt]:
+        if _signalled:  # an interrupt the collector swallowed (see _raise_interrupt)
+            raise KeyboardInterrupt(f"signal {_signalled[0]}")
         out: list[Attempt] = []
         while len(out) < n:
             if not self.queue and not out and n >= self.pool.capacity:  # nothing running: a round's results are in
@@ -304,6 +312,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
         lock.acquire(timeout=0)
     except Timeout as err:
         raise ConfigError(f"stage {stage.name} is already being run by another driver ({lock.lock_file})") from err
+    _signalled.clear()
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     sweep = stage.base.sweep
     try:
