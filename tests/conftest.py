@@ -20,16 +20,10 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that read the quick demo (minutes) or need the SLURM cluster are in the full tier only.
-
-    Under pytest-xdist (`-n 2 --dist loadgroup`, as `make test` runs), the quick demo's readers share one
-    worker, so the session fixture runs once, and the SLURM tests share another (one single-node cluster).
-    """
+    """Tests that read the quick demo (minutes) or need the SLURM cluster are in the full tier only."""
     for item in items:
-        demo = "quick_demo" in getattr(item, "fixturenames", ())
-        if demo or item.get_closest_marker("slurm"):
+        if "quick_demo" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group("quick_demo" if demo else "slurm"))
 
 
 @pytest.fixture
