@@ -103,3 +103,42 @@ def test_a_run_cancelled_out_of_time_or_orphaned_stops_as_on_ctrl_c_and_the_work
     worker.process.kill()  # kill -9: the run notices its worker is gone
     wait_until_gone(tmp_path, 10)
     assert status(tmp_path / "orphan") == "interrupted" and not exit_path(worker.mailbox, orphaned).exists()
+
+
+def test_a_worker_hashes_the_data_once_and_its_runs_inherit_the_hashes(tmp_path, data_cache):
+    """The worker checks a run's bins before forking it (pools/worker._check_data), so a forked run finds each
+    bin's sha256 already computed: once per worker, not once per run (seconds a run at the paper's data)."""
+    import multiprocessing
+
+    from cart_sweeps.data.errors import DataError
+    from cart_sweeps.data.loader import load_prepared
+    from cart_sweeps.data.manifest import _sha256
+    from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
+    from cart_sweeps.sweep.pools.worker import _check_data
+
+    cfg = compose_config(["scale=tiny", "trainer.steps=1"])
+    load_prepared(cfg.data)  # prepared (if it was not), as a stage's data is before it runs
+    _sha256.cache_clear()
+    _check_data(Task(cfg, str(tmp_path / "run"), run_id(cfg)))
+    hashed = _sha256.cache_info().currsize
+    assert hashed >= 2  # train and each validation set
+
+    def run() -> None:  # what a forked run does first: load its data, checking every bin
+        before = _sha256.cache_info()
+        load_prepared(cfg.data)
+        after = _sha256.cache_info()
+        sys.exit(0 if after.misses == before.misses and after.hits - before.hits == hashed else 1)
+
+    child = multiprocessing.get_context("fork").Process(target=run)
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+
+    # a recipe whose folder is damaged (its manifest overwritten): left to the run to report, the worker goes on
+    damaged = compose_config(["scale=tiny", f"data.cache_dir={tmp_path / 'cache'}"])
+    folder = recipe_dir(as_config(damaged.data), recipe_hash(as_config(damaged.data)))
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("not json")
+    _check_data(Task(damaged, str(tmp_path / "run2"), run_id(damaged)))
+    with pytest.raises(DataError):
+        load_prepared(damaged.data)  # what the run then says, in one line

@@ -61,17 +61,31 @@ def load_prepared(data_cfg: DictConfig | DataConfig) -> Prepared:
     recipe) raises DataError naming the fix: every bin's sha256 is checked once per process.
     """
     cfg = as_config(data_cfg)
-    digest = recipe_hash(cfg)
-    folder = recipe_dir(cfg, digest)
-    if not folder.exists():
+    if not recipe_dir(cfg, recipe_hash(cfg)).exists():
         from cart_sweeps.data.prepare import prepare  # imports `datasets` (~1.5 s): only when there is work
 
         prepare(cfg)
-    manifest = read_manifest(folder, cfg.name, digest)
-    paths = checked_bins(folder, manifest, cfg.name)
+    folder, manifest, paths = _checked(cfg)
     memmaps = {name: np.memmap(path, dtype=np.uint16, mode="r") for name, path in paths.items()}
     train = memmaps.pop("train")
     return Prepared(folder, manifest, train, memmaps)
+
+
+def check_prepared(data_cfg: DictConfig | DataConfig) -> None:
+    """Check the recipe's bins against their manifest if it was prepared (else nothing). A warm worker calls
+    it before forking each run (sweep/pools/worker.py), so its runs inherit the bins' checked sha256: hashed
+    once per worker, not once per run (2 GB of bins at the paper's billion tokens: seconds a run)."""
+    cfg = as_config(data_cfg)
+    if recipe_dir(cfg, recipe_hash(cfg)).exists():
+        _checked(cfg)
+
+
+def _checked(cfg: DictConfig) -> tuple[Path, dict[str, Any], dict[str, Path]]:
+    """The recipe's folder, its manifest, and its bins' paths, each bin checked against the manifest."""
+    digest = recipe_hash(cfg)
+    folder = recipe_dir(cfg, digest)
+    manifest = read_manifest(folder, cfg.name, digest)
+    return folder, manifest, checked_bins(folder, manifest, cfg.name)
 
 
 def train_batch(

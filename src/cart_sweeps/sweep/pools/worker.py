@@ -77,6 +77,16 @@ def _preload(modules: tuple[str, ...]) -> None:
         importlib.import_module(module)
 
 
+def _check_data(task: Task) -> None:
+    """The run's data checked here, so that each fork inherits the bins' hashes (data.loader.check_prepared).
+    Only a head start: whatever is wrong with the data, the run checks again and reports it in its own folder,
+    so nothing here may end the worker."""
+    from cart_sweeps.data.loader import check_prepared
+
+    with contextlib.suppress(Exception):
+        check_prepared(task.cfg.data)
+
+
 def _end_with(worker: int) -> None:
     """A run outlives no worker: when the worker is gone, the run stops as on Ctrl-C, then for good."""
     while os.getppid() == worker:
@@ -137,6 +147,7 @@ class Worker:
                 while not task_path(mailbox, n).exists():
                     time.sleep(POLL_S)
                 task = pickle.loads(task_path(mailbox, n).read_bytes())
+                _check_data(task)
                 child = _FORK.Process(target=_run, args=(task, result_path(mailbox, n), os.getpid()))
                 child.start()
                 timed_out = self.watch(child, mailbox, n)
