@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from cart_sweeps.config import DataConfig
 from cart_sweeps.data.errors import DataError
-from cart_sweeps.data.manifest import TOKENIZER, bins, checked_bins, read_manifest
+from cart_sweeps.data.manifest import TOKENIZER, bins, checked_recipe
 from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
 
 log = logging.getLogger(__name__)
@@ -65,27 +65,10 @@ def load_prepared(data_cfg: DictConfig | DataConfig) -> Prepared:
         from cart_sweeps.data.prepare import prepare  # imports `datasets` (~1.5 s): only when there is work
 
         prepare(cfg)
-    folder, manifest, paths = _checked(cfg)
+    folder, manifest, paths = checked_recipe(cfg)
     memmaps = {name: np.memmap(path, dtype=np.uint16, mode="r") for name, path in paths.items()}
     train = memmaps.pop("train")
     return Prepared(folder, manifest, train, memmaps)
-
-
-def check_prepared(data_cfg: DictConfig | DataConfig) -> None:
-    """Check the recipe's bins against their manifest if it was prepared (else nothing). A warm worker calls
-    it before forking each run (sweep/pools/worker.py), so its runs inherit the bins' checked sha256: hashed
-    once per worker, not once per run (2 GB of bins at the paper's billion tokens: seconds a run)."""
-    cfg = as_config(data_cfg)
-    if recipe_dir(cfg, recipe_hash(cfg)).exists():
-        _checked(cfg)
-
-
-def _checked(cfg: DictConfig) -> tuple[Path, dict[str, Any], dict[str, Path]]:
-    """The recipe's folder, its manifest, and its bins' paths, each bin checked against the manifest."""
-    digest = recipe_hash(cfg)
-    folder = recipe_dir(cfg, digest)
-    manifest = read_manifest(folder, cfg.name, digest)
-    return folder, manifest, checked_bins(folder, manifest, cfg.name)
 
 
 def train_batch(

@@ -8,7 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
+
+from cart_sweeps.config import DataConfig
 from cart_sweeps.data.errors import DataError
+from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
 
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
@@ -78,3 +82,21 @@ def stored_sha256(path: Path) -> str:
     """`file_sha256(path)`, hashed once per process per version of the file (seconds for 1B tokens)."""
     st = path.stat()
     return _sha256(path.resolve(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def checked_recipe(cfg: DictConfig) -> tuple[Path, dict[str, Any], dict[str, Path]]:
+    """A prepared recipe's folder, its manifest, and its bins' paths, each bin checked against the manifest."""
+    digest = recipe_hash(cfg)
+    folder = recipe_dir(cfg, digest)
+    manifest = read_manifest(folder, cfg.name, digest)
+    return folder, manifest, checked_bins(folder, manifest, cfg.name)
+
+
+def check_prepared(data_cfg: DictConfig | DataConfig) -> None:
+    """A prepared recipe whose bins changed since (overwritten, truncated) raises DataError; one never prepared
+    is left to its first run to prepare. Preflight calls it before launch, and a warm worker before forking each
+    run (sweep/pools/worker.py), so its runs inherit the bins' checked sha256: hashed once per worker, not once
+    per run (2 GB of bins at the paper's billion tokens: seconds a run). Torch-free: the driver calls it."""
+    cfg = as_config(data_cfg)
+    if recipe_dir(cfg, recipe_hash(cfg)).exists():
+        checked_recipe(cfg)

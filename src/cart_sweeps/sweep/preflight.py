@@ -16,8 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.data.manifest import checked_bins, read_manifest
-from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
+from cart_sweeps.data.manifest import check_prepared
 from cart_sweeps.record.summary import metric_names
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
@@ -42,16 +41,6 @@ def check_writable(folder: str, key: str) -> None:
             pass
     except OSError as err:
         raise ConfigError(f"{key}={folder} is not writable ({err.strerror}); point {key} at a writable folder") from err
-
-
-def check_data(data: DictConfig) -> None:
-    """A prepared cache whose bins changed since they were prepared (overwritten, truncated) is refused
-    before launch; one never prepared is prepared by the first run."""
-    cfg = as_config(data)
-    digest = recipe_hash(cfg)
-    folder = recipe_dir(cfg, digest)
-    if folder.exists():
-        checked_bins(folder, read_manifest(folder, cfg.name, digest), cfg.name)
 
 
 def check_machine(cfg: DictConfig, no_gpu: str | None) -> None:
@@ -102,6 +91,6 @@ def preflight(stage: Stage) -> None:
             seen.add(key)
             check_metric(stage.base.sweep.metric, c.data)
             check_writable(c.data.cache_dir, "data.cache_dir")
-            check_data(c.data)
+            check_prepared(c.data)
             check_machine(c, no_gpu)
     pool.preflight(launcher, configs)

@@ -78,10 +78,10 @@ def _preload(modules: tuple[str, ...]) -> None:
 
 
 def _check_data(task: Task) -> None:
-    """The run's data checked here, so that each fork inherits the bins' hashes (data.loader.check_prepared).
+    """The run's data checked here, so that each fork inherits the bins' hashes (data.manifest.check_prepared).
     Only a head start: whatever is wrong with the data, the run checks again and reports it in its own folder,
     so nothing here may end the worker."""
-    from cart_sweeps.data.loader import check_prepared
+    from cart_sweeps.data.manifest import check_prepared
 
     with contextlib.suppress(Exception):
         check_prepared(task.cfg.data)
