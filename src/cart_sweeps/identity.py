@@ -223,7 +223,7 @@ class SeededIds:
     JSON written once around the seed's place (a 10,240-run stage wrote it 10,240 times: ~1.5 s)."""
 
     head: str
-    tail: str | None  # None: the mark is not found once (cannot happen), so each id writes the JSON whole
+    tail: str | None  # None: the mark is not there once (a config value holds its very text): ids write it whole
     identity: dict[str, Any]
 
     @classmethod
