@@ -38,6 +38,7 @@ from cart_sweeps.compose import first_line
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
+from cart_sweeps.sweep.trials import all_trials
 
 # What a damaged ledger file raises inside Optuna (checked with optuna 5.0: an empty or overwritten
 # SQLite file gives StorageInternalError; a torn journal JSONDecodeError, a garbage one AssertionError).
@@ -288,7 +289,7 @@ class Ledger:
         `enqueue_trial` and `ask`): each becomes its run's attempt, cut off before it ran, and is resumed like
         any other, rather than left as a failed attempt beside the run's next one. `dists(params)`: its
         distributions."""
-        while waiting := self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        while waiting := all_trials(self.study, states=(TrialState.WAITING,)):
             self.study.ask(dists(waiting[0].system_attrs["fixed_params"]))  # Optuna pops the oldest first
 
     def name_objective(self, metric: str) -> None:
@@ -321,7 +322,7 @@ class Ledger:
     def attempts(self) -> dict[str, list[FrozenTrial]]:
         """Run id -> its trials, oldest first."""
         out: dict[str, list[FrozenTrial]] = defaultdict(list)
-        for trial in self.study.get_trials(deepcopy=False):
+        for trial in all_trials(self.study):
             if "run_id" in trial.user_attrs:
                 out[trial.user_attrs["run_id"]].append(trial)
         return dict(out)
