@@ -1,4 +1,4 @@
-"""`python -m cart_sweeps.bench_scale [--seeds N] [--one-step-seeds M]`: what the driver costs at scale.
+"""`python -m cart_sweeps.bench_scale [--seeds N] [--one-step-seeds M] [--ledger-trials T]`: the driver at scale.
 
 Through the real commands, in a fresh folder, it prints:
 
@@ -7,7 +7,10 @@ Through the real commands, in a fresh folder, it prints:
 - driver start: `python -m cart_sweeps -m` on that stage: seconds until its first run's folder appears,
   and the driver's peak memory by then (it is then interrupted);
 - one-step runs: Stage 1 with `trainer.steps=1` and M seeds (64 x M runs) on 2 slots: runs per minute;
-- relaunch: the same command again on the finished stage: seconds until it exits saying all is done.
+- relaunch: the same command again on the finished stage: seconds until it exits saying all is done;
+- with `--ledger-trials N`: a ledger of N finished trials shaped as a driver writes them (built through Optuna,
+  one transaction a trial: minutes at 10,240), read back as the driver, `plan` and the analysis read it
+  (`Ledger.attempts`) and by Optuna's own `get_trials`.
 
 Goals (issue 26): plan of 10,240 runs <= 5 s and <= 400 MB; the first run within 8 s at <= 400 MB; one-step
 runs >= 200 a minute; a relaunch of a finished 1,024-run stage within 2 s.
@@ -23,6 +26,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 STAGE = ["stage=1", "scale=tiny", "launcher.slots=2"]
 
@@ -77,10 +84,55 @@ def one_step_runs(seeds: int, env: dict[str, str]) -> dict[str, float]:
     return {"one_step_runs": n, "one_step_runs_per_min": n / seconds * 60, f"relaunch_{n}_done_runs_s": again}
 
 
+def ledger_read(trials: int, folder: Path) -> dict[str, float]:
+    """Seconds to read a ledger of `trials` finished trials: as the project reads it, and as Optuna does."""
+    from optuna.distributions import BaseDistribution, IntDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from cart_sweeps.sweep.ledger import Ledger
+
+    seeds: dict[str, BaseDistribution] = {"seed": IntDistribution(0, trials)}
+
+    def finished(i: int) -> FrozenTrial:
+        attrs = {
+            "run_id": f"{i:08x}",
+            "label": f"d32-P2-R2-s{i}",
+            "overrides": ["stage=1", "scale=tiny", f"seed={i}"],
+            "run_dir": str(folder / f"d32-P2-R2-s{i}-{i:08x}"),
+            "config_id": "0" * 16,
+            "status": "completed",
+            "results": {"ppl_austen": 100.0 + i, "ppl_bible": 90.0, "rho": 0.5, "step": 40, "wall_time_s": 9.5},
+        }
+        return create_trial(
+            state=TrialState.COMPLETE,
+            value=100.0 + i,
+            params={"seed": i},
+            distributions=seeds,
+            user_attrs=attrs,
+            intermediate_values={20: 150.0, 40: 100.0 + i},
+        )
+
+    Ledger.open(folder, "1", "sqlite").study.add_trials([finished(i) for i in range(trials)])
+    read_as_the_project = cast(Ledger, Ledger.read(folder, "1", "sqlite")).attempts
+    study = cast(Ledger, Ledger.read(folder, "1", "sqlite")).study
+
+    def read_by_optuna() -> list[FrozenTrial]:
+        return study.get_trials(deepcopy=False)
+
+    figures = {}
+    for name, read in (("", read_as_the_project), ("_optuna_orm", read_by_optuna)):
+        t0 = time.perf_counter()
+        if len(read()) != trials:
+            sys.exit(f"bench_scale: the ledger read back does not hold its {trials} trials")
+        figures[f"ledger_read_{trials}_trials{name}_s"] = time.perf_counter() - t0
+    return figures
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m cart_sweeps.bench_scale", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=160, help="seeds for plan and driver start (x64 runs)")
     parser.add_argument("--one-step-seeds", type=int, default=16, help="seeds of the one-step stage (x64 runs)")
+    parser.add_argument("--ledger-trials", type=int, default=0, help="trials of the ledger read back (0: none)")
     args = parser.parse_args(argv)
     subprocess.run(
         [sys.executable, "-m", "cart_sweeps.data.prepare", "data=embedded"], check=True, stdout=subprocess.DEVNULL
@@ -91,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
         figures |= plan(args.seeds, env)
         figures |= driver_start(args.seeds, Path(tmp) / "big", env)
         figures |= one_step_runs(args.one_step_seeds, {**os.environ, "CART_SWEEPS_RUNS": str(Path(tmp) / "small")})
+        if args.ledger_trials:
+            figures |= ledger_read(args.ledger_trials, Path(tmp) / "ledger")
     width = max(map(len, figures))
     for key, value in figures.items():
         print(f"{key:<{width}}  {value:.2f}" if isinstance(value, float) else f"{key:<{width}}  {value}")
