@@ -1,11 +1,11 @@
 """Every trial of a study, read with SQL rather than Optuna's ORM.
 
 `study.get_trials()` on a database builds an ORM object for every row of every trial table: 174,000
-objects for a stage of 10,240 runs, 20 s on this machine before a launch, a relaunch, `plan` or the
-analysis could start. `all_trials` runs the same five queries through SQLAlchemy Core on Optuna's own
-tables (their column types convert states and dates as the ORM does) and builds the same FrozenTrials,
-parsing each distinct distribution once. tests/test_ledger.py checks it equal to `get_trials` on every
-kind of trial Optuna writes.
+objects for a stage of 10,240 runs, ~10 s on 2 cores before a launch, a relaunch, `plan` or the analysis
+could start. `all_trials` runs the same six queries through SQLAlchemy Core on Optuna's own tables (their
+column types convert states and dates as the ORM does) and builds the same FrozenTrials, parsing each
+distinct distribution once: 1.4 s for that ledger (`python -m cart_sweeps.bench_scale --ledger-trials 10240`).
+tests/test_ledger.py checks it equal to `get_trials` on every kind of trial Optuna writes.
 
 Optuna's table models are not public API: checked against optuna 5.0 (pinned <6 in pyproject). Any
 other storage (a journal file) is read through Optuna.
@@ -70,23 +70,25 @@ def all_trials(study: optuna.Study, states: Collection[TrialState] | None = None
         user = rows(models.TrialUserAttributeModel, "key", "value_json")
         system = rows(models.TrialSystemAttributeModel, "key", "value_json")
 
-    by_trial: dict[str, dict[int, dict[Any, Any]]] = {k: defaultdict(dict) for k in ("p", "d", "v", "i", "u", "s")}
-    for trial_id, name, value, text in params:
-        dist = _distribution(text)
-        by_trial["p"][trial_id][name] = dist.to_external_repr(value)
-        by_trial["d"][trial_id][name] = dist
-    for trial_id, objective, value, kind in values:
-        by_trial["v"][trial_id][objective] = models.TrialValueModel.stored_repr_to_value(value, kind)
-    for trial_id, step, value, kind in steps:
-        by_trial["i"][trial_id][step] = models.TrialIntermediateValueModel.stored_repr_to_intermediate_value(
-            value, kind
-        )
-    for key, attrs in (("u", user), ("s", system)):
-        for trial_id, name, text in attrs:
-            by_trial[key][trial_id][name] = json.loads(text)
+    def per_trial() -> defaultdict[int, dict[Any, Any]]:
+        return defaultdict(dict)
 
-    def frozen(trial_id: int, number: int, state: Any, start: Any, complete: Any) -> FrozenTrial:
-        objectives = by_trial["v"].get(trial_id)
+    params_of, distributions_of, values_of, steps_of = per_trial(), per_trial(), per_trial(), per_trial()
+    for trial_id, name, value, text in params:
+        distribution = _distribution(text)
+        params_of[trial_id][name] = distribution.to_external_repr(value)
+        distributions_of[trial_id][name] = distribution
+    for trial_id, objective, value, kind in values:
+        values_of[trial_id][objective] = models.TrialValueModel.stored_repr_to_value(value, kind)
+    for trial_id, step, value, kind in steps:
+        steps_of[trial_id][step] = models.TrialIntermediateValueModel.stored_repr_to_intermediate_value(value, kind)
+    user_of, system_of = per_trial(), per_trial()
+    for attrs_of, rows_read in ((user_of, user), (system_of, system)):
+        for trial_id, key, text in rows_read:
+            attrs_of[trial_id][key] = json.loads(text)
+
+    def frozen(trial_id: int, number: int, state: TrialState, start: Any, complete: Any) -> FrozenTrial:
+        objectives = values_of.get(trial_id)
         return FrozenTrial(
             number=number,
             state=state,
@@ -94,11 +96,11 @@ def all_trials(study: optuna.Study, states: Collection[TrialState] | None = None
             values=[objectives[k] for k in sorted(objectives)] if objectives else None,
             datetime_start=start,
             datetime_complete=complete,
-            params=by_trial["p"].get(trial_id, {}),
-            distributions=by_trial["d"].get(trial_id, {}),
-            user_attrs=by_trial["u"].get(trial_id, {}),
-            system_attrs=by_trial["s"].get(trial_id, {}),
-            intermediate_values=by_trial["i"].get(trial_id, {}),
+            params=params_of.get(trial_id, {}),
+            distributions=distributions_of.get(trial_id, {}),
+            user_attrs=user_of.get(trial_id, {}),
+            system_attrs=system_of.get(trial_id, {}),
+            intermediate_values=steps_of.get(trial_id, {}),
             trial_id=trial_id,
         )
 
