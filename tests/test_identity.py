@@ -32,17 +32,26 @@ ADAMW = "trainer.optimizer=adamw"
 # The tiny runs of the Stage-2 recipe pinned here accumulated 4 micro-batches of 2, until scale=tiny folded them
 # into one micro-batch of 8 (the same windows, 1.2x faster): named explicitly, those runs keep their ids.
 UNFOLDED = "scale.fold_accumulation=false"
+# The tiny stage runs pinned here ran 40 steps (Stage 1's recipe) and 80 (Stage 2's) until scale=tiny halved
+# them (issue 26: the demo in minutes): named explicitly, those runs keep their ids.
+LONGER = "scale.steps={3000:40,30500:80}"
 STAGES = {  # real stage expansions, as `python -m cart_sweeps -m <args>` launches them
-    "stage1_tiny": ["stage=1", "scale=tiny"],
+    "stage1_tiny": ["stage=1", "scale=tiny", LONGER],
+    "stage1_tiny_halved": ["stage=1", "scale=tiny"],
     "stage1_paper": ["stage=1", ADAMW],
-    "stage2_tiny": ["stage=2", "scale=tiny", UNFOLDED],
-    "stage2_tiny_folded": ["stage=2", "scale=tiny"],
+    "stage2_tiny": ["stage=2", "scale=tiny", UNFOLDED, LONGER],
+    "stage2_tiny_folded": ["stage=2", "scale=tiny", LONGER],
+    "stage2_tiny_halved": ["stage=2", "scale=tiny"],
     "stage2_paper": ["stage=2", ADAMW],
-    "stage2_corrected": ["stage=2", "scale=tiny", "trainer.decay_all=false", "model.core_update=paper", UNFOLDED],
-    "parity_tiny": ["stage=parity", "scale=tiny", UNFOLDED],
+    "stage2_corrected": [
+        *("stage=2", "scale=tiny", "trainer.decay_all=false", "model.core_update=paper", UNFOLDED, LONGER)
+    ],
+    "parity_tiny": ["stage=parity", "scale=tiny", UNFOLDED, LONGER],
+    "parity_tiny_halved": ["stage=parity", "scale=tiny"],
     "parity_paper": ["stage=parity", ADAMW],
-    "ablations_tiny": ["stage=ablations", "scale=tiny", UNFOLDED],
-    "ablations_tiny_folded": ["stage=ablations", "scale=tiny"],
+    "ablations_tiny": ["stage=ablations", "scale=tiny", UNFOLDED, LONGER],
+    "ablations_tiny_folded": ["stage=ablations", "scale=tiny", LONGER],
+    "ablations_tiny_halved": ["stage=ablations", "scale=tiny"],
     "ablations_paper": ["stage=ablations", ADAMW],
 }
 SINGLES = {  # single runs, as `python -m cart_sweeps <args>` composes them
@@ -64,7 +73,7 @@ def current_ids(source: Path) -> dict[str, dict[str, str]]:
     ids["single"] = {name: run_id(compose_config(args)) for name, args in SINGLES.items()}
     completed_source(source)
     ids["variable_r"] = _stage_ids(["stage=variable_r", "scale=tiny", f"stage.source={source}"])
-    search = Stage(["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2"])
+    search = Stage(["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2", LONGER])
     ids["lr_search"] = {str(lr): search.run({"trainer.lr": lr}).run_id for lr in (1e-4, 1e-3)}
     return ids
 
