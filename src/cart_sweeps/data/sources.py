@@ -7,7 +7,6 @@ author's build script.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 
@@ -15,16 +14,10 @@ import datasets
 from omegaconf import DictConfig
 
 from cart_sweeps.data.errors import DataError
+from cart_sweeps.data.hub import hub_offline
 from cart_sweeps.data.recipe import LOCAL_BUILDERS, resolve_dir
 
 BATCH_DOCS = 256  # documents handed to the tokenizer at once
-
-
-def hub_offline() -> bool:
-    """Whether the HF offline variables are set: then a hub fetch fails at once instead of retrying."""
-    return any(
-        os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
-    )
 
 
 def _open_error(spec: DictConfig, recipe: str, err: Exception) -> DataError:
