@@ -44,7 +44,12 @@ STAGES = {  # real stage expansions, as `python -m cart_sweeps -m <args>` launch
     "stage2_tiny_halved": ["stage=2", "scale=tiny"],
     "stage2_paper": ["stage=2", ADAMW],
     "stage2_corrected": [
-        *("stage=2", "scale=tiny", "trainer.decay_all=false", "model.core_update=paper", UNFOLDED, LONGER)
+        "stage=2",
+        "scale=tiny",
+        "trainer.decay_all=false",
+        "model.core_update=paper",
+        UNFOLDED,
+        LONGER,
     ],
     "parity_tiny": ["stage=parity", "scale=tiny", UNFOLDED, LONGER],
     "parity_tiny_halved": ["stage=parity", "scale=tiny"],
