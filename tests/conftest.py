@@ -20,10 +20,16 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that read the quick demo (minutes) or need the SLURM cluster are in the full tier only."""
+    """Tests that read the quick demo (minutes) or need the SLURM cluster are in the full tier only.
+
+    Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) each of the two shares one worker: the
+    quick demo is then made once, and the SLURM tests, which read the one cluster's queue, run one at a time."""
     for item in items:
-        if "quick_demo" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slurm"):
+        shared = "quick_demo" if "quick_demo" in getattr(item, "fixturenames", ()) else None
+        shared = "slurm" if item.get_closest_marker("slurm") else shared
+        if shared:
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group(shared))
 
 
 @pytest.fixture
