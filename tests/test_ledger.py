@@ -75,3 +75,73 @@ def test_trials_read_with_sql_are_optunas_own(tmp_path):
     assert [len(all_trials(r.study)) for r in rereads] == [6, 1]  # each study its own trials, none of the other's
     states = {t.state for t in all_trials(Ledger.read(tmp_path, "1", "sqlite").study)}
     assert states == {TrialState.COMPLETE, TrialState.RUNNING, TrialState.FAIL, TrialState.PRUNED, TrialState.WAITING}
+
+
+def told_by_optuna(ledger: Ledger, trial, summary: RunSummary, metric: str) -> None:
+    """What `finish` wrote before it took one transaction: Optuna's public calls, one commit each."""
+    status, value = summary.status, summary.value(metric)
+    trial.set_user_attr("status", status.value if status != RunStatus.COMPLETED or value is not None else "failed")
+    trial.set_user_attr("results", summary.results())
+    if summary.error or (status == RunStatus.COMPLETED and value is None):
+        error = summary.error or f"completed without a finite {metric} (it recorded {summary.metrics.get(metric)!r})"
+        trial.set_user_attr("error", error)
+    if status == RunStatus.COMPLETED and value is not None:
+        ledger.study.tell(trial, value)
+    else:
+        ledger.study.tell(trial, state=TrialState.PRUNED if status == RunStatus.PRUNED else TrialState.FAIL)
+
+
+ENDINGS = {  # name: (intermediate values reported, how the run ended)
+    "completed": ({20: 3.5, 40: float("nan")}, RunSummary(RunStatus.COMPLETED, metrics={"ppl": 2.25}, step=40)),
+    "no finite metric": ({}, RunSummary(RunStatus.COMPLETED, metrics={"ppl": float("nan")}, step=40)),
+    "failed": ({}, RunSummary(RunStatus.FAILED, error="CUDA out of memory")),
+    "pruned": ({10: 7.0, 20: float("inf")}, RunSummary(RunStatus.PRUNED, metrics={"ppl": 9.0})),
+    "pruned at nan": ({10: 7.0, 20: float("nan")}, RunSummary(RunStatus.PRUNED)),
+    "pruned unreported": ({}, RunSummary(RunStatus.PRUNED)),
+    "interrupted": ({20: 4.0}, RunSummary(RunStatus.INTERRUPTED, step=20)),
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_finish_writes_what_optuna_tells_in_one_commit(tmp_path, ending):
+    """Each way a run ends is recorded as Optuna's own calls record it (every field but the ids and times), with
+    one commit instead of five."""
+    from sqlalchemy import event
+
+    reported, summary = ENDINGS[ending]
+    grid = {"seed": IntDistribution(0, 10)}
+    recorded = []
+    for folder, end in (("ours", Ledger.finish), ("optuna", told_by_optuna)):
+        ledger = Ledger.open(tmp_path / folder, "1", "sqlite", objective={"metric": "ppl"})
+        trial = ledger.start({"seed": 1}, grid, {"run_id": "r1", "label": "d256-s1"})
+        for step, value in reported.items():
+            trial.report(value, step=step)
+        commits = []
+        event.listen(ledger.study._storage._backend.engine, "commit", lambda conn, commits=commits: commits.append(1))
+        end(ledger, trial, summary, "ppl")
+        if folder == "ours":
+            assert len(commits) == 1
+        (reread,) = all_trials(Ledger.read(tmp_path / folder, "1", "sqlite").study)
+        fields = {
+            k: v for k, v in vars(reread).items() if k not in ("_trial_id", "_datetime_start", "datetime_complete")
+        }
+        recorded.append(repr(sorted(fields.items())))
+        assert reread.datetime_complete is not None
+    assert recorded[0] == recorded[1]
+
+
+def test_a_finish_that_fails_midway_writes_nothing_and_the_next_writes_only_its_own(tmp_path):
+    """A result the ledger cannot store (a value JSON cannot encode) raises, and leaves the trial running as it
+    was (a relaunch resumes it); nothing of it reaches the ledger with the next run's ending."""
+    ledger = Ledger.open(tmp_path, "1", "sqlite", objective={"metric": "ppl"})
+    grid = {"seed": IntDistribution(0, 10)}
+    bad = ledger.start({"seed": 1}, grid, {"run_id": "bad"})
+    good = ledger.start({"seed": 2}, grid, {"run_id": "good"})
+    unstorable = RunSummary(RunStatus.COMPLETED, metrics={"ppl": 2.0, "note": object()}, step=40)
+    with pytest.raises(TypeError):
+        ledger.finish(bad, unstorable, "ppl")
+    ledger.finish(good, RunSummary(RunStatus.COMPLETED, metrics={"ppl": 3.0}, step=40), "ppl")
+    trials = {t.user_attrs["run_id"]: t for t in all_trials(Ledger.read(tmp_path, "1", "sqlite").study)}
+    assert trials["bad"].state == TrialState.RUNNING and trials["bad"].user_attrs["status"] == "running"
+    assert "results" not in trials["bad"].user_attrs and trials["bad"].values is None
+    assert trials["good"].state == TrialState.COMPLETE and trials["good"].value == 3.0

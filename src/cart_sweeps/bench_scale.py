@@ -8,6 +8,8 @@ Through the real commands, in a fresh folder, it prints:
   and the driver's peak memory by then (it is then interrupted);
 - one-step runs: Stage 1 with `trainer.steps=1` and M seeds (64 x M runs) on 2 slots: runs per minute;
 - relaunch: the same command again on the finished stage: seconds until it exits saying all is done;
+- ledger writes: milliseconds per trial started and per trial finished as the driver records them (`Ledger.start`,
+  `Ledger.finish`) in a SQLite ledger, and the commits each finish takes;
 - with `--ledger-trials N`: a ledger of N finished trials shaped as a driver writes them (built through Optuna,
   one transaction a trial: minutes at 10,240), read back as the driver, `plan` and the analysis read it
   (`Ledger.attempts`) and by Optuna's own `get_trials`.
@@ -84,6 +86,38 @@ def one_step_runs(seeds: int, env: dict[str, str]) -> dict[str, float]:
     return {"one_step_runs": n, "one_step_runs_per_min": n / seconds * 60, f"relaunch_{n}_done_runs_s": again}
 
 
+def ledger_writes(trials: int, folder: Path) -> dict[str, float]:
+    """Milliseconds per `Ledger.start` and per `Ledger.finish` (after an intermediate value), and commits per finish."""
+    from optuna.distributions import BaseDistribution, IntDistribution
+    from sqlalchemy import event
+
+    from cart_sweeps.record.summary import RunSummary
+    from cart_sweeps.status import RunStatus
+    from cart_sweeps.sweep.ledger import Ledger
+
+    ledger = Ledger.open(folder, "1", "sqlite", objective={"metric": "ppl_austen"})
+    commits: list[int] = []
+    engine = ledger.study._storage._backend.engine  # type: ignore[attr-defined]  # the RDBStorage in Optuna's cache
+    event.listen(engine, "commit", lambda conn: commits.append(1))
+    seeds: dict[str, BaseDistribution] = {"seed": IntDistribution(0, trials)}
+    started = finished = 0.0
+    finish_commits = 0
+    for i in range(trials):
+        t0 = time.perf_counter()
+        trial = ledger.start({"seed": i}, seeds, {"run_id": f"{i:08x}", "label": f"d32-P2-R2-s{i}"})
+        started += time.perf_counter() - t0
+        trial.report(150.0, step=20)
+        before, t0 = len(commits), time.perf_counter()
+        ledger.finish(trial, RunSummary(RunStatus.COMPLETED, metrics={"ppl_austen": 100.0 + i}, step=40), "ppl_austen")
+        finished += time.perf_counter() - t0
+        finish_commits += len(commits) - before
+    return {
+        "ledger_start_ms": 1000 * started / trials,
+        "ledger_finish_ms": 1000 * finished / trials,
+        "ledger_commits_per_finish": finish_commits / trials,
+    }
+
+
 def ledger_read(trials: int, folder: Path) -> dict[str, float]:
     """Seconds to read a ledger of `trials` finished trials: as the project reads it, and as Optuna does."""
     from optuna.distributions import BaseDistribution, IntDistribution
@@ -133,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=160, help="seeds for plan and driver start (x64 runs)")
     parser.add_argument("--one-step-seeds", type=int, default=16, help="seeds of the one-step stage (x64 runs)")
     parser.add_argument("--ledger-trials", type=int, default=0, help="trials of the ledger read back (0: none)")
+    parser.add_argument("--ledger-writes", type=int, default=200, help="trials started and finished (0: none)")
     args = parser.parse_args(argv)
     subprocess.run(
         [sys.executable, "-m", "cart_sweeps.data.prepare", "data=embedded"], check=True, stdout=subprocess.DEVNULL
@@ -143,6 +178,8 @@ def main(argv: list[str] | None = None) -> None:
         figures |= plan(args.seeds, env)
         figures |= driver_start(args.seeds, Path(tmp) / "big", env)
         figures |= one_step_runs(args.one_step_seeds, {**os.environ, "CART_SWEEPS_RUNS": str(Path(tmp) / "small")})
+        if args.ledger_writes:
+            figures |= ledger_writes(args.ledger_writes, Path(tmp) / "writes")
         if args.ledger_trials:
             figures |= ledger_read(args.ledger_trials, Path(tmp) / "ledger")
     width = max(map(len, figures))
