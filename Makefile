@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # CPU wheel on a fresh machine; a torch that is already importable (e.g. a GPU user's CUDA build) is kept.
 TORCH_VERSION ?= 2.13.0
-# pytest-xdist workers: 2 on 2 cores takes the fast tier 374 s -> 241 s (tests wait on processes they start);
+# pytest-xdist workers: 2 on 2 cores take the fast tier 374 s -> 164-195 s (tests wait on processes they start);
 # the quick demo's readers and the SLURM tests each keep to one worker (tests/conftest.py).
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
@@ -25,7 +25,7 @@ setup: $(VENV)/.installed ## create .venv: torch $(TORCH_VERSION) unless one is 
 demo: setup ## the tiny study end to end on the embedded corpus, ending in tables
 	$(PY) -m cart_sweeps.demo
 
-test: setup ## the fast tier (~4 min on 2 cores): units, and narrowed stages through the real entry points
+test: setup ## the fast tier (~3 min on 2 cores): units, and narrowed stages through the real entry points
 	$(PYTEST) -m "not slow"
 
 test-full: test ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)
