@@ -13,7 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.ledger import Ledger
-from cart_sweeps.sweep.trials import all_trials
+from cart_sweeps.sweep.trials import all_trials, database_of
 
 
 def open_when_released(sweep_dir: str, barrier) -> None:
@@ -117,7 +117,7 @@ def test_finish_writes_what_optuna_tells_in_one_commit(tmp_path, ending):
         for step, value in reported.items():
             trial.report(value, step=step)
         commits = []
-        event.listen(ledger.study._storage._backend.engine, "commit", lambda conn, commits=commits: commits.append(1))
+        event.listen(database_of(ledger.study).engine, "commit", lambda conn, commits=commits: commits.append(1))
         end(ledger, trial, summary, "ppl")
         if folder == "ours":
             assert len(commits) == 1

@@ -89,16 +89,17 @@ def one_step_runs(seeds: int, env: dict[str, str]) -> dict[str, float]:
 def ledger_writes(trials: int, folder: Path) -> dict[str, float]:
     """Milliseconds per `Ledger.start` and per `Ledger.finish` (after an intermediate value), and commits per finish."""
     from optuna.distributions import BaseDistribution, IntDistribution
+    from optuna.storages import RDBStorage
     from sqlalchemy import event
 
     from cart_sweeps.record.summary import RunSummary
     from cart_sweeps.status import RunStatus
     from cart_sweeps.sweep.ledger import Ledger
+    from cart_sweeps.sweep.trials import database_of
 
     ledger = Ledger.open(folder, "1", "sqlite", objective={"metric": "ppl_austen"})
     commits: list[int] = []
-    engine = ledger.study._storage._backend.engine  # type: ignore[attr-defined]  # the RDBStorage in Optuna's cache
-    event.listen(engine, "commit", lambda conn: commits.append(1))
+    event.listen(cast(RDBStorage, database_of(ledger.study)).engine, "commit", lambda conn: commits.append(1))
     seeds: dict[str, BaseDistribution] = {"seed": IntDistribution(0, trials)}
     started = finished = 0.0
     finish_commits = 0

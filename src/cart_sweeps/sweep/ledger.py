@@ -41,7 +41,7 @@ from cart_sweeps.compose import first_line
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.trials import all_trials
+from cart_sweeps.sweep.trials import all_trials, database_of
 
 # What a damaged ledger file raises inside Optuna (checked with optuna 5.0: an empty or overwritten
 # SQLite file gives StorageInternalError; a torn journal JSONDecodeError, a garbage one AssertionError).
@@ -371,8 +371,7 @@ class Ledger:
             state = TrialState.COMPLETE
         else:
             state, value = (TrialState.PRUNED if status == RunStatus.PRUNED else TrialState.FAIL), None
-        storage = getattr(self.study._storage, "_backend", self.study._storage)  # as trials.all_trials reads it
-        if isinstance(storage, RDBStorage):
+        if (storage := database_of(self.study)) is not None:
             _end_trial(storage, trial._trial_id, state, value, attrs)
         else:  # a journal file: Optuna's own calls, each an appended line
             for key, attr in attrs.items():

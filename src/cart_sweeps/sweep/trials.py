@@ -33,11 +33,17 @@ def _distribution(text: str) -> BaseDistribution:
     return json_to_distribution(text)
 
 
+def database_of(study: optuna.Study) -> RDBStorage | None:
+    """The study's database; None for another storage (a journal file). Optuna keeps no public handle on it, and
+    wraps a database in a trial cache (`_backend`)."""
+    storage = getattr(study._storage, "_backend", study._storage)
+    return storage if isinstance(storage, RDBStorage) else None
+
+
 def all_trials(study: optuna.Study, states: Collection[TrialState] | None = None) -> list[FrozenTrial]:
     """`study.get_trials(deepcopy=False, states=states)`, in trial order; the trials are not to be modified."""
-    # the study's database (Optuna keeps no public handle on it; a loaded study wraps it in a trial cache)
-    storage = getattr(study._storage, "_backend", study._storage)
-    if not isinstance(storage, RDBStorage):
+    storage = database_of(study)
+    if storage is None:
         return study.get_trials(deepcopy=False, states=states)
     trials = models.TrialModel.__table__
     mine = trials.c.study_id == study._study_id
