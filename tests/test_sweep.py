@@ -178,20 +178,19 @@ def test_an_interrupt_the_collector_swallows_still_stops_the_launch():
     import os
     import weakref
 
+    from cart_sweeps import interrupt
     from cart_sweeps.sweep import driver
 
     class Collected:
         pass
 
-    previous = signal.signal(signal.SIGTERM, driver._raise_interrupt)
+    previous = interrupt.install(signal.SIGTERM)  # as `launch` does
     try:
-        driver._signalled.clear()
         obj = Collected()
         ref = weakref.ref(obj, lambda _: os.kill(os.getpid(), signal.SIGTERM))
         del obj  # the callback runs, the handler raises inside it, Python swallows the exception
-        assert ref() is None and driver._signalled == [signal.SIGTERM]
+        assert ref() is None
         with pytest.raises(KeyboardInterrupt, match="signal 15"):
             driver.StageDriver.take(driver.StageDriver.__new__(driver.StageDriver), 1)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        driver._signalled.clear()
+        interrupt.restore(previous)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from stages import with_fault
 
 from cart_sweeps.bench import bench
 from cart_sweeps.compose import compose_config
@@ -29,11 +30,10 @@ TINY = ["scale=tiny", "trainer.steps=40", "trainer.eval_every=20", "trainer.ckpt
 TIMING = {"tokens_per_s", "mfu", "peak_mem_mb"}
 
 
-def cli(args: list[str], **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def cli(args: list[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "cart_sweeps", *args],
-        env=env,
+        env={**(env or os.environ), "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -122,6 +122,16 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path, data_cache, finished_r
     assert rows(run_dir) == rows(finished_run)
     final = {k: v for k, v in summary(finished_run).items() if k.startswith(("ppl_", "bpb_", "ce_")) or k == "rho"}
     assert {k: summary(run_dir)[k] for k in final} == final
+
+
+def test_a_ctrl_c_python_swallows_stops_a_single_run_at_its_next_step(tmp_path, data_cache):
+    """The single-run command keeps a Ctrl-C that Python dropped (cart_sweeps.interrupt), as a stage's runs do
+    (test_workers.py): the run records itself interrupted after the step it was in."""
+    run_dir = tmp_path / "run"
+    args = ["scale=tiny", "trainer.steps=20", "trainer.log_every=1", f"hydra.run.dir={run_dir}"]
+    out, _ = cli(args, env=with_fault(tmp_path, "step:lost-sigint:3", tmp_path / "mark")).communicate(timeout=300)
+    assert "Exception ignored" in out and summary(run_dir)["status"] == "interrupted"
+    assert [row["step"] for row in rows(run_dir) if row["kind"] == "train"] == [1, 2, 3]
 
 
 def test_finished_run_relaunched_does_nothing(finished_run):

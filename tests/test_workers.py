@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from stages import env, leftovers, trials, wait_for, wait_until_gone
+from stages import env, leftovers, trials, wait_for, wait_until_gone, with_fault
 from test_train import rows
 
 from cart_sweeps.compose import compose_config
+from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.identity import run_id
 from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.sweep.pool import Task
@@ -54,11 +55,12 @@ START_WORKER = (
 class Worker:
     """A worker started by hand (no driver, no controller), its mailbox under `root`."""
 
-    def __init__(self, root: Path, timeout_s: float) -> None:
+    def __init__(self, root: Path, timeout_s: float, fault: str = "") -> None:
         self.mailbox = root / "mailbox"
         self.mailbox.mkdir(parents=True)
         command = [sys.executable, "-c", START_WORKER, str(self.mailbox), str(timeout_s)]
-        self.process = subprocess.Popen(command, env=env(root))
+        load_prepared(compose_config(RUN).data)  # the data ready, as a stage's is before its runs start
+        self.process = subprocess.Popen(command, env=with_fault(root, fault, root / "mark") if fault else env(root))
         self.n = 0
 
     def give(self, run_dir: Path, *overrides: str) -> int:
@@ -85,7 +87,7 @@ def started(run_dir: Path) -> bool:
 @pytest.mark.slow
 def test_a_run_cancelled_out_of_time_or_orphaned_stops_as_on_ctrl_c_and_the_worker_goes_on(tmp_path, data_cache):
     worker = Worker(tmp_path, timeout_s=8)
-    long = ["trainer.steps=100000", "trainer.log_every=1"]
+    long = ["trainer.steps=100000", "trainer.log_every=1", "trainer.compile=false"]  # in training at 8 s
 
     timed_out = worker.give(tmp_path / "slow", *long)  # out of time: SIGINT, the run says interrupted
     record = worker.ended(timed_out, 60)
@@ -103,6 +105,20 @@ def test_a_run_cancelled_out_of_time_or_orphaned_stops_as_on_ctrl_c_and_the_work
     worker.process.kill()  # kill -9: the run notices its worker is gone
     wait_until_gone(tmp_path, 10)
     assert status(tmp_path / "orphan") == "interrupted" and not exit_path(worker.mailbox, orphaned).exists()
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_python_swallows_still_stops_the_run_at_its_next_step(tmp_path, data_cache):
+    """A SIGINT whose KeyboardInterrupt is raised inside a weakref callback is printed and dropped by Python
+    (as it was inside torch.compile: the run trained on until the worker's SIGKILL); the run stops as on
+    Ctrl-C at its next step (cart_sweeps.interrupt)."""
+    worker = Worker(tmp_path, timeout_s=300, fault="step:lost-sigint:3")
+    ended = worker.ended(worker.give(tmp_path / "run", "trainer.steps=20", "trainer.log_every=1"), 120)
+    assert ended["code"] == -2 and not ended["timed_out"]
+    assert status(tmp_path / "run") == "interrupted"
+    assert [row["step"] for row in rows(tmp_path / "run") if row["kind"] == "train"] == [1, 2, 3]
+    assert "Exception ignored" in (tmp_path / "run" / "run.log").read_text()  # the fault did lose the SIGINT
+    worker.process.kill()
 
 
 def test_a_worker_hashes_the_data_once_and_its_runs_inherit_the_hashes(tmp_path, data_cache):

@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override, ValueType
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps import completion
+from cart_sweeps import completion, interrupt
 from cart_sweeps.compose import compose_config, parse_overrides, quote_stage, use_config_sources
 from cart_sweeps.config import CONF_DIR, ConfigError
 from cart_sweeps.register import register_configs
@@ -39,6 +39,7 @@ SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plug
 def _run(cfg: DictConfig) -> None:
     from cart_sweeps.run import execute
 
+    interrupt.install()
     try:
         summary = execute(cfg, Path(HydraConfig.get().runtime.output_dir))
     except ConfigError as err:

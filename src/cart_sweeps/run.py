@@ -17,6 +17,7 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cart_sweeps import interrupt
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared, train_batch
@@ -272,6 +273,7 @@ class Trainer:
             self._window = (time.perf_counter(), 0)
             self.summary.first_step_at = time.time()
             for step in range(start_step + 1, self.t.steps + 1):
+                interrupt.raise_if_received()  # a Ctrl-C swallowed while compiling or setting up
                 self.step(step)
                 due = [self._due(step, every) for every in (self.t.log_every, self.t.eval_every, self.t.ckpt_every)]
                 if any(due):

@@ -13,6 +13,8 @@ points   queue   the driver: a run's trial is started in the ledger, its job not
          save    a run, with its n-th checkpoint written to the temp file, not yet renamed into place
 actions  pause   write this process's pid to $CART_FAULT_MARK, then sleep until killed
          raise   raise RuntimeError("injected fault ...") (step only)
+         lost-sigint   SIGINT delivered inside a weakref callback, where Python prints "Exception ignored"
+                 and drops the KeyboardInterrupt (as it did inside torch.compile), then carry on
 where    only in runs whose folder path contains this text (step, save)
 """
 
@@ -21,8 +23,10 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import os
+import signal
 import sys
 import time
+import weakref
 from pathlib import Path
 
 SPEC = os.environ.get("CART_FAULT", "")
@@ -32,10 +36,20 @@ _calls = {"n": 0}
 _run_dir = {"path": ""}
 
 
+class Garbage:
+    """An object to collect."""
+
+
 def hit(what: str) -> None:
-    """The fault itself: stop here until killed, or fail."""
+    """The fault itself: stop here until killed, fail, or lose a Ctrl-C."""
     if ACTION == "raise":
         raise RuntimeError(f"injected fault: {what}")
+    if ACTION == "lost-sigint":
+        garbage = Garbage()
+        watch = weakref.ref(garbage, lambda _: os.kill(os.getpid(), signal.SIGINT))
+        del garbage  # the callback runs now, and the handler's KeyboardInterrupt is raised inside it
+        assert watch() is None
+        return
     mark = os.environ.get("CART_FAULT_MARK")
     if mark:
         Path(mark).write_text(f"{os.getpid()}\n")

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from cart_sweeps import interrupt
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.record.summary import RunSummary
@@ -92,16 +93,6 @@ def standing(run: Run, trials: Sequence[FrozenTrial], result: RunSummary | None)
     if status_of(last).is_result:
         return Standing.DONE if result is not None else Standing.LOST
     return Standing.RETRY
-
-
-_signalled: list[int] = []  # SIGINT/SIGTERM received by this launch
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    """Stop the launch as on Ctrl-C. The signal is also recorded: Python swallows an exception raised while it
-    runs a weakref callback or a __del__ (the collector's), so `take` raises it again at the next refill."""
-    _signalled.append(signum)
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 class StageDriver:
@@ -178,8 +169,7 @@ class StageDriver:
         return Attempt(run, trial)
 
     def take(self, n: int) -> list[Attempt]:
-        if _signalled:  # an interrupt the collector swallowed (see _raise_interrupt)
-            raise KeyboardInterrupt(f"signal {_signalled[0]}")
+        interrupt.raise_if_received()  # a SIGINT/SIGTERM the collector swallowed
         out: list[Attempt] = []
         while len(out) < n:
             if not self.queue and not out and n >= self.pool.capacity:  # nothing running: a round's results are in
@@ -312,8 +302,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
         lock.acquire(timeout=0)
     except Timeout as err:
         raise ConfigError(f"stage {stage.name} is already being run by another driver ({lock.lock_file})") from err
-    _signalled.clear()
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = interrupt.install(signal.SIGTERM, signal.SIGINT)
     sweep = stage.base.sweep
     try:
         # grid trials have fixed params: the sampler is unused there
@@ -343,6 +332,5 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
             ledger.record_launch([run.run_id for run in driver.known], list(arguments))
             return driver.launch()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        interrupt.restore(previous)
         lock.release()

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from cart_sweeps import interrupt
 from cart_sweeps.config import ConfigError, LauncherConfig
 from cart_sweeps.entry import load
 from cart_sweeps.record.runfolder import read_summary
@@ -61,9 +62,7 @@ class Task:
     run_id: str  # the id its driver knows it by: the run refuses a config that is not that run
 
     def __call__(self) -> RunSummary:
-        # Ctrl-C semantics whatever the launching shell left: a driver started with `&` or nohup hands its
-        # jobs SIGINT ignored, and the controller's SIGINT would then never let a run record `interrupted`.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        interrupt.install()  # the controller's SIGINT must let the run record `interrupted`
         from cart_sweeps.run import execute  # in the job's process only: the driver needs no torch
         from cart_sweeps.train.output import output_to_run_log
 
