@@ -81,10 +81,10 @@ def test_ablations_and_scale_tiny(runs_dir):
     stage = Stage(["stage=ablations", "scale=tiny"])
     assert len(stage.runs) == 8 == len({r.run_id for r in stage.runs})
     t = stage.runs[0].config.cfg.trainer
-    assert (t.steps, t.seq_len, t.warmup_steps, t.log_every) == (40, 128, 1, 1)
+    assert (t.steps, t.seq_len, t.warmup_steps, t.log_every) == (30, 128, 1, 1)
     # the paper's 8 sequences x 4 accumulation steps, shrunk to 2 x 4, run as one micro-batch of 8 (same windows)
     assert (t.micro_batch_size, t.grad_accum) == (8, 1)
-    assert (t.eval_every, t.ckpt_every) == (20, 7)  # scale.eval_every; 5,000 x 40 / 30,500
+    assert (t.eval_every, t.ckpt_every) == (20, 5)  # scale.eval_every; 5,000 x 30 / 30,500
     assert axis(stage, "model.d_model") == {96} and stage.runs[0].config.cfg.model.max_seq_len == 128
 
 

@@ -44,7 +44,7 @@ def configure_torch(cfg: DictConfig) -> Runtime:
 # (issue 26, `python -m cart_sweeps.bench ... trainer.compile=true|false`):
 # compiling takes 22-32 s per shape (about 3 s with a warm cache) and saves 35% of a tiny step (65 ms) and
 # 8-14% of a d=256 one (0.9 s): it pays after ~1,100 and ~300 steps. On a GPU the paper's Stage 1 (3,000
-# steps) and Stage 2 (30,500) compile; the tiny scale's runs (20-40 steps) and the tests do not.
+# steps) and Stage 2 (30,500) compile; the tiny scale's runs (20-30 steps) and the tests do not.
 COMPILE_MIN_STEPS = 1000
 
 
