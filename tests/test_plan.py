@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cart_sweeps import plan
-from cart_sweeps.compose import compose_config
+from cart_sweeps.compose import SEARCHPATH_ENV, compose_config
 from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_label
 from cart_sweeps.record.runfolder import write_summary
@@ -106,6 +107,22 @@ def test_the_seeds_of_a_configuration_are_named_as_their_own_composition_names_t
             assert (run.run_id, run.label, run.seed) == (run_id(cfg), run_label(cfg), cfg.seed)
     assert len(plain.runs) == 9 and len({id(run.config) for run in plain.runs}) == 3
     assert len({run.run_id for run in reading.runs}) == 9 and len({id(run.config) for run in reading.runs}) == 9
+
+
+def test_a_config_option_that_reads_the_seed_names_each_seed_from_its_own_composition(runs_dir, tmp_path, monkeypatch):
+    """The seed read through an interpolation in a group option (here a user's data option), not an override:
+    each seed is composed, and named, as its own process would."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "reseeded.yaml").write_text(
+        "defaults: [embedded, _self_]\ntokenizer:\n  name: embedded-bpe-s${seed}\n"
+    )
+    monkeypatch.setenv(SEARCHPATH_ENV, json.dumps([f"file://{tmp_path}"]))
+    stage = Stage(["stage=2", "scale=tiny", "model.d_model=256", "data=reseeded"])
+    for run in stage.runs:
+        cfg = compose_config(run.overrides)
+        assert cfg.data.tokenizer.name == f"embedded-bpe-s{run.seed}"
+        assert (run.run_id, run.label) == (run_id(cfg), run_label(cfg))
+    assert len({run.run_id for run in stage.runs}) == len({id(run.config) for run in stage.runs}) == 9
 
 
 def test_memoized_ids_follow_a_value_read_through_an_interpolation(runs_dir):

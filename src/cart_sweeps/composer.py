@@ -51,11 +51,21 @@ def interpolations(node: Container, skip: Collection[str] = ()) -> list[KeyPath]
     return walk(OmegaConf.to_container(node, resolve=False), ())
 
 
+def _interpolated(node: Container) -> list[str]:
+    """The texts of `node`'s interpolations as written."""
+    container = OmegaConf.to_container(node, resolve=False)
+    return [_at(container, path) for path in interpolations(node)]
+
+
+def _at(container: Any, path: KeyPath) -> Any:
+    for key in path:
+        container = container[key]
+    return container
+
+
 def resolved(node: Container, path: KeyPath) -> Any:
     """The value at `path` under `node`, resolved (a container as plain dicts and lists)."""
-    value: Any = node
-    for key in path:
-        value = value[key]
+    value = _at(node, path)
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
@@ -65,6 +75,7 @@ class Composer:
     def __init__(self) -> None:
         self._parser = OverridesParser.create()
         self._bases: dict[tuple[str, ...], bytes] = {}
+        self._base_reads_seed: dict[tuple[str, ...], bool] = {}
         self._groups = config_groups()
         self._parsed: dict[str, Override] = {}
         self._interpolations: dict[tuple[Any, ...], list[KeyPath]] = {}
@@ -90,13 +101,24 @@ class Composer:
     def __call__(self, overrides: Sequence[str]) -> DictConfig:
         groups, values = self._split(overrides)
         if groups not in self._bases:
-            self._bases[groups] = pickle.dumps(compose_config(groups))
+            base = compose_config(groups)
+            self._bases[groups] = pickle.dumps(base)
+            self._base_reads_seed[groups] = any("seed" in text for text in _interpolated(base))
         cfg = pickle.loads(self._bases[groups])
         try:
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         except (HydraException, OmegaConfBaseException) as err:
             raise ConfigError(describe(err)) from err
         return cfg
+
+    def reads_seed(self, overrides: Sequence[str]) -> bool:
+        """Whether the config of `overrides` (composed by this composer) may interpolate the seed: its seeds then
+        differ in more than the seed. Read from its base, once per group choice, and the text of its value
+        overrides; an override that replaces such an interpolation still counts (composing per run is only slower).
+        """
+        groups, values = self._split(overrides)
+        lines = [o.input_line or "" for o in values]
+        return self._base_reads_seed[groups] or any("${" in line and "seed" in line for line in lines)
 
     def identity(self, overrides: Sequence[str], cfg: DictConfig) -> dict[str, Any]:
         """`identity(cfg, seed=False)` of `cfg = composer(overrides)`, each group's part computed once per

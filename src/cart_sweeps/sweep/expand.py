@@ -289,7 +289,7 @@ class Stage:
         if not self.train:  # an evaluation is named by its source's groups, not those composed here
             return make_run(params, overrides, make_configuration(cfg))
         config = make_configuration(cfg, partial(self._compose.identity, overrides))
-        if seed is not None and not _reads_seed(cfg):
+        if seed is not None and not self._compose.reads_seed(overrides):
             self._configurations[key] = config
         return make_run(params, overrides, config)
 
@@ -310,22 +310,6 @@ def _int_value(line: str | None) -> int | None:
         return int(line.partition("=")[2]) if line is not None else None
     except ValueError:
         return None
-
-
-def _reads_seed(cfg: DictConfig) -> bool:
-    """Whether a value of `cfg` interpolates the seed: its seeds then differ in more than the seed."""
-
-    def texts(value: Any) -> Iterator[str]:
-        if isinstance(value, dict):
-            for v in value.values():
-                yield from texts(v)
-        elif isinstance(value, list):
-            for v in value:
-                yield from texts(v)
-        elif isinstance(value, str) and "${" in value:
-            yield value
-
-    return any("seed" in text for text in texts(OmegaConf.to_container(cfg, resolve=False)))
 
 
 def varied_keys(axes: dict[str, list[Any]], search: Sequence[str], variants: Any) -> tuple[str, ...]:
