@@ -60,15 +60,18 @@ class Throughput:
         """`assumed`, refined by the tokens/s that the completed ones of `results` (a run and the summary its
         folder holds) recorded."""
         rates: dict[tuple[str, int], list[float]] = {}
-        per_token: dict[str, float] = {}  # each configuration's FLOPs per token, worked out once (not per seed)
+        # each configuration's shape and FLOPs per token, worked out once (not per seed)
+        per_token: dict[str, tuple[tuple[str, int], float]] = {}
         for run, summary in results:
             if summary and summary.run_id == run.run_id and summary.status == RunStatus.COMPLETED:
                 if tokens_per_s := summary.tokens_per_s:
-                    cfg = run.config.cfg
                     if run.config.config_id not in per_token:
+                        cfg = run.config.cfg
                         model = OmegaConf.to_object(cfg.model)  # a dataclass: read 6x faster than a DictConfig
-                        per_token[run.config.config_id] = train_flops_per_token(model, cfg.trainer.seq_len)
-                    rates.setdefault(_shape(cfg), []).append(tokens_per_s * per_token[run.config.config_id])
+                        flops = train_flops_per_token(model, cfg.trainer.seq_len)
+                        per_token[run.config.config_id] = _shape(cfg), flops
+                    shape, flops = per_token[run.config.config_id]
+                    rates.setdefault(shape, []).append(tokens_per_s * flops)
         return cls(assumed, {shape: median(values) for shape, values in rates.items()})
 
     def flops_per_s(self, cfg: DictConfig) -> float:
