@@ -35,10 +35,11 @@ ENTRY_POINTS = [
 
 
 def readme_commands() -> list[str]:
-    """Each line of the README's bash blocks, without its trailing comment."""
+    """Each line of the README's bash blocks, without its trailing comment, in order (once each: the quick start
+    and the demo's section show some of the same commands)."""
     blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
-    return [line for line in lines if line]
+    return list(dict.fromkeys(line for line in lines if line))
 
 
 def python(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
