@@ -19,6 +19,7 @@ from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.identity import run_id
 from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.sweep.pool import Task
+from cart_sweeps.sweep.pools.local import preloads
 from cart_sweeps.sweep.pools.worker import cancel_path, exit_path, task_path
 
 RUN = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2", "trainer.threads=1"]
@@ -158,3 +159,23 @@ def test_a_worker_hashes_the_data_once_and_its_runs_inherit_the_hashes(tmp_path,
     _check_data(Task(damaged, str(tmp_path / "run2"), run_id(damaged)))
     with pytest.raises(DataError):
         load_prepared(damaged.data)  # what the run then says, in one line
+
+
+def test_a_worker_preloads_what_its_stages_runs_import(tmp_path):
+    """torch._dynamo (imported by torch.optim's first step) for training stages only: an evaluation, run in a
+    fresh process, never imports it, so an evaluate stage's workers skip it; lm-eval where harness.tasks."""
+    assert preloads(compose_config(["stage=1", "scale=tiny"])) == ("torch._dynamo",)
+    assert preloads(compose_config(["stage=benchmarks", "scale=tiny"])) == ("cart_sweeps.harness.bench",)
+    assert preloads(compose_config(["stage=variable_r", "scale=tiny", "harness.tasks=[]"])) == ()
+    code = (
+        "import sys, torch; from cart_sweeps.compose import compose_config; from cart_sweeps.model import build_model\n"
+        "from cart_sweeps.train.optim import build_optimizer\n"
+        "cfg = compose_config(['scale=tiny']); model = build_model(cfg.model)\n"
+        "with torch.no_grad(): model(torch.zeros(1, 8, dtype=torch.long))\n"
+        "evaluated = 'torch._dynamo' in sys.modules\n"
+        "optimizer = build_optimizer(model, cfg.trainer, torch.device('cpu'))\n"
+        "model(torch.zeros(1, 8, dtype=torch.long)).float().mean().backward(); optimizer.step()\n"
+        "print(evaluated, 'torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "True"], done.stderr[-2000:]

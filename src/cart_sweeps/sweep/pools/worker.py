@@ -66,8 +66,6 @@ def _preload(modules: tuple[str, ...]) -> None:
     Nothing here may initialise CUDA or run a torch op (threads and a CUDA context do not survive a fork);
     with PYTORCH_NVML_BASED_CUDA_CHECK=1, torch answers `torch.cuda.is_available()` through NVML instead
     of initialising CUDA."""
-    import torch._dynamo  # noqa: F401  # torch.optim imports it on first use: 1.4 s of every cold run
-
     import cart_sweeps.run  # noqa: F401
     import cart_sweeps.train.output  # noqa: F401
     from cart_sweeps.train.metrics import software
@@ -127,7 +125,7 @@ class Worker:
     mailbox: str
     env: dict[str, str]
     timeout_s: float  # a run's wall-time limit (launcher.timeout_min)
-    modules: tuple[str, ...] = ()  # imported before the first run too (lm-eval for benchmarks: 0.6-0.9 s a run)
+    modules: tuple[str, ...] = ()  # imported before the first run too (LocalPool's `preloads`)
 
     def __call__(self) -> None:
         os.environ.update(self.env, PYTORCH_NVML_BASED_CUDA_CHECK="1")  # before torch is imported (see _preload)
