@@ -161,7 +161,7 @@ def test_a_worker_hashes_the_data_once_and_its_runs_inherit_the_hashes(tmp_path,
         load_prepared(damaged.data)  # what the run then says, in one line
 
 
-def test_a_worker_preloads_what_its_stages_runs_import(tmp_path):
+def test_a_worker_preloads_what_its_stages_runs_import():
     """torch._dynamo (imported by torch.optim's first step) for training stages only: an evaluation, run in a
     fresh process, never imports it, so an evaluate stage's workers skip it; lm-eval where harness.tasks."""
     assert preloads(compose_config(["stage=1", "scale=tiny"])) == ("torch._dynamo",)

@@ -38,34 +38,30 @@ def config_groups() -> set[str]:
     return {p.name for folder in config_dirs() if folder.is_dir() for p in folder.iterdir() if p.is_dir()} | {"stage"}
 
 
-def interpolations(node: Container, skip: Collection[str] = ()) -> list[KeyPath]:
-    """Where `node` holds an interpolation as written (each has a `${`), but under its top-level keys `skip`."""
+def _written(node: Container, skip: Collection[str] = ()) -> list[tuple[KeyPath, str]]:
+    """Each interpolation of `node` as written (a text with `${`) and where it is, but under its top-level
+    keys `skip`."""
 
-    def walk(value: Any, path: KeyPath) -> list[KeyPath]:
+    def walk(value: Any, path: KeyPath) -> list[tuple[KeyPath, str]]:
         if isinstance(value, dict):
             return [p for k, v in value.items() if not (path == () and k in skip) for p in walk(v, (*path, k))]
         if isinstance(value, list):
             return [p for i, v in enumerate(value) for p in walk(v, (*path, i))]
-        return [path] if isinstance(value, str) and "${" in value else []
+        return [(path, value)] if isinstance(value, str) and "${" in value else []
 
     return walk(OmegaConf.to_container(node, resolve=False), ())
 
 
-def _interpolated(node: Container) -> list[str]:
-    """The texts of `node`'s interpolations as written."""
-    container = OmegaConf.to_container(node, resolve=False)
-    return [_at(container, path) for path in interpolations(node)]
-
-
-def _at(container: Any, path: KeyPath) -> Any:
-    for key in path:
-        container = container[key]
-    return container
+def interpolations(node: Container, skip: Collection[str] = ()) -> list[KeyPath]:
+    """Where `node` holds an interpolation as written (each has a `${`), but under its top-level keys `skip`."""
+    return [path for path, _ in _written(node, skip)]
 
 
 def resolved(node: Container, path: KeyPath) -> Any:
     """The value at `path` under `node`, resolved (a container as plain dicts and lists)."""
-    value = _at(node, path)
+    value: Any = node
+    for key in path:
+        value = value[key]
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
@@ -103,7 +99,7 @@ class Composer:
         if groups not in self._bases:
             base = compose_config(groups)
             self._bases[groups] = pickle.dumps(base)
-            self._base_reads_seed[groups] = any("seed" in text for text in _interpolated(base))
+            self._base_reads_seed[groups] = any("seed" in text for _, text in _written(base))
         cfg = pickle.loads(self._bases[groups])
         try:
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
