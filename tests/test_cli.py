@@ -230,3 +230,22 @@ def test_a_jobs_output_and_traceback_land_in_its_run_log(tmp_path):
     text = log.read_text()
     assert "from python\nfrom fd 2\n" in text and "Traceback" in text and "RuntimeError: boom" in text
     print("after")  # fd 1 is the test's again
+
+
+def test_a_command_leaves_what_is_alive_at_exit_to_the_os_and_still_runs_its_exit_handlers(tmp_path):
+    """A relaunch of 1,024 finished runs spent 0.45 s of its 3.2 s collecting its configs' cycles at exit:
+    commands skip that collection (Python promises no finalizers at exit), and what they do at exit still runs."""
+    code = (
+        "import atexit, sys\n"
+        "from cart_sweeps.quick_exit import skip_final_collection\n"
+        "class Cycle:\n"
+        "    def __del__(self): print('collected at exit', flush=True)\n"
+        "atexit.register(print, 'exit handler ran')\n"
+        "if sys.argv[1] == 'command': skip_final_collection()\n"
+        "garbage = Cycle(); garbage.me = garbage; del garbage\n"
+    )
+    outputs = {
+        mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=60).stdout
+        for mode in ("plain", "command")
+    }
+    assert outputs == {"plain": "exit handler ran\ncollected at exit\n", "command": "exit handler ran\n"}
