@@ -11,8 +11,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.data.hashes import file_sha256
 from cart_sweeps.data.loader import load_prepared
-from cart_sweeps.data.manifest import file_sha256
 from cart_sweeps.record.runfolder import base_summary, checkpoint_path, write_summary
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus

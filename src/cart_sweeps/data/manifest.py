@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from omegaconf import DictConfig
 
 from cart_sweeps.config import DataConfig
 from cart_sweeps.data.errors import DataError
+from cart_sweeps.data.hashes import stored_sha256
 from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
 
 MANIFEST = "manifest.json"
@@ -66,22 +65,6 @@ def check_bin(folder: Path, entry: dict[str, Any], recipe: str) -> Path:
 def checked_bins(folder: Path, manifest: dict[str, Any], recipe: str) -> dict[str, Path]:
     """'train' and every validation set -> its bin's path, each checked against the manifest."""
     return {name: check_bin(folder, entry, recipe) for name, entry in bins(manifest).items()}
-
-
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-@functools.cache
-def _sha256(path: Path, device: int, inode: int, size: int, mtime_ns: int) -> str:
-    return file_sha256(path)
-
-
-def stored_sha256(path: Path) -> str:
-    """`file_sha256(path)`, hashed once per process per version of the file (seconds for 1B tokens)."""
-    st = path.stat()
-    return _sha256(path.resolve(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def checked_recipe(cfg: DictConfig) -> tuple[Path, dict[str, Any], dict[str, Path]]:

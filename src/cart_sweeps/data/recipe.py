@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import DataConfig
 from cart_sweeps.data.errors import DataError
+from cart_sweeps.data.hashes import stored_sha256
 
 PREP_VERSION = 1  # bump when prepare's output changes for the same recipe
 LOCAL_BUILDERS = {"json", "parquet", "csv", "text", "arrow"}  # `datasets` builders that read local files
@@ -56,11 +57,10 @@ def local_files(spec: DictConfig) -> list[str]:
 
 
 def _fingerprint(path: str) -> str:
-    p = Path(path)
-    size = p.stat().st_size
-    if size > _FULL_HASH_LIMIT:
-        return f"size:{size}"
-    return hashlib.sha256(p.read_bytes()).hexdigest()
+    """The file's sha256, once per process per version of it: every run hashes its recipe (twice), and a warm
+    worker's forked runs inherit what it hashed."""
+    size = Path(path).stat().st_size
+    return f"size:{size}" if size > _FULL_HASH_LIMIT else stored_sha256(Path(path))
 
 
 def input_fingerprints(cfg: DictConfig) -> dict[str, str]:

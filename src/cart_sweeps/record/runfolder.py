@@ -15,7 +15,7 @@ from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError, EvaluatedConfig
-from cart_sweeps.data.manifest import file_sha256
+from cart_sweeps.data.hashes import file_sha256
 from cart_sweeps.identity import config_id, run_id
 from cart_sweeps.model import param_counts
 from cart_sweeps.naming import run_label, variant

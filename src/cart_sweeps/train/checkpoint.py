@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.data.manifest import file_sha256
+from cart_sweeps.data.hashes import file_sha256
 from cart_sweeps.model import build_model
 from cart_sweeps.model.cart import CART
 from cart_sweeps.model.dense import Dense
