@@ -125,6 +125,38 @@ def test_a_config_option_that_reads_the_seed_names_each_seed_from_its_own_compos
     assert len({run.run_id for run in stage.runs}) == len({id(run.config) for run in stage.runs}) == 9
 
 
+def test_a_commands_check_and_its_stage_compose_a_base_once_and_an_edited_option_is_read_again(
+    runs_dir, tmp_path, monkeypatch
+):
+    """The command line's check (precheck) and its stage share the bases they compose; a config file edited
+    between two compositions of one process (a notebook, a test) is composed again, as a new process would."""
+    from cart_sweeps import composer
+    from cart_sweeps.__main__ import precheck
+    from cart_sweeps.compose import parse_overrides
+
+    (tmp_path / "model").mkdir()
+    preset = tmp_path / "model" / "mine.yaml"
+    preset.write_text("defaults: [cart, _self_]\ncore_update: reference\n")
+    monkeypatch.setenv(SEARCHPATH_ENV, json.dumps([f"file://{tmp_path}"]))
+    composed: list[tuple[str, ...]] = []
+
+    def counted(groups: tuple[str, ...]):
+        composed.append(tuple(groups))
+        return compose_config(groups)
+
+    monkeypatch.setattr(composer, "compose_config", counted)
+    args = ["stage=1", "scale=tiny", "model=mine", "model.n_loops=2", "seed=1,2"]
+    precheck(parse_overrides(args))
+    stage = Stage(args)
+    assert composed.count(("stage='1'", "scale=tiny", "model=mine")) == 1 and len(stage.runs) == 32
+    assert {run.config.cfg.model.core_update for run in stage.runs} == {"reference"}
+
+    preset.write_text("defaults: [cart, _self_]\ncore_update: paper\n")
+    edited = Stage(args)
+    assert {run.config.cfg.model.core_update for run in edited.runs} == {"paper"}
+    assert [run.run_id for run in edited.runs] == [run_id(compose_config(run.overrides)) for run in edited.runs]
+
+
 def test_memoized_ids_follow_a_value_read_through_an_interpolation(runs_dir):
     """The composer computes each group's part of a run id once per content; model.vocab_size reads
     data.tokenizer.vocab_size, so runs that differ only there differ in their model part too."""

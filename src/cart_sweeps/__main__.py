@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps import completion, interrupt, quick_exit
 from cart_sweeps.compose import compose_config, parse_overrides, quote_stage, use_config_sources
+from cart_sweeps.composer import Composer
 from cart_sweeps.config import CONF_DIR, ConfigError
 from cart_sweeps.register import register_configs
 from cart_sweeps.roles import stage_roles
@@ -107,7 +108,8 @@ def precheck(parsed: list[Override]) -> None:
         for o in parsed
         if o.is_sweep_override() and o.value_type not in (ValueType.INTERVAL_SWEEP, ValueType.GLOB_CHOICE_SWEEP)
     ]
-    check_settings(compose_config(cast(list[str], single)))  # the parser records every override's text
+    # the parser records every override's text; the composer keeps the base for the stage to find
+    check_settings(Composer()(cast(list[str], single)))
 
 
 def refuse_placement(parsed: list[Override], stage: str) -> None:
