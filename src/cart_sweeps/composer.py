@@ -46,8 +46,10 @@ def config_groups() -> set[str]:
 
 def config_sources() -> tuple[Any, ...]:
     """What a composition reads besides its overrides: the primary config's name, the search path, and the
-    version of each file in the config folders (conf/ and the user's)."""
-    files = [p for folder in config_dirs() if folder.is_dir() for p in sorted(folder.rglob("*.yaml"))]
+    version of each config file in the config folders (conf/ and the user's): a primary config, a group's
+    option, a nested group's option. Not deeper: a user's config folder may hold a runs/ folder of thousands."""
+    patterns = ("*.yaml", "*/*.yaml", "*/*/*.yaml")
+    files = [p for folder in config_dirs() if folder.is_dir() for glob in patterns for p in sorted(folder.glob(glob))]
     versions = tuple((str(p), st.st_mtime_ns, st.st_size) for p in files for st in [p.stat()])
     return os.environ.get(CONFIG_NAME_ENV), tuple(searchpath()), versions
 
