@@ -237,7 +237,7 @@ def test_a_command_leaves_what_is_alive_at_exit_to_the_os_and_still_runs_its_exi
     commands skip that collection (Python promises no finalizers at exit), and what they do at exit still runs."""
     code = (
         "import atexit, sys\n"
-        "from cart_sweeps.quick_exit import skip_final_collection\n"
+        "from cart_sweeps.collector import skip_final_collection\n"
         "class Cycle:\n"
         "    def __del__(self): print('collected at exit', flush=True)\n"
         "atexit.register(print, 'exit handler ran')\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import itertools
 import json
@@ -155,6 +156,36 @@ def test_a_commands_check_and_its_stage_compose_a_base_once_and_an_edited_option
     edited = Stage(args)
     assert {run.config.cfg.model.core_update for run in edited.runs} == {"paper"}
     assert [run.run_id for run in edited.runs] == [run_id(compose_config(run.overrides)) for run in edited.runs]
+
+
+def test_a_stage_and_its_drivers_history_are_built_without_the_collector_walking_them(runs_dir, tmp_path):
+    """What a launch keeps to its end (the stage's configurations and runs, the ledger's history of its trials) is
+    built with the collector paused and then moved to its oldest generation: no collection walks it as it is made
+    (0.25 s of a 2.3 s relaunch of 1,024 finished runs went to such collections)."""
+    from cart_sweeps.sweep.driver import StageDriver
+    from cart_sweeps.sweep.pool import make_pool
+
+    started: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        started.extend([info["generation"]] if phase == "start" else [])
+
+    stage = Stage(["stage=1", "scale=tiny"])  # composes and caches its bases: the next build is a relaunch's
+    ledger = Ledger.open(stage.sweep_dir, stage.name, "sqlite")
+    for run in stage.runs:
+        ledger.start(run.params, stage.dists(run.params), {"run_id": run.run_id, "label": run.label})
+    pool = make_pool(stage.base, tmp_path / ".submitit")
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        again = Stage(["stage=1", "scale=tiny"])
+        after_stage = gc.get_count()[0]
+        driver = StageDriver(again, ledger, pool)
+        after_driver = gc.get_count()[0]
+    finally:
+        gc.callbacks.remove(count)
+    assert started == [] and after_stage < 100 and after_driver < 100
+    assert len(driver.queue) == len(again.runs) == 64  # each run's trial was read: cut off, resumed
 
 
 def test_memoized_ids_follow_a_value_read_through_an_interpolation(runs_dir):

@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override, ValueType
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps import completion, interrupt, quick_exit
+from cart_sweeps import collector, completion, interrupt
 from cart_sweeps.compose import compose_config, parse_overrides, quote_stage, use_config_sources
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import CONF_DIR, ConfigError
@@ -162,7 +162,7 @@ def show_stage(ns: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    quick_exit.skip_final_collection()
+    collector.skip_final_collection()
     args = quote_stage(sys.argv[1:])
     try:
         ns = parse(args)

@@ -20,7 +20,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cart_sweeps import quick_exit
+from cart_sweeps import collector
 from cart_sweeps.config import CONF_DIR, ConfigError
 from cart_sweeps.register import register_configs
 
@@ -178,7 +178,7 @@ def run_cli(main: Callable[[list[str]], T], usage: str, argv: Sequence[str] | No
 
     Hydra's --config-dir/-cd, --config-name/-cn and hydra.searchpath=[...] work as under `python -m cart_sweeps`.
     """
-    quick_exit.skip_final_collection()
+    collector.skip_final_collection()
     args = list(sys.argv[1:] if argv is None else argv)
     if {"-h", "--help"} & set(args):
         print(usage)

@@ -21,6 +21,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps import interrupt
+from cart_sweeps.collector import long_lived
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.record.summary import RunSummary
@@ -98,6 +99,7 @@ def standing(run: Run, trials: Sequence[FrozenTrial], result: RunSummary | None)
 class StageDriver:
     """One launch of a stage: its ledger, its pool, and the queue of attempts between them."""
 
+    @long_lived()  # its history and the runs' results last the launch
     def __init__(self, stage: Stage, ledger: Ledger, pool: Pool[Attempt]) -> None:
         self.stage, self.ledger, self.pool = stage, ledger, pool
         self.sweep = stage.base.sweep

@@ -6,10 +6,8 @@ same whether it is planned or launched.
 
 from __future__ import annotations
 
-import gc
 import itertools
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -24,6 +22,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
+from cart_sweeps.collector import long_lived
 from cart_sweeps.compose import parse_overrides
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
@@ -88,31 +87,10 @@ def _search_distribution(key: str, spec: dict[str, Any]) -> IntDistribution | Fl
     return FloatDistribution(float(low), float(high), log=log)
 
 
-@contextmanager
-def long_lived() -> Iterator[None]:
-    """Build objects that live on (a stage's runs and configurations) without the cyclic garbage collector
-    rescanning them.
-
-    Each configuration's composed config is ~1,100 tracked objects (a grid over trainer.lr has one per run):
-    collected as usual, the growing heap is scanned again and again (a quarter of a 768-configuration
-    expansion). Built with the collector paused, they are then moved, unscanned, to its oldest generation
-    (freeze, unfreeze), which only its rare full collections scan.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if not gc.get_freeze_count():  # else someone froze objects on purpose (before a fork): leave them be
-            gc.freeze()
-            gc.unfreeze()
-        if enabled:
-            gc.enable()
-
-
 class Stage:
     """A stage with the command line applied: its grid axes or search space, and its runs."""
 
+    @long_lived()  # its configurations and runs last as long as it does
     def __init__(self, arguments: Sequence[str]) -> None:
         parsed = parse_overrides(arguments)  # once: sorted twice, before and after the stage's axes are known
         first = split_arguments(parsed, ())
@@ -195,15 +173,12 @@ class Stage:
     def _grid_runs(self) -> list[Run]:
         runs: list[Run] = []
         seen: dict[str, dict[str, Any]] = {}
-        with long_lived():
-            for point in self._points():
-                run = self.run(point)
-                if run.run_id in seen:
-                    raise ConfigError(
-                        f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})"
-                    )
-                seen[run.run_id] = point
-                runs.append(run)
+        for point in self._points():
+            run = self.run(point)
+            if run.run_id in seen:
+                raise ConfigError(f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})")
+            seen[run.run_id] = point
+            runs.append(run)
         return runs
 
     def objective(self) -> dict[str, Any]:

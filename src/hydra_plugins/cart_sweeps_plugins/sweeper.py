@@ -35,8 +35,11 @@ class CartSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
+        from cart_sweeps.collector import long_lived
         from cart_sweeps.config import ConfigError
-        from cart_sweeps.sweep.driver import run_stage
+
+        with long_lived():  # the driver's modules last the process
+            from cart_sweeps.sweep.driver import run_stage
         from hydra_plugins.cart_sweeps_plugins.launcher import CartLauncher
 
         try:
