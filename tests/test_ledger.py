@@ -3,6 +3,7 @@ its trials read back."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from pathlib import Path
 
@@ -145,3 +146,30 @@ def test_a_finish_that_fails_midway_writes_nothing_and_the_next_writes_only_its_
     assert trials["bad"].state == TrialState.RUNNING and trials["bad"].user_attrs["status"] == "running"
     assert "results" not in trials["bad"].user_attrs and trials["bad"].values is None
     assert trials["good"].state == TrialState.COMPLETE and trials["good"].value == 3.0
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_relaunches_that_change_nothing_add_no_run_ids_to_the_ledger(tmp_path, storage):
+    """Each launch's runs are kept, but a launch standing for the runs of the launch before it stores none of
+    them: 100 relaunches of a 1,024-run stage wrote 1.6 MB into the study's attributes, which every relaunch, `plan`
+    and analysis read back whole. A ledger written with every launch's run ids is read as before, and stored
+    compactly at its next launch."""
+    ledger = Ledger.open(tmp_path, "1", storage)
+    grid = [f"{i:08x}" for i in range(1024)]
+    narrowed = grid[:64]
+    ledger.study.set_user_attr(  # as an earlier version wrote them: every launch's run ids in full
+        "launches", [{"at": f"2026-01-0{day}", "args": ["stage=1"], "run_ids": grid} for day in (1, 2)]
+    )
+    for args, runs in [(["stage=1"], grid)] * 96 + [(["stage=1", "seed=0"], narrowed), (["stage=1"], grid)]:
+        ledger.record_launch(runs, args)
+    ledger.add_to_launch("sampled")  # a search's newest launch grows by the runs it samples
+
+    read = Ledger.read(tmp_path, "1", storage)
+    assert read is not None
+    launches = read.launches()
+    assert [len(launch["run_ids"]) for launch in launches] == [1024] * 98 + [64, 1025]
+    assert launches[98]["run_ids"] == narrowed and launches[99]["run_ids"] == [*grid, "sampled"]
+    assert launches[0] == {"at": "2026-01-01", "args": ["stage=1"], "run_ids": grid}
+    assert [launch["args"] for launch in launches[-3:]] == [["stage=1"], ["stage=1", "seed=0"], ["stage=1"]]
+    stored = len(json.dumps(read.study.user_attrs["launches"]))
+    assert stored < 3 * len(json.dumps(grid)) + 100 * 200  # three run sets written out, and 100 launches' times
