@@ -188,6 +188,35 @@ def test_a_stage_and_its_drivers_history_are_built_without_the_collector_walking
     assert len(driver.queue) == len(again.runs) == 64  # each run's trial was read: cut off, resumed
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer.lr={lr}", "model.n_loops={loops}", "++trainer.lr=1e-3"],  # one key twice: the last wins
+        ["++scale.paper={{at:{{r:1}}}}", "scale.paper.at.r={lr}", "++scale.paper={{at:{{r:{loops}}}}}"],  # under a dict
+        ["model.n_loops={loops}", "++scale.paper={{trainer.lr:{lr}}}", "data.validation=[]", "seed=${{model.n_loops}}"],
+    ],
+)
+def test_a_composers_configs_are_hydras_whatever_their_overrides_share(runs_dir, overrides):
+    """The composer applies a configuration's own assignments to what its siblings share (composed once): the
+    configs are still exactly Hydra's, for assignments beside, after and under the overrides they share."""
+    from cart_sweeps.composer import Composer
+
+    composer = Composer()
+    for loops, lr in [(2, 0.1), (3, 0.2), (4, 0.3), (4, 0.3)]:  # the third and fourth reuse what the first two share
+        args = ["stage=1", "scale=tiny", *(o.format(loops=loops, lr=lr) for o in overrides)]
+        assert OmegaConf.to_yaml(composer(args)) == OmegaConf.to_yaml(compose_config(args)), args
+
+
+def test_every_config_a_stage_composes_is_hydras(runs_dir):
+    """Every configuration of a grid stage, as the stage composes it (at the seed of its first run), is the config
+    `compose_config` (run_job's) gives for that run's overrides, key for key."""
+    for args in (["stage=1", "scale=tiny"], ["stage=parity", "scale=tiny"], ["stage=ablations"]):
+        firsts = [run for run in Stage(args).runs if run.seed == run.config.cfg.seed]
+        assert len({id(run.config) for run in firsts}) == len(firsts) > 1
+        for run in firsts[::4]:  # each configuration of parity and ablations, every fourth of Stage 1's 64
+            assert OmegaConf.to_yaml(run.config.cfg) == OmegaConf.to_yaml(compose_config(run.overrides)), run.label
+
+
 def test_memoized_ids_follow_a_value_read_through_an_interpolation(runs_dir):
     """The composer computes each group's part of a run id once per content; model.vocab_size reads
     data.tokenizer.vocab_size, so runs that differ only there differ in their model part too."""

@@ -24,7 +24,7 @@ from typing import Any, cast
 # `compose_config` gives. Checked against hydra-core 1.3.8, pinned in pyproject (its last final release).
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from hydra.errors import HydraException
 from omegaconf import Container, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -81,6 +81,27 @@ def resolved(node: Container, path: KeyPath) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
+def _assignments_last(values: list[Override]) -> tuple[list[Override], list[Override]]:
+    """The value overrides split into the rest, in order, and the plain assignments of one value (`key=value`,
+    not +, ++ or ~, no dict or list) to a key no other override touches (itself, above or below it).
+
+    Applying such an assignment commutes with every other override, so it may come last: a stage's configurations
+    then share the rest (the scale's `++scale.paper={...}`, 1.5 ms of a configuration's 4 ms, and the recipe's
+    values) and apply only their assignments (0.06 ms each).
+    """
+
+    def related(a: str, b: str) -> bool:
+        return a == b or a.startswith(f"{b}.") or b.startswith(f"{a}.")
+
+    def alone(i: int, o: Override) -> bool:
+        plain = o.type == OverrideType.CHANGE and o.value_type == ValueType.ELEMENT
+        keys = [other.key_or_group for j, other in enumerate(values) if j != i]
+        return plain and not isinstance(o.value(), dict | list) and not any(related(o.key_or_group, k) for k in keys)
+
+    last = [alone(i, o) for i, o in enumerate(values)]
+    return [o for o, a in zip(values, last, strict=True) if not a], [o for o, a in zip(values, last, strict=True) if a]
+
+
 class Composer:
     """`composer(overrides)` == `compose_config(overrides)`, with the group composition cached."""
 
@@ -91,6 +112,8 @@ class Composer:
         self._parsed: dict[str, Override] = {}
         self._interpolations: dict[tuple[Any, ...], list[KeyPath]] = {}
         self._parts: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._partials: dict[tuple[Any, ...], bytes] = {}
+        self._seen: set[tuple[Any, ...]] = set()
 
     def _is_group(self, o: Override) -> bool:
         return o.key_or_group in self._groups or "/" in o.key_or_group or o.package is not None
@@ -119,13 +142,27 @@ class Composer:
 
     def __call__(self, overrides: Sequence[str]) -> DictConfig:
         groups, values = self._split(overrides)
-        cfg = pickle.loads(self._base(groups)[0])
+        rest, assignments = _assignments_last(values)
         try:
-            ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+            cfg = self._partial(groups, rest)
+            ConfigLoaderImpl._apply_overrides_to_config(assignments, cfg)
         except (HydraException, OmegaConfBaseException) as err:
             compose_config(overrides)  # Hydra's own composition says what is wrong, with advice (did you mean ...)
             raise ConfigError(describe(err)) from err
         return cfg
+
+    def _partial(self, groups: tuple[str, ...], rest: list[Override]) -> DictConfig:
+        """The base of `groups` with the overrides `rest` applied: kept (pickled) from the second composition
+        that needs it, so a stage's configurations apply only their own assignments to it."""
+        key = (groups, tuple(o.input_line for o in rest))
+        if key in self._partials:
+            return cast(DictConfig, pickle.loads(self._partials[key]))
+        cfg = pickle.loads(self._base(groups)[0])
+        ConfigLoaderImpl._apply_overrides_to_config(rest, cfg)
+        if key in self._seen:  # needed again: worth keeping (a configuration of its own is not pickled)
+            self._partials[key] = pickle.dumps(cfg)
+        self._seen.add(key)
+        return cast(DictConfig, cfg)
 
     def reads_seed(self, overrides: Sequence[str]) -> bool:
         """Whether the config of `overrides` (composed by this composer) may interpolate the seed: its seeds then
