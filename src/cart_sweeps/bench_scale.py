@@ -7,7 +7,8 @@ Through the real commands, in a fresh folder, it prints:
 - driver start: `python -m cart_sweeps -m` on that stage: seconds until its first run's folder appears,
   and the driver's peak memory by then (it is then interrupted);
 - one-step runs: Stage 1 with `trainer.steps=1` and M seeds (64 x M runs) on 2 slots: runs per minute;
-- relaunch: the same command again on the finished stage: seconds until it exits saying all is done;
+- relaunch: the same command again on the finished stage, `--relaunches` times: seconds until it exits saying
+  all is done (median and fastest);
 - ledger writes: milliseconds per trial started and per trial finished as the driver records them (`Ledger.start`,
   `Ledger.finish`) in a SQLite ledger, and the commits each finish takes;
 - with `--ledger-trials N`: a ledger of N finished trials shaped as a driver writes them (built through Optuna,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,13 +79,19 @@ def driver_start(seeds: int, runs: Path, env: dict[str, str]) -> dict[str, float
     return {f"driver_{64 * seeds}_runs_first_run_s": seconds, f"driver_{64 * seeds}_runs_peak_mb": peak}
 
 
-def one_step_runs(seeds: int, env: dict[str, str]) -> dict[str, float]:
-    """A stage of one-step runs, then its relaunch (which must find all of it done)."""
+def one_step_runs(seeds: int, relaunches: int, env: dict[str, str]) -> dict[str, float]:
+    """A stage of one-step runs, then its relaunches (each must find all of it done): their median and fastest, as
+    one relaunch's time varies by a few tenths of a second with the machine's other load."""
     command = [sys.executable, "-m", "cart_sweeps", "-m", *STAGE, f"seed=range(0,{seeds})", "trainer.steps=1"]
     seconds, _ = _timed(command, env)
-    again, _ = _timed(command, env)
+    again = [_timed(command, env)[0] for _ in range(relaunches)]
     n = 64 * seeds
-    return {"one_step_runs": n, "one_step_runs_per_min": n / seconds * 60, f"relaunch_{n}_done_runs_s": again}
+    return {
+        "one_step_runs": n,
+        "one_step_runs_per_min": n / seconds * 60,
+        f"relaunch_{n}_done_runs_s": statistics.median(again),
+        f"relaunch_{n}_done_runs_fastest_s": min(again),
+    }
 
 
 def ledger_writes(trials: int, folder: Path) -> dict[str, float]:
@@ -167,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m cart_sweeps.bench_scale", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=160, help="seeds for plan and driver start (x64 runs)")
     parser.add_argument("--one-step-seeds", type=int, default=16, help="seeds of the one-step stage (x64 runs)")
+    parser.add_argument("--relaunches", type=int, default=5, help="relaunches of the finished one-step stage")
     parser.add_argument("--ledger-trials", type=int, default=0, help="trials of the ledger read back (0: none)")
     parser.add_argument("--ledger-writes", type=int, default=200, help="trials started and finished (0: none)")
     args = parser.parse_args(argv)
@@ -178,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         env = {**os.environ, "CART_SWEEPS_RUNS": str(Path(tmp) / "big")}
         figures |= plan(args.seeds, env)
         figures |= driver_start(args.seeds, Path(tmp) / "big", env)
-        figures |= one_step_runs(args.one_step_seeds, {**os.environ, "CART_SWEEPS_RUNS": str(Path(tmp) / "small")})
+        small = {**os.environ, "CART_SWEEPS_RUNS": str(Path(tmp) / "small")}
+        figures |= one_step_runs(args.one_step_seeds, args.relaunches, small)
         if args.ledger_writes:
             figures |= ledger_writes(args.ledger_writes, Path(tmp) / "writes")
         if args.ledger_trials:
