@@ -95,16 +95,28 @@ def test_plan_reads_status_from_the_ledger(finished):
     assert [line.rsplit(",", 1)[1] for line in out.stdout.splitlines()[1:]] == ["completed"] * 4
 
 
+def running_jobs(runs: Path) -> set[str]:
+    """The jobs of the runs running now, as the ledger names them."""
+    return {t.user_attrs["job_id"] for t in trials(runs) if t.state == TrialState.RUNNING and "job_id" in t.user_attrs}
+
+
 @pytest.mark.slow
 def test_killed_driver_loses_nothing_and_runs_nothing_twice(tmp_path, data_cache):
-    """SIGTERM stops the jobs; SIGKILL leaves jobs that end themselves; the relaunch finishes the rest."""
+    """SIGTERM stops the jobs; SIGKILL leaves jobs that end themselves; the relaunch finishes the rest.
+
+    The first driver is stopped once a run has finished; the second while a job it started runs (after a run
+    finished, its last two runs could both be done, and the driver gone, before the test saw either)."""
     runs = tmp_path
     for sig, code in ((signal.SIGTERM, 130), (signal.SIGKILL, -signal.SIGKILL)):
         n_before = len(completed(runs))
         log = runs / f"driver-{sig.name}.log"
         with open(log, "w") as out:
             driver = subprocess.Popen(sweep_cmd(*GRID), env=env(runs), stdout=out, stderr=subprocess.STDOUT)
-        wait_for(lambda n=n_before: len(completed(runs)) > n, 240, "a run to finish", log)
+        if sig == signal.SIGTERM:
+            wait_for(lambda n=n_before: len(completed(runs)) > n, 240, "a run to finish", log)
+        else:
+            earlier = {t.user_attrs.get("job_id") for t in trials(runs)}  # the first driver's jobs
+            wait_for(lambda e=earlier: bool(running_jobs(runs) - e), 240, "a job of the relaunch to start", log)
         driver.send_signal(sig)
         assert driver.wait(60) == code
         wait_until_gone(runs, 10)
