@@ -161,7 +161,7 @@ def test_a_commands_check_and_its_stage_compose_a_base_once_and_an_edited_option
 def test_a_stage_and_its_drivers_history_are_built_without_the_collector_walking_them(runs_dir, tmp_path):
     """What a launch keeps to its end (the stage's configurations and runs, the ledger's history of its trials) is
     built with the collector paused and then moved to its oldest generation: no collection walks it as it is made
-    (0.25 s of a 2.3 s relaunch of 1,024 finished runs went to such collections)."""
+    (0.2 s of a 2.3 s relaunch of 1,024 finished runs went to such collections)."""
     from cart_sweeps.sweep.driver import StageDriver
     from cart_sweeps.sweep.pool import make_pool
 

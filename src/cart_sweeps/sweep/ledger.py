@@ -333,7 +333,7 @@ class Ledger:
 
         The study's attributes are read whole (by Optuna) and rewritten whole at each launch: with each launch's
         run ids written out, a stage of 1,024 runs grew them by 16 KB a relaunch (3 MB after 181 relaunches,
-        0.2 s of each), which a relaunch that changes nothing now leaves at ~150 bytes.
+        0.27 s of each), which a relaunch that changes nothing now leaves at ~150 bytes.
         """
         stored: list[dict[str, Any]] = []
         for i, launch in enumerate(launches):
