@@ -5,17 +5,24 @@ command, then prints its wall time, the sum of its runs' own time (`wall_time_s`
 slots, the ratio of the wall time to its ideal (that sum / slots) and the median time from a run's launch
 (its trial's start in the ledger) to its first training step. What is not the runs' own time is the
 pool's overhead: starting processes, importing, composing, loading data, building models, polling.
+
+That overhead is split in two: the start-up (the command's start to the first run's first step: the
+driver, then its workers importing torch) and what each run costs its slot besides its own time (the slot
+time after the start-up, less the runs' own time, per run; slots idle at the end count here too). The
+ratio after the start-up is the second alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -34,27 +41,48 @@ def measure(overrides: list[str], runs: Path) -> dict[str, float]:
     prepare = [sys.executable, "-m", "cart_sweeps.data.prepare", f"data={stage.base.data.name}"]
     subprocess.run(prepare, check=True, stdout=subprocess.DEVNULL)  # not timed: a stage finds its data ready
     env = {**os.environ, "CART_SWEEPS_RUNS": str(runs)}
-    t0 = time.perf_counter()
+    started = time.time()
     done = subprocess.run([sys.executable, "-m", "cart_sweeps", *overrides], env=env)
-    wall = time.perf_counter() - t0
+    wall = time.time() - started
     if done.returncode != 0:
         sys.exit(f"bench_stage: the stage failed (exit {done.returncode}); see its output above")
     storage = f"sqlite:///{runs / stage.name / 'ledger.db'}"
     trials = optuna.load_study(study_name=stage.name, storage=storage).trials
-    own, to_first_step = 0.0, []
+    timings = []
     for trial in trials:
         summary = read_summary(Path(trial.user_attrs["run_dir"]))
         assert summary is not None and trial.datetime_start is not None
-        own += summary.wall_time_s or 0.0
-        if summary.first_step_at is not None:
-            to_first_step.append(summary.first_step_at - trial.datetime_start.timestamp())
+        timings.append(RunTiming(trial.datetime_start.timestamp(), summary.first_step_at, summary.wall_time_s or 0.0))
+    return figures(timings, slots, started, wall)
+
+
+@dataclass(frozen=True)
+class RunTiming:
+    """When a run was launched and took its first step (epoch seconds; an evaluation takes none), its own time."""
+
+    launched: float
+    first_step: float | None
+    own_s: float
+
+
+def figures(timings: list[RunTiming], slots: int, started: float, wall: float) -> dict[str, float]:
+    """The stage's figures from its runs' timings, the command's start (epoch seconds) and its wall time."""
+    own = sum(t.own_s for t in timings)
+    first_steps = [t.first_step for t in timings if t.first_step is not None]
+    start_up = min(first_steps) - started if first_steps else math.nan
+    after_start_up = wall - start_up
     return {
-        "runs": len(trials),
+        "runs": len(timings),
         "slots": slots,
         "stage_wall_s": wall,
         "runs_own_s": own,
         "ratio": wall / (own / slots),
-        "median_launch_to_first_step_s": statistics.median(to_first_step) if to_first_step else float("nan"),
+        "start_up_s": start_up,
+        "overhead_per_run_ms": 1000 * (after_start_up * slots - own) / len(timings),
+        "ratio_after_start_up": after_start_up / (own / slots),
+        "median_launch_to_first_step_s": statistics.median(
+            [t.first_step - t.launched for t in timings if t.first_step is not None] or [math.nan]
+        ),
     }
 
 
