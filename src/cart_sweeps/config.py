@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
+from cart_sweeps.metric import DEFAULT as DEFAULT_METRIC
 from cart_sweeps.options import (
     GPU,
     CandidateSelection,
@@ -247,7 +248,7 @@ class SweepConfig:
     n_trials: int | None = None  # tpe only
     startup_trials: int = 10  # tpe only: trials sampled at random before TPE (and the pruner) learn; Optuna's default
     pruner: Pruner = Pruner.none  # tpe only
-    metric: str = "ppl_wiki"
+    metric: str = DEFAULT_METRIC
     max_retries: int = 1
     # sqlite: runs/<stage>/ledger.db; journal: Optuna's JournalStorage (file systems where SQLite locking is
     # unsafe); or one storage several stages share, one study per stage: a SQLite file (study.db) or a URL

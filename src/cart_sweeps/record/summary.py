@@ -11,23 +11,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cart_sweeps.metric import is_metric, metric
 from cart_sweeps.status import RunStatus
-
-# What each evaluation measures on each validation set, stored as `<kind>_<set>` (ppl_austen, ...).
-METRIC_KINDS = ("ppl", "bpb", "ce")
-
-
-def metric_names(val_sets: list[str]) -> list[str]:
-    """Every metric a run on validation sets `val_sets` reports (what sweep.metric may name)."""
-    return [f"{kind}_{name}" for kind in METRIC_KINDS for name in val_sets]
-
-
-BENCHMARK = "bench"  # lm-eval scores: bench_<task>_<metric> (cart_sweeps.harness)
-
-
-def is_metric(key: str) -> bool:
-    """A measured number the ledger keeps: <kind>_<set>, or a benchmark's bench_<task>_<metric>."""
-    return "_" in key and key.split("_", 1)[0] in (*METRIC_KINDS, BENCHMARK)
 
 
 @dataclass
@@ -84,10 +69,14 @@ class RunSummary:
     def is_result(self) -> bool:
         return self.status.is_result
 
-    def value(self, metric: str) -> float | None:
-        """The sweep metric, when the run measured a finite one."""
-        value = self.metrics.get(metric)
-        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+    def value(self, name: str) -> float | None:
+        """The sweep metric, when the run measured it: a finite number, in its range where its kind is known
+        (cart_sweeps.metric: a perplexity <= 1 is no measurement)."""
+        value = self.metrics.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return None
+        known = metric(name)
+        return float(value) if known is None or known.valid(value) else None
 
     def results(self) -> dict[str, Any]:
         """The final numbers that belong in the ledger."""

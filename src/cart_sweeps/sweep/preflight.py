@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.manifest import check_prepared
-from cart_sweeps.record.summary import metric_names
+from cart_sweeps.metric import per_set_names
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import pool_class
@@ -26,7 +26,7 @@ from cart_sweeps.train.logger import check_credentials
 
 
 def check_metric(metric: str, data: DictConfig) -> None:
-    measured = metric_names([v.name for v in data.validation])
+    measured = per_set_names([v.name for v in data.validation])
     if metric not in measured:
         raise ConfigError(
             f"sweep.metric={metric} is not measured with data={data.name}; use one of {', '.join(measured)}"

@@ -125,7 +125,7 @@ _MAX_EXP = math.log(float.fromhex("0x1.fffffffffffffp+1023"))  # the largest CE 
 
 
 def eval_metrics(mean_ce: float, bytes_per_token: float) -> dict[str, float]:
-    """CE (nats/token), perplexity and bits per byte from a mean CE: summary.METRIC_KINDS, each."""
+    """CE (nats/token), perplexity and bits per byte from a mean CE: the per-set kinds of cart_sweeps.metric."""
     ppl = math.exp(mean_ce) if mean_ce <= _MAX_EXP else math.inf  # math.exp raises past a float's range
     return {"ce": mean_ce, "ppl": ppl, "bpb": mean_ce / math.log(2) / bytes_per_token}
 
