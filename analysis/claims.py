@@ -27,6 +27,7 @@ from .decisions import (
     options,
     pooled_noise,
     seeds_text,
+    unmeasured,
 )
 from .load import ppl_sets
 from .sentences import SIDES
@@ -66,20 +67,19 @@ def reversal(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float
         elif pick not in {o.level for o in opts}:
             out.append(replace(base, why=f"Stage 1's pick R={pick} was not run in Stage 2"))
         else:
-            top = best_of(
-                opts, pool(opts, "the options' seeds") or stage_noise, "reversal", CONFIRM, cell, "n_loops", alpha
-            )
-            out.append(_reversal_at(top, opts, pick))
+            noise = pool(opts, "the options' seeds") or stage_noise
+            top = best_of(opts, noise, "reversal", CONFIRM, cell, "n_loops", alpha, metric)
+            out.append(_reversal_at(top, opts, pick, metric))
     return out
 
 
-def _reversal_at(top: Decision, opts: list, pick: Any) -> Decision:
+def _reversal_at(top: Decision, opts: list, pick: Any, metric: str) -> Decision:
     """The reversal claim at one width from Stage 2's best-of-k decision there (`top`) and its options."""
     if top.choice == pick:  # confirmed where Stage 2 decides that its best is the pick
         why = f"Stage 2 ranks Stage 1's pick R={pick} first too" + ("" if top.decided else f", but {top.why}")
         return replace(top, choice="confirmed", why=why)
-    if top.noise is None:
-        return replace(top, choice="reversed", why=f"{NO_SPREAD} in Stage 2 to tell R={top.choice} from R={pick}")
+    if (lack := unmeasured(top.noise)) is not None or top.noise is None:
+        return replace(top, choice="reversed", why=f"{lack} in Stage 2 to tell R={top.choice} from R={pick}")
     picked = next(o for o in opts if o.level == pick)
     others = [o for o in opts if o.level != pick]
     p = float(holm(np.array([p_better(o, picked, top.noise) for o in others])).min())
@@ -93,7 +93,7 @@ def _reversal_at(top: Decision, opts: list, pick: Any) -> Decision:
         choice="reversed",
         decided=decided,
         tied=[] if decided else [pick],
-        margin=margin(opts[0], picked, top.noise, top.alpha),
+        margin=margin(opts[0], picked, top.noise, top.alpha, metric),
         p_value=p,
         method=method_text(top.noise, f"one-sided (another R beats the pick), Holm over {len(others)}"),
         why=why,
@@ -111,18 +111,18 @@ def p_ordering(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: flo
     for (d, r), opts in groups.items():
         order = sorted(opts, key=lambda o: reference.index(o.level))
         noise = pool(opts, "the options' seeds") or stage_noise
-        top = best_of(opts, noise, "p_ordering", SCREEN, {"d_model": d, "n_loops": r}, "n_prelude", alpha)
-        out.append(_ordering_at(top, order))
+        top = best_of(opts, noise, "p_ordering", SCREEN, {"d_model": d, "n_loops": r}, "n_prelude", alpha, metric)
+        out.append(_ordering_at(top, order, metric))
     return out
 
 
-def _ordering_at(top: Decision, order: list) -> Decision:
+def _ordering_at(top: Decision, order: list, metric: str) -> Decision:
     """The P-ordering claim at one (d, R) over its options in the reference order."""
-    holds = [o.level for o in sorted(order, key=lambda o: o.mean)] == [o.level for o in order]
+    holds = [o.level for o in sorted(order, key=lambda o: o.rank)] == [o.level for o in order]
     choice = "holds" if holds else "breaks"
     ranking = " > ".join(str(o.level) for o in order)
-    if top.noise is None or len(order) < 2:
-        return replace(top, choice=choice, tied=[], why=f"{NO_SPREAD}: the ranking {ranking} cannot be tested")
+    if (lack := unmeasured(top.noise)) is not None or top.noise is None or len(order) < 2:
+        return replace(top, choice=choice, tied=[], why=f"{lack or NO_SPREAD}: the ranking {ranking} cannot be tested")
     if holds:
         pairs = list(zip(order, order[1:], strict=False))
         adjusted = holm(np.array([p_better(a, b, top.noise) for a, b in pairs]))
@@ -135,7 +135,7 @@ def _ordering_at(top: Decision, order: list) -> Decision:
         adjusted = holm(np.array([p_better(b, a, top.noise) for b, a in pairs]))
         p, decided = float(adjusted.min()), bool((adjusted <= top.alpha).any())
         weak = pairs[int(adjusted.argmin())]
-        tied = [] if decided else [[a.level, b.level] for b, a in pairs if b.mean < a.mean]
+        tied = [] if decided else [[a.level, b.level] for b, a in pairs if b.rank < a.rank]
         what = f"one-sided, some pair of {ranking} reversed, Holm over {len(pairs)}"
     word = ("holds" if holds else "breaks") if decided else "is undecided"
     return replace(
@@ -143,7 +143,7 @@ def _ordering_at(top: Decision, order: list) -> Decision:
         choice=choice,
         decided=decided,
         tied=tied,
-        margin=margin(*weak, top.noise, top.alpha),
+        margin=margin(*weak, top.noise, top.alpha, metric),
         p_value=p,
         method=method_text(top.noise, what),
         why=f"P ranking {ranking} {word} at the seeds' noise (p={p:.2g})",
@@ -151,19 +151,21 @@ def _ordering_at(top: Decision, order: list) -> Decision:
 
 
 def ablation(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float) -> list[Decision]:
-    """Per switch and set: does the ablation hurt (or help)? Two-sided, against the base's seed noise
-    measured in stage 2 or parity at the base's config (same recipe) where the ablations have no spread."""
+    """Per switch and set: does the ablation hurt (or help)? Two-sided, against the base's seed noise: the
+    options' own where they have several seeds, else that of every distinct run of the base's configuration
+    (stages ablations, 2 and parity: same recipe)."""
     rows, reference, noise_runs = ablation_runs(final, metric)
     out = []
-    for variant, runs in rows[rows["variant"] != "base"].groupby("variant"):
+    for switch, runs in rows[rows["switch"] != "base"].groupby("switch"):
         for s in ppl_sets(runs):
-            both = pd.concat([reference.assign(option="base"), runs.assign(option=variant)])
+            both = pd.concat([reference.assign(option="base"), runs.assign(option=switch)])
             both = both[both[s].notna()]
+            source = "the base configuration's distinct runs in the ablations, 2 and parity"
             noise = pooled_noise(both, s, ["option"], "the options' seeds") or pooled_noise(
-                noise_runs[noise_runs[s].notna()], s, CONFIG, f"the base's runs in stages {CONFIRM}/{PARITY}"
+                noise_runs[noise_runs[s].notna()], s, ["config"], source
             )
-            cell = {"variant": variant, "metric": s, **{k: reference[k].iloc[0] for k in CONFIG}}
-            top = best_of(options(both, s, "option"), noise, "ablation", ABLATIONS, cell, "option", alpha)
+            cell = {"variant": switch, "metric": s, **{k: reference[k].iloc[0] for k in CONFIG}}
+            top = best_of(options(both, s, "option"), noise, "ablation", ABLATIONS, cell, "option", alpha, s)
             out.append(replace(top, choice="hurts" if top.choice == "base" else "helps"))
     return out
 
@@ -180,7 +182,7 @@ def parity(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float) 
             both = both[both[s].notna()]
             noise = pooled_noise(both, s, ["option"], "the options' seeds")
             cell = {"d_model": d, "n_layers": depth, "parity": at["parity"].iloc[0], "metric": s}
-            out.append(best_of(options(both, s, "option"), noise, "parity", PARITY, cell, "option", alpha))
+            out.append(best_of(options(both, s, "option"), noise, "parity", PARITY, cell, "option", alpha, s))
     return out
 
 
@@ -206,7 +208,7 @@ CLAIMS: dict[str, Claims] = {
 
 def undecided(decision: Decision) -> str:
     """A claim's mark where it is not decided."""
-    return NO_SPREAD if decision.method == "none" else "undecided"
+    return (unmeasured(decision.noise) or "undecided") if decision.method == "none" else "undecided"
 
 
 def _mark_best(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:

@@ -2,10 +2,12 @@
 tell the choice from every other option at the error rate alpha, multiple comparisons included.
 
 The statistics live in cart_sweeps.decide (the sweep adds seeds by the same test). The test (README, "How
-sure is a finding"): options are compared on log-metric (seed noise on a perplexity
-scales with its level, and a log difference is a ratio), with the seed noise pooled over the options
-compared (equal noise assumed), else over every cell of the stage, else measured in another stage and said so.
-A stage with one seed per configuration and no other noise estimate decides nothing ("no seed spread").
+sure is a finding"): options are compared on the metric's tested scale (log-metric for a perplexity, whose seed
+noise scales with its level, so a difference is a ratio; cart_sweeps.metric), best in the metric's direction,
+with the seed noise pooled over the options compared (equal noise assumed), else over every cell of the stage,
+else measured in another stage and said so. Each run counts once. A stage with one seed per configuration and
+no other noise estimate decides nothing ("no seed spread"); nor does a spread at or below the values'
+resolution ("no measurable seed spread"), nor a claim one of whose options has no valid value.
 """
 
 from __future__ import annotations
@@ -18,10 +20,21 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from cart_sweeps.decide import ALPHA, Noise, Option, against_others, gap, pool
+from cart_sweeps.decide import ALPHA, Noise, Option, against_others, gap, pool, resolution
+from cart_sweeps.metric import Metric, metric, require_error
+
+from .errors import AnalysisError
 
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "eval_n_loops": "R", "R": "R", "n_layers": "L"}
 NO_SPREAD = "no seed spread"
+NO_MEASURABLE = "no measurable seed spread"
+
+
+def unmeasured(noise: Noise | None) -> str | None:
+    """Why this noise cannot decide anything (no spread, or none measurable), or None where it can."""
+    if noise is None:
+        return NO_SPREAD
+    return None if noise.measurable else NO_MEASURABLE
 
 
 @dataclass(frozen=True)
@@ -88,23 +101,53 @@ def where(stage: str, cell: dict[str, Any]) -> str:
     return f"Stage {stage}" + (f", {at}" if at else "")
 
 
+def record_of(name: str) -> Metric:
+    """The metric's record, or one line saying it has none."""
+    found = metric(name)
+    if found is None:
+        raise AnalysisError(require_error(name))
+    return found
+
+
+def _observations(rows: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows holding a valid value of metric `name`, each run once."""
+    record = record_of(name)
+    rows = rows[rows[name].map(record.valid)]
+    return rows.drop_duplicates("run_id") if "run_id" in rows else rows
+
+
 def grouped_options(rows: pd.DataFrame, metric: str, axis: str, cell: list[str]) -> dict[tuple, list[Option]]:
-    """Every cell's options (one groupby for the whole frame), best (lowest mean metric, as the tables
-    rank) first; rows without the metric are left out."""
-    rows = rows[rows[metric].notna()]
+    """Every cell's options (one groupby for the whole frame), best (as the tables rank, in the metric's
+    direction) first; rows without a valid value of the metric are left out, and each run counts once."""
+    record = record_of(metric)
+    rows = _observations(rows, metric)
     values = rows[metric].astype(float)
-    frame = pd.DataFrame({"v": values, "log": np.log(values)})
+    scores = record.sign * (np.log(values) if record.kind.log_scale else values)
+    frame = pd.DataFrame({"v": values, "score": scores})
     groups = frame.groupby([rows[c] for c in [*cell, axis]], dropna=False, sort=True)
     stats_ = pd.concat(
-        {"mean": groups["v"].mean(), "log_mean": groups["log"].mean(), "log_var": groups["log"].var(ddof=1)}, axis=1
+        {"mean": groups["v"].mean(), "score_mean": groups["score"].mean(), "score_var": groups["score"].var(ddof=1)},
+        axis=1,
     ).assign(seeds=groups["v"].count())
     index = stats_.index.to_frame(index=False)
     keys = list(zip(*(index[c].tolist() for c in cell), strict=True)) if cell else [()] * len(index)
-    columns = (stats_[c].tolist() for c in ("mean", "log_mean", "log_var", "seeds"))
+    columns = (stats_[c].tolist() for c in ("mean", "score_mean", "score_var", "seeds"))
+    at = resolution(values.tolist(), record)  # the input's precision: one for every option compared
     out: dict[tuple, list[Option]] = {}
-    for key, level, *numbers in zip(keys, index[axis].tolist(), *columns, strict=True):
-        out.setdefault(key, []).append(Option(level, *numbers))
-    return {key: sorted(opts, key=lambda o: o.mean) for key, opts in out.items()}
+    for key, level, mean, score, var, seeds in zip(keys, index[axis].tolist(), *columns, strict=True):
+        out.setdefault(key, []).append(Option(level, mean, record.sign * mean, score, var, seeds, at))
+    return {key: sorted(opts, key=lambda o: o.rank) for key, opts in out.items()}
+
+
+def absent(rows: pd.DataFrame, metric: str, axis: str, cell: list[str]) -> dict[tuple, list[Any]]:
+    """Per cell, the options whose rows hold no valid value of the metric (they would vanish from its claim)."""
+    valid = _observations(rows, metric)
+    seen = {tuple(r) for r in rows[[*cell, axis]].itertuples(index=False)}
+    held = {tuple(r) for r in valid[[*cell, axis]].itertuples(index=False)}
+    out: dict[tuple, list[Any]] = {}
+    for *key, level in sorted(seen - held, key=str):
+        out.setdefault(tuple(key), []).append(level)
+    return out
 
 
 def options(rows: pd.DataFrame, metric: str, axis: str) -> list[Option]:
@@ -118,11 +161,16 @@ def pooled_noise(rows: pd.DataFrame, metric: str, cell: list[str], source: str) 
     return pool([o for opts in groups.values() for o in opts], source)
 
 
-def margin(better: Option, worse: Option, noise: Noise, alpha: float) -> Margin:
-    """`worse`'s metric against `better`'s in %, with a two-sided (1 - alpha) t interval."""
+def margin(better: Option, worse: Option, noise: Noise, alpha: float, metric: str) -> Margin:
+    """How much worse `worse` is than `better`, in % of `better`'s metric, with a two-sided (1 - alpha) t
+    interval: a ratio on a log scale, a difference over the better mean on a linear one."""
     diff, se = gap(better, worse, noise)
     half = float(stats.t.ppf(1 - alpha / 2, noise.df)) * se
-    pct = [100 * math.expm1(x) for x in (diff, diff - half, diff + half)]
+    points = (diff, diff - half, diff + half)
+    if record_of(metric).kind.log_scale:
+        pct = [100 * math.expm1(x) for x in points]
+    else:
+        pct = [100 * x / abs(better.mean) if better.mean else math.nan for x in points]
     return Margin(worse.level, round(pct[0], 6), (round(pct[1], 6), round(pct[2], 6)))
 
 
@@ -140,7 +188,7 @@ def seeds_text(opts: list[Option]) -> str:
 
 
 def method_text(noise: Noise, what: str) -> str:
-    return f"{what}; pooled t on log-metric, seed s.d. {noise.sd:.3g} ({noise.df} df, {noise.source})"
+    return f"{what}; pooled t on the metric's tested scale, seed s.d. {noise.sd:.3g} ({noise.df} df, {noise.source})"
 
 
 def best(
@@ -155,14 +203,14 @@ def best(
     noise: Noise | None = None,
 ) -> list[Decision]:
     """One best-of-k decision per cell of `rows` (a stage's final rows; `cell` the columns that define a
-    claim beside its options, `axis` the column whose levels are the options; lower metric is better).
+    claim beside its options, `axis` the column whose levels are the options; best in the metric's direction).
 
-    The choice is the option with the lowest mean. It is decided when, for every other option, the test
+    The choice is the option with the best mean. It is decided when, for every other option, the test
     that the two differ rejects at alpha after Holm's correction over the k - 1 comparisons; each test is
     two-sided (the one-sided p doubled), since the data chose which option is on top. `noise` is used
     only where neither the options nor the stage's other cells have several seeds.
     """
-    groups = grouped_options(rows, metric, axis, cell)
+    groups, gone = grouped_options(rows, metric, axis, cell), absent(rows, metric, axis, cell)
     stage_noise = pool([o for opts in groups.values() for o in opts], f"the seeds of stage {stage}") or noise
     return [
         best_of(
@@ -173,15 +221,26 @@ def best(
             dict(zip(cell, key, strict=True)),
             axis,
             alpha,
+            metric,
+            gone.get(key, []),
         )
         for key, opts in groups.items()
     ]
 
 
 def best_of(
-    opts: list[Option], noise: Noise | None, claim: str, stage: str, cell: dict[str, Any], axis: str, alpha: float
+    opts: list[Option],
+    noise: Noise | None,
+    claim: str,
+    stage: str,
+    cell: dict[str, Any],
+    axis: str,
+    alpha: float,
+    metric: str,
+    missing: list[Any] | tuple[Any, ...] = (),
 ) -> Decision:
-    """The best-of-k decision over `opts` (best first); see `best`."""
+    """The best-of-k decision over `opts` (best first); see `best`. `missing`: options of the claim without a
+    valid value of the metric, which leave it undecided (the best of what was not measured cannot be told)."""
     choice, others = opts[0], opts[1:]
     base = Decision(claim, stage, cell, axis, choice.level, False, "", alpha=alpha)
     base = replace(
@@ -191,13 +250,23 @@ def best_of(
         noise=noise,
     )
     name = label(axis, choice.level)
+    if missing:
+        gone = and_([label(axis, m) for m in missing])
+        why = f"{gone} {'has' if len(missing) == 1 else 'have'} no valid {metric} (left out), so the best is not told"
+        return replace(base, tied=[o.level for o in others], why=why, method="none")
     if not others:
         return replace(base, why=f"{name} is the only option: nothing to compare")
     if noise is None:
         why = f"{NO_SPREAD}: one seed per option and no noise measured in the stage, so {name} is a point pick"
         return replace(base, tied=[o.level for o in others], why=why, method="none")
+    if not noise.measurable:
+        why = (
+            f"{NO_MEASURABLE}: the seeds' s.d. {noise.sd:.3g} ({noise.source}) is no more than rounding to the "
+            f"values' resolution {noise.resolution:.3g} makes, so {name} is a point pick"
+        )
+        return replace(base, tied=[o.level for o in others], why=why, method="none")
     adjusted = against_others(opts, noise)
-    runner = min(others, key=lambda o: o.log_mean)
+    runner = min(others, key=lambda o: o.score_mean)
     tied = [o.level for o, a in zip(others, adjusted, strict=True) if a > alpha]
     decided = not tied
     worst = float(adjusted.max())
@@ -211,7 +280,7 @@ def best_of(
         decided=decided,
         tied=tied,
         why=why,
-        margin=margin(choice, runner, noise, alpha),
+        margin=margin(choice, runner, noise, alpha, metric),
         p_value=worst,
         method=method_text(noise, f"two-sided, Holm over {len(others)} comparison{'s' * (len(others) > 1)}"),
     )

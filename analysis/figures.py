@@ -11,6 +11,8 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from cart_sweeps.metric import metric as metric_record
+
 from .load import AnalysisError, Study
 from .screen import screen_agreement
 from .stats import recipe_of, wd_only_rho
@@ -21,11 +23,10 @@ Draw = Callable[[], Figure]
 AXIS_LABELS = {"loss": "training loss (nats/token)", "rho": r"gate $\rho$ = sigmoid(a)"}
 
 
-def metric_label(metric: str) -> str:
-    """An axis label for a ranking metric: ppl_wiki -> 'perplexity on wiki (lower is better)'."""
-    kind, _, data = metric.partition("_")
-    names = {"ppl": "perplexity", "bpb": "bits per byte", "ce": "cross-entropy (nats/token)"}
-    return f"{names.get(kind, kind)} on {data} (lower is better)" if data else metric
+def metric_label(name: str) -> str:
+    """An axis label for a ranking metric, from its record: ppl_wiki -> 'perplexity on wiki (lower is better)'."""
+    found = metric_record(name)
+    return found.label if found else name
 
 
 def _panels(widths: list, ylabel: str, title: str, sharey: bool = True) -> tuple[Figure, list[Axes]]:

@@ -11,7 +11,10 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from cart_sweeps.metric import metric as metric_record
+
 from . import sentences
+from .load import rank_values
 from .screen import shortest_screen
 from .stages import CONFIRM, SCREEN
 from .stats import spearman
@@ -134,7 +137,7 @@ def variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     out: Findings = {}
     for d, g in tables["variable_r"].groupby("d"):
         sets = [c for c in g.columns if c.startswith("ppl_")]
-        best = {s: plain(g.loc[g[s].idxmin(), "R"]) for s in sets}
+        best = {s: plain(g.loc[rank_values(g[s], s).idxmin(), "R"]) for s in sets}
         trained = plain(g["trained_R"].dropna().iloc[0]) if g["trained_R"].notna().any() else None
         out[str(plain(d))] = {
             "trained_R": trained,
@@ -152,9 +155,9 @@ def variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     for d, g in tables["variable_r_bench"].groupby("d"):
         trained = plain(g["trained_R"].dropna().iloc[0]) if g["trained_R"].notna().any() else None
         best, trained_is_best = {}, {}
-        for s in (c for c in g.columns if c.startswith("bench_")):
-            top = g[s].min() if "perplexity" in s else g[s].max()  # perplexity falls as a model improves
-            at_top = g.loc[g[s] == top, "R"]
+        for s in (c for c in g.columns if c.startswith("bench_") and metric_record(c) is not None):
+            ranked = rank_values(g[s], s)  # in the score's own direction: an accuracy rises, a perplexity falls
+            at_top = g.loc[ranked == ranked.min(), "R"]
             best[s] = plain(at_top.min())  # the smallest R reaching the best score
             trained_is_best[s] = trained in set(at_top.tolist())  # a tie with another R counts
         out[str(plain(d))] = {"trained_R": trained, "best_R": best, "trained_is_best": trained_is_best}
@@ -301,7 +304,7 @@ def _inference_words(claim: Findings, metric: str) -> str:
 
 def _best_words(records: list[Findings]) -> list[str]:
     """A stage's best-R claims: the ones without seed spread in one sentence, each other one on its own."""
-    flat = [r for r in records if r["method"] == "none"]
+    flat = [r for r in records if r["method"] == "none" and r["noise"] is None]  # one seed per option
     return ([sentences.no_spread(flat)] if flat else []) + [sentences.best(r) for r in records if r not in flat]
 
 

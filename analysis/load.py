@@ -2,6 +2,11 @@
 
 Both inputs land in the same columns (stage, model, variant, d_model, n_prelude, n_loops, n_layers,
 seed, step, ppl_<set>, bpb_<set>, ce_<set>, rho, trainer recipe, ...), so every table reads one shape.
+
+A row is a run as one stage reads it: a run that several stages share (one run id: the base configuration is
+Stage 2's, parity's and the ablations' alike) has a row under each, and `run_id` says it is one run, so every
+table that reads several stages counts it once (analysis.tables.select). `config` names what a run's seeds
+share (its configuration: the cell it belongs to), never a summary's free-text field.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from cart_sweeps.metric import DEFAULT, metric, require_error
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS
 from cart_sweeps.status import RunStatus
@@ -68,13 +74,17 @@ class Study:
     axes: dict[str, StageAxes] = field(default_factory=dict)  # stage -> what it varies
 
     def final(self) -> pd.DataFrame:
-        """The last evaluated step of every run: what the tables rank ("at the last step")."""
-        ev = self.evals
-        if ev.empty:
-            return ev
-        if "step" in ev:
-            ev = ev.sort_values("step", kind="stable", na_position="first")
-        return ev.groupby("run", sort=False, dropna=False).tail(1).reset_index(drop=True)
+        """The last evaluated step of every run of every stage: what the tables rank ("at the last step")."""
+        return last_steps(self.evals)
+
+
+def last_steps(evals: pd.DataFrame) -> pd.DataFrame:
+    """Each (stage, run)'s last evaluated step."""
+    if evals.empty:
+        return evals
+    if "step" in evals:
+        evals = evals.sort_values("step", kind="stable", na_position="first")
+    return evals.groupby(["stage", "run"], sort=False, dropna=False).tail(1).reset_index(drop=True)
 
 
 def require(rows: pd.DataFrame, columns: list[str], table: str) -> None:
@@ -96,22 +106,36 @@ def bench_sets(rows: pd.DataFrame) -> list[str]:
     return sorted(c for c in rows.columns if c.startswith("bench_") and rows[c].notna().any())
 
 
+def metric_columns(rows: pd.DataFrame) -> list[str]:
+    """The columns holding a metric whose direction is known (cart_sweeps.metric), sorted."""
+    return sorted(c for c in rows.columns if metric(c) is not None and rows[c].notna().any())
+
+
 def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | None]:
     """The ranking metric and, when it is a fallback, a sentence saying so.
 
-    The paper ranks by ppl_wiki; corpora without a wiki set (the embedded one) fall back to the first
-    ppl_* column in sorted order.
+    The paper ranks by ppl_wiki (cart_sweeps.metric.DEFAULT); corpora without a wiki set (the embedded one)
+    fall back to the first ppl_* column in sorted order. Any metric whose record says which way is better
+    may be asked for (a benchmark accuracy ranks highest first).
     """
     if requested:
-        if requested not in rows.columns:
-            raise AnalysisError(f"--metric {requested}: no such column (have: {', '.join(ppl_sets(rows))})")
+        if metric(requested) is None:
+            raise AnalysisError(f"--metric {require_error(requested)}")
+        if requested not in rows.columns or rows[requested].isna().all():
+            raise AnalysisError(f"--metric {requested}: no run has it (have: {', '.join(metric_columns(rows))})")
         return requested, None
     sets = ppl_sets(rows)
-    if "ppl_wiki" in sets:
-        return "ppl_wiki", None
+    if DEFAULT in sets:
+        return DEFAULT, None
     if not sets:
         raise AnalysisError("the input has no ppl_<set> column to rank runs by")
-    return sets[0], f"Ranking metric: {sets[0]}, since ppl_wiki is absent (the first ppl_* column in sorted order)."
+    return sets[0], f"Ranking metric: {sets[0]}, since {DEFAULT} is absent (the first ppl_* column in sorted order)."
+
+
+def rank_values(values: pd.Series, name: str) -> pd.Series:
+    """`values` of metric `name` oriented so that lower ranks first, as every table ranks (an accuracy negated)."""
+    found = metric(name)
+    return values * (found.sign if found else 1)
 
 
 def load_csv(path: str | Path) -> Study:
@@ -160,7 +184,7 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
         for run in choice.runs:
             assert run.summary is not None  # a used run holds its result
             summary = run.summary.to_dict()
-            meta = {**_run_meta(summary, run.folder, root), **_axis_values(run), "role": selection.role}
+            meta = {**_run_meta(stage, summary, run, root), **_axis_values(run), "role": selection.role}
             if choice.record and choice.record.looks > 1:  # a stage that added seeds while undecided
                 meta["looks"] = choice.record.looks
             for event in read_metrics(run.folder / METRICS):
@@ -168,10 +192,10 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
                     train.append({**meta, "step": event.get("step"), **{k: event.get(k) for k in TRAIN_KEYS}})
                 elif event.get("kind") == "eval":
                     evals.append({**meta, "step": event.get("step"), **_scores(event)})
-            evals.append({**meta, **_scores(summary), "step": summary.get("step"), "run_id": run.run_id})
+            evals.append({**meta, **_scores(summary), "step": summary.get("step")})
     study_evals = _normalise(pd.DataFrame(evals)) if evals else pd.DataFrame()
     if not study_evals.empty:
-        study_evals = study_evals.drop_duplicates(["run", "step"], keep="last").reset_index(drop=True)
+        study_evals = study_evals.drop_duplicates(["stage", "run", "step"], keep="last").reset_index(drop=True)
     study_train = _normalise(pd.DataFrame(train)) if train else pd.DataFrame()
     selections = {stage: choice.selection for stage, choice in chosen.items()}
     return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), selections, axes)
@@ -193,14 +217,17 @@ def _stage_axes(choice: Chosen) -> StageAxes:
     return StageAxes([*columns, *(["seed"] if seeds else [])], metric, search)
 
 
-def _run_meta(summary: dict[str, Any], folder: Path, root: Path) -> dict[str, Any]:
-    """The columns that identify a run and its recipe, shared by all its rows."""
+def _run_meta(stage: str, summary: dict[str, Any], run: StageRun, root: Path) -> dict[str, Any]:
+    """The columns that identify a run, the stage reading it and its recipe, shared by all its rows. The stage is
+    the one whose run set holds it (a run another stage trained keeps that stage's name in its summary)."""
     model = summary.get("model") or {}
     trainer = summary.get("trainer") or {}
-    relative = folder.relative_to(root)
+    folder = run.folder
     meta: dict[str, Any] = {
-        "run": str(relative),
-        "stage": str(summary.get("stage") or relative.parts[0]),
+        "run": str(folder.relative_to(root)) if folder.is_relative_to(root) else str(folder),
+        "run_id": run.run_id,
+        "config": summary.get("config_id"),  # runs from before config ids: their key columns (_normalise)
+        "stage": stage,
         "label": summary.get("label", folder.name),
         "variant": summary.get("variant", "base"),
         "seed": summary.get("seed"),
@@ -238,7 +265,11 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
     for column in INT_COLUMNS:
         if column in frame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce").round().astype("Int64")
-    if "run" not in frame:
+    if "run" not in frame:  # a results CSV: a run is its row's key (and its run_id where the CSV has one)
         key = [c for c in RUN_KEY if c in frame]
         frame["run"] = frame[key].map(str).agg("|".join, axis=1)
+        if "run_id" not in frame:
+            frame["run_id"] = frame["run"]
+    by_columns = frame[[c for c in (*CELL, *TRAINER_KEYS) if c in frame]].map(str).agg("|".join, axis=1)
+    frame["config"] = frame["config"].fillna(by_columns) if "config" in frame else by_columns
     return frame.reset_index(drop=True)

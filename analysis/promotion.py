@@ -20,7 +20,7 @@ import pandas as pd
 
 from cart_sweeps.sweep.zoom import promoted
 
-from .load import AnalysisError
+from .load import AnalysisError, last_steps, rank_values
 from .stages import CONFIRM, SCREEN
 from .tables import select
 
@@ -29,9 +29,12 @@ LEVEL = 0.95
 
 
 def _values(rows: pd.DataFrame, metric: str) -> dict[tuple[int, int], np.ndarray]:
-    """(R, P) -> the metric of each of its runs."""
+    """(R, P) -> the metric of each of its runs, oriented so that lower ranks first."""
     rows = rows.dropna(subset=[metric])
-    return {(int(r), int(p)): group[metric].to_numpy(float) for (r, p), group in rows.groupby(["n_loops", "n_prelude"])}
+    rows = rows.assign(ranked=rank_values(rows[metric], metric))
+    return {
+        (int(r), int(p)): group["ranked"].to_numpy(float) for (r, p), group in rows.groupby(["n_loops", "n_prelude"])
+    }
 
 
 def _concordance(one: np.ndarray, two: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
@@ -64,7 +67,7 @@ def agreement(
 
 def screen_promotion(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per width both stages trained, and over all widths: the audit of the module's docstring."""
-    final = evals.sort_values("step", kind="stable").groupby("run", sort=False).tail(1) if "step" in evals else evals
+    final = last_steps(evals)
     one, two = select(final, (SCREEN,)), select(final, (CONFIRM,))
     widths = sorted(set(one["d_model"].dropna()) & set(two["d_model"].dropna()))
     if one.empty or two.empty or not widths:

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cart_sweeps.metric import metric
+
 LATEX_SPECIAL = {
     "\\": r"\textbackslash{}",
     "_": r"\_",
@@ -24,7 +26,7 @@ LATEX_SPECIAL = {
 
 SIGNIFICANT = 4  # digits of a column's largest value; the column's other values get the same decimals
 SPREAD_SIGNIFICANT = 2  # a standard deviation is worth its first two digits
-LOWER_IS_BETTER = {"ppl", "bpb", "ce", "loss", "perplexity"}
+STAGE_PREFIXES = ("stage1_", "stage2_")  # reversal_cells: a stage's value of a metric
 
 
 def cell(value: object) -> str:
@@ -43,20 +45,22 @@ def _numeric(table: pd.DataFrame) -> list[bool]:
     return [pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t) for t in table.dtypes]
 
 
-def direction(column: str) -> int:
-    """-1 where lower is better (PPL, BPB, CE, loss; `R=k`: a grid of the ranking metric), +1 for benchmark
-    scores, 0 for the rest (configuration, statistics, spreads): which columns get a best value marked."""
-    words = column.split("_")
-    if words[-1] in ("std", "pct") or column.startswith(("p_", "t_")):
+def direction(column: str, ranking: str | None = None) -> int:
+    """-1 where lower is better, +1 where higher is, 0 for the rest (configuration, statistics, spreads): which
+    columns get a best value marked. A column is a metric (cart_sweeps.metric: ppl_wiki, bench_piqa_acc), a
+    metric's seed mean or stage value (ppl_wiki_mean, stage1_ppl_wiki), or `R=k`, a grid of the ranking metric."""
+    if column.endswith(("_std", "_pct")) or column.startswith(("p_", "t_")):
         return 0
-    if LOWER_IS_BETTER & set(words) or column.startswith("R="):
-        return -1
-    return 1 if words[0] == "bench" else 0
+    name = ranking if column.startswith("R=") and ranking else column.removesuffix("_mean")
+    for prefix in STAGE_PREFIXES:
+        name = name.removeprefix(prefix)
+    found = metric(name)
+    return 0 if found is None else -found.sign
 
 
 def _is_metric(column: str) -> bool:
-    """A score or its spread (ppl_wiki_mean, ppl_wiki_std, bench_piqa_acc, stage1_ppl_wiki, R=4)."""
-    return direction(column.removesuffix("_std") + ("_mean" if column.endswith("_std") else "")) != 0
+    """A score or its spread (ppl_wiki_mean, ppl_wiki_std, bench_piqa_acc, stage1_ppl_wiki)."""
+    return direction(column.removesuffix("_std")) != 0
 
 
 def ranked_first(table: pd.DataFrame, metric: str | None) -> pd.DataFrame:
@@ -92,10 +96,10 @@ def p_value(p: float) -> str:
     return "<0.001" if p < 1e-3 else f"{p:.3f}"
 
 
-def _best(table: pd.DataFrame, column: str) -> pd.Series:
+def _best(table: pd.DataFrame, column: str, ranking: str | None) -> pd.Series:
     """Where a metric column holds its best value: per width where the table has several rows of a width
     (the R or P to pick there), else over the whole column."""
-    sign = direction(column)
+    sign = direction(column, ranking)
     values = pd.to_numeric(table[column], errors="coerce").astype(float) * sign  # the best is the largest
     if not sign or values.isna().all():
         return pd.Series(False, index=table.index)
@@ -104,12 +108,13 @@ def _best(table: pd.DataFrame, column: str) -> pd.Series:
     return values == values.max()
 
 
-def formatted(table: pd.DataFrame) -> list[tuple[list[str], list[bool], bool]]:
-    """Each column as text, with where its best values are and whether it holds numbers (math in LaTeX):
-    a fixed number of decimals per column, set by its largest value's significant digits."""
+def formatted(table: pd.DataFrame, ranking: str | None = None) -> list[tuple[list[str], list[bool], bool]]:
+    """Each column as text, with where its best values are (`ranking`: the ranking metric, which a grid's `R=k`
+    columns hold) and whether it holds numbers (math in LaTeX): a fixed number of decimals per column, set by its
+    largest value's significant digits."""
     columns = []
     for name, numeric in zip(table.columns, _numeric(table), strict=True):
-        values, best = table[name], _best(table, str(name)).tolist()
+        values, best = table[name], _best(table, str(name), ranking).tolist()
         if name == "p_value":
             columns.append(([p_value(float(v)) if pd.notna(v) else "" for v in values], best, True))
         elif numeric:
@@ -131,7 +136,7 @@ def markdown(table: pd.DataFrame, metric: str | None = None) -> str:
     rule = ["---:" if n else "---" for n in _numeric(table)]
     cells = [
         [f"**{t}**" if b and t else t.replace("|", r"\|") for t, b in zip(text, best, strict=True)]
-        for text, best, _ in formatted(table)
+        for text, best, _ in formatted(table, metric)
     ]
     lines = [list(map(str, table.columns)), rule, *_rows(cells)]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines) + "\n"
@@ -184,11 +189,11 @@ def header(column: str) -> str:
     return text[:1].upper() + text[1:] + stat
 
 
-def _latex_cells(table: pd.DataFrame) -> list[list[str]]:
+def _latex_cells(table: pd.DataFrame, ranking: str | None) -> list[list[str]]:
     """Every cell as LaTeX: numbers (p-values too) in math, each column's best in bold."""
     escape = str.maketrans(LATEX_SPECIAL)
     cells = []
-    for text, best, numeric in formatted(table):
+    for text, best, numeric in formatted(table, ranking):
         if numeric:
             cells.append(
                 [(f"$\\mathbf{{{t}}}$" if b else f"${t}$") if t else "" for t, b in zip(text, best, strict=True)]
@@ -215,7 +220,7 @@ def latex(table: pd.DataFrame, name: str, metric: str | None = None, caption: st
         r"\toprule",
         " & ".join(header(str(c)) for c in table.columns) + r" \\",
         r"\midrule",
-        *(" & ".join(row) + r" \\" for row in _latex_cells(table)),
+        *(" & ".join(row) + r" \\" for row in _latex_cells(table, metric)),
         r"\bottomrule",
         r"\end{tabular}}",
         r"\end{table}",

@@ -4,7 +4,8 @@ The paper's central finding is that its 3,000-step screen ranks R one way and 30
 other. Every run logs evaluations along the way, so the analysis can ask what the paper could not: at
 which step does a stage's ranking (per width) settle into its final order, and how well does Stage 1's
 final ranking predict Stage 2's, at the matching step and at the end. Rankings are of configurations
-(model, variant, P, R, L, eval R) within a stage and width, averaged over seeds; lower metric ranks first.
+(model, variant, P, R, L, eval R) within a stage and width, averaged over seeds; the better metric (in its
+direction) ranks first.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .load import CELL, AnalysisError, require
+from .load import CELL, AnalysisError, rank_values, require
 from .stages import CONFIRM, SCREEN
 
 KEY = [c for c in CELL if c != "d_model"]  # what a ranking within one width ranks
@@ -21,16 +22,17 @@ MIN_RANKED = 3  # fewer configurations make Kendall's tau and Spearman's rho +-1
 
 
 def _configs(rows: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list[str]]:
-    """Metric per (d, config, step), averaged over seeds, and the config keys (a missing key reads "-",
-    so configs align across steps and stages: NaN never equals NaN in an index)."""
+    """Metric per (d, config, step), averaged over seeds and oriented so that lower ranks first, and the config
+    keys (a missing key reads "-", so configs align across steps and stages: NaN never equals NaN in an index)."""
     keys = [k for k in KEY if k in rows]
     rows = rows.assign(**{k: rows[k].astype(object).where(rows[k].notna(), "-") for k in keys})
+    rows = rows.assign(**{metric: rank_values(rows[metric], metric)})
     return rows.groupby(["d_model", *keys, "step"])[metric].mean().reset_index(), keys
 
 
 def agreement(at: pd.Series, final: pd.Series) -> dict[str, float | int | bool | None]:
-    """Kendall tau, Spearman rho, whether the best (lowest) and the whole order are the same, over the
-    configs both rank."""
+    """Kendall tau, Spearman rho, whether the best (lowest rank value) and the whole order are the same, over
+    the configs both rank."""
     both = pd.concat([at.rename("at"), final.rename("final")], axis=1).dropna()
     n = len(both)
     if n < 2:

@@ -61,4 +61,6 @@ def verdict(record: Record, decided: str) -> str:
     """'hurts (p=0.001)' or 'undecided (no seed spread)' or 'undecided (p=0.4)'."""
     if record["decided"]:
         return f"{decided} (p={record['p_value']:.2g})"
-    return f"undecided ({NO_SPREAD})" if record["method"] == "none" else f"undecided (p={record['p_value']:.2g})"
+    if record["method"] == "none":
+        return f"undecided ({NO_SPREAD if record['noise'] is None else record['why']})"
+    return f"undecided (p={record['p_value']:.2g})"

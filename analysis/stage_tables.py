@@ -2,8 +2,8 @@
 
 Every stage gets one, with or without a paper role: per cell (the stage's axes less the seed) the seed
 mean of its ranking metric (the stage's sweep metric where recorded), the spread where seeds vary, and
-its other validation sets; best first. A search is tabled trial by trial, so its first row is the
-ledger's best trial.
+its other validation sets; best first, in the metric's direction. A search is tabled trial by trial, so its
+first row is the ledger's best trial.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .errors import AnalysisError
-from .load import StageAxes, Study, ppl_sets
+from .load import StageAxes, Study, ppl_sets, rank_values
 
 PREFIX = "runs_"  # runs_<stage>
 SHORT = {"model.d_model": "d", "model.n_prelude": "P", "model.n_loops": "R", "model.n_layers": "L"}
@@ -41,7 +41,8 @@ def stage_table(final: pd.DataFrame, stage: str, axes: StageAxes, metric: str) -
     keys = [c for c in axes.columns if c != "seed" and c in rows]
     if axes.search:
         keys = ["trial", *keys] if "trial" in rows else keys
-        table = rows[[*keys, metric, *others]].sort_values(metric, kind="stable")
+        table = rows[[*keys, metric, *others]]
+        table = table.loc[rank_values(table[metric], metric).sort_values(kind="stable").index]
         return table.rename(columns={k: column_name(k) for k in keys}).reset_index(drop=True)
     if not keys:  # one configuration (its seeds, if any)
         rows = rows.assign(config="all")
@@ -55,7 +56,8 @@ def stage_table(final: pd.DataFrame, stage: str, axes: StageAxes, metric: str) -
     if "seed" not in axes.columns or table["seeds"].max() < 2:
         table = table.drop(columns=[f"{metric}_std"])
     table = table.join(grouped[others].mean()) if others else table
-    table = table.reset_index().sort_values(metric, kind="stable").reset_index(drop=True)
+    table = table.reset_index()
+    table = table.loc[rank_values(table[metric], metric).sort_values(kind="stable").index].reset_index(drop=True)
     return table.rename(columns={k: column_name(k) for k in keys})
 
 

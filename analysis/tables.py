@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .load import AnalysisError, bench_sets, ppl_sets, require
+from .load import VARIANT_AXIS, AnalysisError, bench_sets, ppl_sets, rank_values, require
 from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from .stats import ordering, recipe_of, variance_shares, wd_only_rho
 
@@ -17,11 +17,16 @@ CONFIG = ["d_model", "n_prelude", "n_loops"]
 
 
 def select(final: pd.DataFrame, roles: tuple[str, ...], model: str = "cart", base_only: bool = True) -> pd.DataFrame:
-    """The completed runs of the stages playing `roles` (one model; the baseline variant unless asked otherwise)."""
+    """The completed runs of the stages playing `roles` (one model; the baseline variant unless asked otherwise),
+    each run once: a run several of these stages share (one run id) is read as the first role's, in `roles`' order."""
     rows = final[final["role"].isin(roles)] if "role" in final else final.iloc[0:0]
     if "model" in rows:
         rows = rows[rows["model"] == model]
-    return rows[rows["variant"] == "base"] if base_only else rows
+    rows = rows[rows["variant"] == "base"] if base_only else rows
+    if len(roles) > 1 and "run_id" in rows:
+        order = rows["role"].map({role: i for i, role in enumerate(roles)})
+        rows = rows.loc[order.sort_values(kind="stable").index].drop_duplicates("run_id").sort_index()
+    return rows
 
 
 def rows_of(
@@ -48,10 +53,12 @@ def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.
     return rows.groupby(CONFIG)[metric].mean().reset_index().rename(columns=SHORT)
 
 
-def lowest_seed_mean(cells: pd.DataFrame, by: list[str], column: str) -> pd.DataFrame:
-    """The tables' "best": per `by` group, the cell (one config, its seeds averaged) with the lowest `column`.
-    The stage selection's is another rule, for another use (cart_sweeps.sweep.zoom.lowest_single_run)."""
-    return cells.loc[cells.groupby(by)[column].idxmin()]
+def best_seed_mean(cells: pd.DataFrame, by: list[str], column: str, metric: str) -> pd.DataFrame:
+    """The tables' "best": per `by` group, the cell (one config, its seeds averaged) whose `column` (a value of
+    `metric`) is best in the metric's direction. The stage selection's is another rule, for another use
+    (cart_sweeps.sweep.zoom.lowest_single_run)."""
+    ranked = rank_values(cells[column], metric)
+    return cells.loc[ranked.groupby([cells[k] for k in by]).idxmin()]
 
 
 def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -64,7 +71,7 @@ def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 def stage1_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The best (P, R) per width (lowest seed mean): what Stage 1 hands to Stage 2."""
     cells = stage1_cells(final, metric, "stage1_best")
-    return lowest_seed_mean(cells, ["d"], metric)[["d", "P", "R", metric]].reset_index(drop=True)
+    return best_seed_mean(cells, ["d"], metric, metric)[["d", "P", "R", metric]].reset_index(drop=True)
 
 
 def stage1_r_benefit(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -143,7 +150,7 @@ def stage2_seeds(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 def stage2_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The best R per width (lowest seed mean of the metric)."""
     table = stage2_seeds(final, metric)
-    best = lowest_seed_mean(table, ["d"], f"{metric}_mean")
+    best = best_seed_mean(table, ["d"], f"{metric}_mean", metric)
     return best[["d", "P", "R", "seeds", f"{metric}_mean", f"{metric}_std"]].reset_index(drop=True)
 
 
@@ -153,7 +160,7 @@ def reversal(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     rows_of(final, (CONFIRM,), "reversal")
     best2 = stage2_best(final, metric)[["d", "P", "R"]].rename(columns={"R": "stage2_R"})
     cells1 = stage1_cells(final, metric, "reversal")
-    picks = lowest_seed_mean(cells1, ["d", "P"], metric)[["d", "P", "R"]].rename(columns={"R": "stage1_R"})
+    picks = best_seed_mean(cells1, ["d", "P"], metric, metric)[["d", "P", "R"]].rename(columns={"R": "stage1_R"})
     return best2.merge(picks, on=["d", "P"], how="left")[["d", "P", "stage1_R", "stage2_R"]]
 
 
@@ -217,35 +224,40 @@ def parity_cart(final: pd.DataFrame, metric: str, d: int) -> tuple[pd.DataFrame,
 
 
 def ablation_runs(final: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(every ablations run, the base runs each variant is measured against, the runs that measure the
-    base's seed noise: stage 2 or parity CART runs of the base's config, same recipe)."""
+    """(every ablations run with its `switch`: the stage's variant name, so a switch that is an override rather
+    than an ablation field, such as single_loop's R=1, is its own; the base runs each switch is measured against:
+    the ablations stage's `base`; the runs that measure the base's seed noise: every run of exactly the base's
+    configuration in the ablations, stage 2 and parity, each run once)."""
     rows = rows_of(final, (ABLATIONS,), "ablations", base_only=False)
     require(rows, [*CONFIG, metric], "ablations")
-    base = rows[rows["variant"] == "base"]
-    config = (base if not base.empty else rows)[CONFIG].mode().iloc[0]
-    noise = matching(select(final, (CONFIRM, PARITY)), config)
-    reference = base if not base.empty else noise
-    if reference.empty:
-        raise AnalysisError("table 'ablations' needs a 'base' run in stage ablations, 2 or parity")
-    return rows, reference, noise
+    named = VARIANT_AXIS if VARIANT_AXIS in rows and rows[VARIANT_AXIS].notna().all() else "variant"
+    rows = rows.assign(switch=rows[named].astype(str))
+    base = rows[rows["switch"] == "base"]
+    if base.empty:
+        raise AnalysisError("table 'ablations' needs the ablations stage's 'base' variant: every switch's baseline")
+    configs = set(base["config"]) if "config" in base else set()
+    every = select(final, (ABLATIONS, CONFIRM, PARITY), base_only=False)
+    noise = every[every["config"].isin(configs)] if configs else matching(every, base[CONFIG].iloc[0])
+    return rows, base, noise
 
 
 def ablations(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Each ablation against the baseline: delta % (positive = worse) and the base's seed s.d. Whether a
-    switch hurts is the `ablation` claim's (analysis.claims marks it here)."""
+    """Each switch against the baseline: delta % (positive = worse where lower is better) and the base's seed
+    s.d. over its distinct runs. Whether a switch hurts is the `ablation` claim's (analysis.claims marks it)."""
     rows, reference, noise = ablation_runs(final, metric)
     out = []
-    for variant, g in rows[rows["variant"] != "base"].groupby("variant"):
+    for switch, g in rows[rows["switch"] != "base"].groupby("switch"):
         for s in ppl_sets(g):
             ref, value = reference[s].mean(), g[s].mean()
             out.append(
                 {
-                    "variant": variant,
+                    "variant": switch,
                     "metric": s,
                     "base": ref,
                     "value": value,
                     "delta_pct": (value - ref) / ref * 100,
                     "base_seed_std": noise[s].std(),
+                    "base_seeds": int(noise[s].notna().sum()),
                 }
             )
     return pd.DataFrame(out)

@@ -18,6 +18,7 @@ from analysis.__main__ import main
 from cart_sweeps import plan
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
+from cart_sweeps.metric import require
 from cart_sweeps.sweep.adaptive import plan_lines
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.zoom import promoted, sentinels
@@ -33,6 +34,7 @@ TRUTHS = {  # true log-margin of R=8 and R=10 over R=6, in seed s.d.
     "clear": (0.0, 3.0, 3.0),  # R=6 best by 3 s.d.: 2 seeds rarely tell, a few more do
 }
 BOUND = ALPHA + 2.5 * math.sqrt(ALPHA * (1 - ALPHA) / STUDIES)
+PPL = require("ppl_wiki")  # the stage's sweep metric: lower is better, tested on its log
 
 
 def draws(truth: tuple[float, ...], seed: int) -> np.ndarray:
@@ -48,7 +50,7 @@ def sequential(ppl: np.ndarray, n_looks: int) -> list[tuple[int, bool, int]]:
     out = []
     for study in ppl:
         for have in range(FIRST, MOST + 1):
-            verdict = best_level({r: study[i, :have] for i, r in enumerate(R)}, ALPHA, n_looks)
+            verdict = best_level({r: study[i, :have] for i, r in enumerate(R)}, PPL, ALPHA, n_looks)
             if verdict.decided or have == MOST:
                 out.append((have, verdict.decided, verdict.choice))
                 break
@@ -81,7 +83,7 @@ def test_clear_winners_are_decided_with_seeds_added_only_while_undecided(ended):
     assert np.mean([d and c == 6 for _, d, c in final]) >= 0.8
     ppl = ended["clear"][0]
     at_grid = np.mean(
-        [best_level({r: s[i, :FIRST] for i, r in enumerate(R)}, ALPHA, looks(FIRST, MOST)).decided for s in ppl]
+        [best_level({r: s[i, :FIRST] for i, r in enumerate(R)}, PPL, ALPHA, looks(FIRST, MOST)).decided for s in ppl]
     )
     assert at_grid < 0.2  # the grid's 2 seeds alone rarely tell: the added seeds did
     stopped_early = [have for have, decided, _ in final if have < MOST]
@@ -95,7 +97,7 @@ def test_plans_seeds_for_power_deliver_it():
     rng = np.random.default_rng(7)
     truth = np.array(TRUTHS["clear"])
     decided = [
-        best_level({r: 100 * np.exp(SD * (truth[i] + rng.normal(size=n))) for i, r in enumerate(R)}).decided
+        best_level({r: 100 * np.exp(SD * (truth[i] + rng.normal(size=n))) for i, r in enumerate(R)}, PPL).decided
         for _ in range(STUDIES)
     ]
     assert np.mean(decided) >= POWER - 2.5 * math.sqrt(POWER * (1 - POWER) / STUDIES)
@@ -216,3 +218,24 @@ def test_the_promotion_audit_says_how_the_rankings_agree_and_whether_the_cutoff_
     assert audit["256"].get("cutoff_missed_winner") is missed
     if missed:
         assert "the zoom cutoff would have missed it" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {6: [100.0, 100.0], 8: [100.001, 100.001], 10: [100.002, 100.002]},  # zero spread: "0.00% worse, p=0" before
+        {6: [100.0, 101.0], 8: [102.0, 103.0], 10: [104.0, 104.0]},  # one rounding step within each R, no more
+        {6: [100.0, 101.0], 8: [math.inf, 101.0], 10: [104.0, 105.0]},  # not finite
+        {6: [100.0, 101.0], 8: [0.9, 101.0], 10: [104.0, 105.0]},  # a perplexity below 1 is no measurement
+    ],
+)
+def test_the_seed_rule_decides_nothing_it_cannot_know(values):
+    """The driver's decision after a round: no measurable spread, or a value that is no measurement of the
+    metric, leaves the width undecided (so it gets seeds, never a false stop)."""
+    assert not best_level(values, PPL).decided
+
+
+def test_a_higher_is_better_metric_decides_its_highest_option():
+    accuracy = require("bench_cart_lastword_acc")
+    verdict = best_level({6: [0.30, 0.31, 0.29], 8: [0.50, 0.52, 0.51], 10: [0.10, 0.11, 0.12]}, accuracy)
+    assert verdict.decided and verdict.choice == 8 and [o.level for o in verdict.options] == [8, 6, 10]

@@ -1,11 +1,17 @@
 """The statistics a decision rests on, in one place for the analysis (which words its findings) and the
 sweep (which adds seeds where a decision is open): no torch, no Optuna, no analysis imports.
 
-Options are compared on log-metric (seed noise on a perplexity scales with its level, and a difference of
-logs is a ratio), lower is better, with one pooled seed s.d. A best-of-k choice is decided when it beats
-every other option, each by a two-sided t-test, Holm's step-down over the k - 1 comparisons. A stage that
-adds seeds while a decision is open looks at its data several times: each look tests at alpha / looks
-(Bonferroni over the looks), so the whole sequence, whatever it stops on, is wrong at most at alpha.
+Options are compared on the metric's tested scale (cart_sweeps.metric: log-metric where seed noise scales with
+the level, as on a perplexity, so a difference is a ratio; the value itself for a share such as an accuracy),
+oriented so that lower is better whichever way the metric points, with one pooled seed s.d. A best-of-k choice
+is decided when it beats every other option, each by a two-sided t-test, Holm's step-down over the k - 1
+comparisons. A stage that adds seeds while a decision is open looks at its data several times: each look tests
+at alpha / looks (Bonferroni over the looks), so the whole sequence, whatever it stops on, is wrong at most at
+alpha.
+
+What a decision cannot know it does not decide: a seed spread at or below the values' resolution (identical
+seeds, values rounded coarser than their noise) is no measured noise, and values that are not finite or not in
+the metric's range (a perplexity <= 1) are no measurements.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from cart_sweeps.metric import Metric
+
 ALPHA = 0.05
 POWER = 0.8  # what `plan` sizes the seeds per cell for
 MOST_SEEDS = 1000  # past this, `seeds_for_power` says the margin is out of reach
@@ -24,22 +32,33 @@ MOST_SEEDS = 1000  # past this, `seeds_for_power` says the margin is out of reac
 
 @dataclass(frozen=True)
 class Noise:
-    """Seed noise of the log-metric: a pooled s.d., its degrees of freedom, and where it was measured."""
+    """Seed noise on the tested scale: a pooled s.d., its degrees of freedom, where it was measured, and the
+    resolution of the values it was measured on (`resolution`)."""
 
     sd: float
     df: int
     source: str
+    resolution: float = 0.0
+
+    @property
+    def measurable(self) -> bool:
+        """Whether the spread is more than rounding to the values' step could make alone: seeds that differ by
+        at most one step have an s.d. of at most step / sqrt(2) (two seeds one step apart)."""
+        return self.sd > self.resolution / math.sqrt(2)
 
 
 @dataclass(frozen=True)
 class Option:
-    """One option's runs: the mean metric (what the tables rank by), the mean log-metric (what is tested)."""
+    """One option's runs: the mean metric (what the tables show), its rank value (the mean oriented so that
+    lower ranks first, as the tables rank), and the mean and variance on the tested scale (what is tested)."""
 
     level: Any
     mean: float
-    log_mean: float
-    log_var: float  # NaN for one seed
+    rank: float
+    score_mean: float
+    score_var: float  # NaN for one seed
     seeds: int
+    resolution: float = 0.0  # of the values compared, on the tested scale (`resolution`)
 
 
 @dataclass(frozen=True)
@@ -54,19 +73,49 @@ class Verdict:
     p_value: float | None = None  # the largest Holm-adjusted p (decided iff <= the look's alpha)
 
 
-def option(level: Any, values: Sequence[float]) -> Option:
-    """An option from its seeds' metric values."""
-    logs = np.log(np.asarray(values, dtype=float))
-    var = float(logs.var(ddof=1)) if len(logs) > 1 else math.nan
-    return Option(level, float(np.mean(values)), float(logs.mean()), var, len(logs))
+def quantum(values: Sequence[float]) -> float:
+    """The step the values are written to: the coarsest power of ten they are all whole multiples of (0.001 for
+    41.165 and 41.215), or 0 for values with more than DIGITS significant digits (measured, not rounded)."""
+    finite = [abs(v) for v in values if math.isfinite(v) and v != 0]
+    if not finite:
+        return 0.0
+    top = max(finite)
+    for exponent in range(math.floor(math.log10(top)), math.floor(math.log10(top)) - DIGITS, -1):
+        step = 10.0**exponent
+        if all(abs(v / step - round(v / step)) < 1e-6 for v in finite):
+            return step
+    return 0.0
+
+
+DIGITS = 9  # values written to more significant digits than this count as measured to full precision
+
+
+def resolution(values: Sequence[float], metric: Metric) -> float:
+    """How far apart two of these values must be on the tested scale to be told apart: the step they are written
+    to (relative to the smallest, on a log scale), and at least the metric's own resolution."""
+    step, finite = quantum(values), [abs(v) for v in values if math.isfinite(v) and v != 0]
+    if step and metric.kind.log_scale and finite:
+        step /= min(finite)
+    return max(step, metric.kind.resolution)
+
+
+def option(level: Any, values: Sequence[float], metric: Metric, at: float | None = None) -> Option:
+    """An option from its seeds' metric values (each a valid measurement of `metric`); `at`: the resolution of
+    the whole comparison's values, which is this option's own where not given."""
+    scores = np.array([metric.scaled(v) for v in values])
+    var = float(scores.var(ddof=1)) if len(scores) > 1 else math.nan
+    mean = float(np.mean(values))
+    step = resolution(values, metric) if at is None else at
+    return Option(level, mean, metric.sign * mean, float(scores.mean()), var, len(scores), step)
 
 
 def pool(opts: Sequence[Option], source: str) -> Noise | None:
-    """The seed s.d. of log-metric pooled over the options that have several seeds; None where none has."""
+    """The seed s.d. on the tested scale, pooled over the options that have several seeds; None where none has."""
     df = sum(o.seeds - 1 for o in opts)
     if df == 0:
         return None
-    return Noise(math.sqrt(sum((o.seeds - 1) * o.log_var for o in opts if o.seeds > 1) / df), df, source)
+    sd = math.sqrt(sum((o.seeds - 1) * o.score_var for o in opts if o.seeds > 1) / df)
+    return Noise(sd, df, source, max(o.resolution for o in opts))
 
 
 def holm(p: np.ndarray) -> np.ndarray:
@@ -80,16 +129,19 @@ def holm(p: np.ndarray) -> np.ndarray:
 
 
 def gap(better: Option, worse: Option, noise: Noise) -> tuple[float, float]:
-    """(log difference worse - better, its standard error) under the pooled noise."""
-    return worse.log_mean - better.log_mean, noise.sd * math.sqrt(1 / better.seeds + 1 / worse.seeds)
+    """(difference worse - better on the tested scale, its standard error) under the pooled noise."""
+    return worse.score_mean - better.score_mean, noise.sd * math.sqrt(1 / better.seeds + 1 / worse.seeds)
 
 
 def p_better(better: Option, worse: Option, noise: Noise) -> float:
-    """One-sided p that `better` has the lower mean log-metric (a direction fixed before the data)."""
+    """One-sided p that `better` is better on the tested scale (a direction fixed before the data); 1 (no
+    evidence) where the noise is not measurable: callers say so before they test."""
     diff, se = gap(better, worse, noise)
+    if not noise.measurable or se <= 0:
+        return 1.0
     from scipy import stats  # 2 s to import: only where a decision is computed, not in every driver start
 
-    return float(stats.t.sf(diff / se, noise.df)) if se > 0 else float(diff <= 0)
+    return float(stats.t.sf(diff / se, noise.df))
 
 
 def against_others(opts: Sequence[Option], noise: Noise) -> np.ndarray:
@@ -99,13 +151,15 @@ def against_others(opts: Sequence[Option], noise: Noise) -> np.ndarray:
     return holm(p)
 
 
-def best_level(values: Mapping[Any, Sequence[float]], alpha: float = ALPHA, looks: int = 1) -> Verdict:
-    """The best-of-k decision over each option's seed values (lower is better), at alpha / looks: what a
-    stage with `stage.max_seeds` decides after each round, and what the analysis says of its final data.
-    One option, or no seed spread, decides nothing."""
-    opts = sorted((option(level, v) for level, v in values.items()), key=lambda o: o.mean)
+def best_level(values: Mapping[Any, Sequence[float]], metric: Metric, alpha: float = ALPHA, looks: int = 1) -> Verdict:
+    """The best-of-k decision over each option's seed values of `metric`, at alpha / looks: what a stage with
+    `stage.max_seeds` decides after each round, and what the analysis says of its final data. One option, no
+    measurable seed spread, or a value that is no measurement of `metric` decides nothing."""
+    valid = {level: v for level, v in values.items() if all(metric.valid(x) for x in v)}
+    at = resolution([x for v in valid.values() for x in v], metric)
+    opts = sorted((option(level, v, metric, at) for level, v in valid.items()), key=lambda o: o.rank)
     noise = pool(opts, "the options' seeds")
-    if len(opts) < 2 or noise is None:
+    if len(opts) < 2 or len(opts) < len(values) or noise is None or not noise.measurable:
         return Verdict(opts[0].level if opts else None, False, opts, noise, [o.level for o in opts[1:]])
     adjusted = against_others(opts, noise)
     tied = [o.level for o, a in zip(opts[1:], adjusted, strict=True) if a > alpha / looks]
@@ -119,8 +173,8 @@ def looks(grid_seeds: int, max_seeds: int | None) -> int:
 
 
 def power(seeds: int, margin: float, sd: float, alpha: float, k: int) -> float:
-    """The chance that `seeds` seeds per option decide a true log margin `margin` between the best of `k`
-    options and its runner-up: a two-sided t-test at Holm's strictest step, alpha / (k - 1), on the noise
+    """The chance that `seeds` seeds per option decide a true margin `margin` (on the tested scale) between the
+    best of `k` options and its runner-up: a two-sided t-test at Holm's strictest step, alpha / (k - 1), on the noise
     pooled over the k options (conservative: Holm's later steps are less strict)."""
     df = k * (seeds - 1)
     if df < 1 or sd <= 0:
@@ -134,8 +188,8 @@ def power(seeds: int, margin: float, sd: float, alpha: float, k: int) -> float:
 
 
 def seeds_for_power(margin: float, sd: float, alpha: float, k: int, target: float = POWER) -> int | None:
-    """The fewest seeds per option that decide a true log margin `margin` with chance `target` (see `power`);
-    None when no seed count up to MOST_SEEDS does (a margin of zero never is decided)."""
+    """The fewest seeds per option that decide a true margin `margin` (on the tested scale) with chance `target`
+    (see `power`); None when no seed count up to MOST_SEEDS does (a margin of zero never is decided)."""
     if margin == 0 or sd <= 0:
         return None if margin == 0 else 2
     low, high = 2, MOST_SEEDS

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 DEFAULT = "ppl_wiki"  # the paper's ranking metric (sweep.metric's default)
 BENCH = "bench"  # lm-eval scores: bench_<task>_<measure> (cart_sweeps.harness)
@@ -33,6 +34,7 @@ class Kind:
     low_inclusive: bool = False
     log_scale: bool = True  # seed noise scales with the level (compared as ratios); False: as differences
     per_set: bool = True  # one value per validation set
+    resolution: float = 1e-9  # on the tested scale: seeds closer than this are not told apart (float rounding)
 
 
 KINDS = (
@@ -68,7 +70,7 @@ class Metric:
         return self.kind.higher_is_better
 
     @property
-    def direction(self) -> str:
+    def direction(self) -> Literal["minimize", "maximize"]:
         """Optuna's word for it."""
         return "maximize" if self.higher_is_better else "minimize"
 
@@ -125,19 +127,30 @@ def metric(name: str) -> Metric | None:
 
 
 def require(name: str) -> Metric:
-    """`metric(name)`, or a ValueError naming the forms a metric takes."""
+    """`metric(name)`, or a ValueError saying what a metric is."""
     found = metric(name)
     if found is None:
-        raise ValueError(
-            f"{name} is not a metric (metrics are {', '.join(k.name + '_<set>' for k in KINDS if k.per_set)}, "
-            f"{', '.join(k.name for k in KINDS if not k.per_set)} or {BENCH}_<task>_<measure>)"
-        )
+        raise ValueError(require_error(name))
     return found
+
+
+def require_error(name: str) -> str:
+    """Why `name` is no metric whose direction is known, in one line."""
+    per_set = ", ".join(f"{k.name}_<set>" for k in KINDS if k.per_set)
+    return (
+        f"{name} is not a metric whose direction is known (metrics: {per_set}, {', '.join(run_wide_names())}, or "
+        f"{BENCH}_<task>_<measure> with measure {', '.join(BENCH_MEASURES)}; add a kind in cart_sweeps/metric.py)"
+    )
 
 
 def per_set_names(val_sets: Iterable[str]) -> list[str]:
     """Every per-set metric a run on validation sets `val_sets` reports (what sweep.metric may name among them)."""
     return [f"{kind.name}_{name}" for kind in KINDS if kind.per_set for name in val_sets]
+
+
+def run_wide_names() -> list[str]:
+    """The metrics a run reports once, not per validation set (tokens_per_s)."""
+    return [kind.name for kind in KINDS if not kind.per_set]
 
 
 def is_metric(key: str) -> bool:

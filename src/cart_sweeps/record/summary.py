@@ -70,9 +70,10 @@ class RunSummary:
         return self.status.is_result
 
     def value(self, name: str) -> float | None:
-        """The sweep metric, when the run measured it: a finite number, in its range where its kind is known
-        (cart_sweeps.metric: a perplexity <= 1 is no measurement)."""
-        value = self.metrics.get(name)
+        """The metric `name` (sweep.metric), when the run measured it: a finite number, in its range where its
+        kind is known (cart_sweeps.metric: a perplexity <= 1 is no measurement); a run-wide figure such as
+        tokens_per_s too."""
+        value = self.metrics.get(name, getattr(self, name) if name in self.RESULT_FIELDS else None)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             return None
         known = metric(name)

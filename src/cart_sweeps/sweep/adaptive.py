@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, MOST_SEEDS, POWER, Verdict, best_level, looks, seeds_for_power
+from cart_sweeps.metric import Metric, require
 from cart_sweeps.sweep.runset import StageRecord, StageRun, stage_runs
 from cart_sweeps.text import count
 
@@ -138,6 +139,11 @@ def _seed(run: StageRun) -> int:
     return int(run.params[SEED] if SEED in run.params else (run.summary.details if run.summary else {})[SEED])
 
 
+def ranked_by(stage: Stage) -> Metric:
+    """The stage's sweep metric, whose record says which way is better."""
+    return require(stage.base.sweep.metric)
+
+
 def _values(used: list[StageRun], grid: dict[Cell, Any], metric: str) -> dict[Cell, dict[int, float]]:
     """Per cell of this launch: seed -> its run's metric."""
     out: dict[Cell, dict[int, float]] = defaultdict(dict)
@@ -161,7 +167,10 @@ def _seeds_round(stage: Stage, grid: dict[Cell, Any], values: dict[Cell, dict[in
         if have < first or have >= most:  # the grid's seeds not all in, or the width at its most
             continue
         verdict = best_level(
-            {dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}, ALPHA, stage_looks(stage)
+            {dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells},
+            ranked_by(stage),
+            ALPHA,
+            stage_looks(stage),
         )
         if verdict.decided or len(verdict.options) < 2:
             continue
@@ -183,7 +192,8 @@ def _replicates(stage: Stage, grid: dict[Cell, Any], values: dict[Cell, dict[int
     for d, ranked in by_width.items():
         if len(ranked) < sum(dict(c)[D] == d for c in grid):  # the width's screen is not all in
             continue
-        for rank, (_, cell) in enumerate(sorted(ranked)[: stage.spec.replicates], 1):
+        best_first = sorted(ranked, key=lambda pair: ranked_by(stage).sign * pair[0])
+        for rank, (_, cell) in enumerate(best_first[: stage.spec.replicates], 1):
             why = f"replicate: rank {rank} of {_where(((D, d),))} by seed {base}"
             out += [
                 Added(stage.run({**grid[cell], SEED: s}), f"{why}; seed {s}") for s in seeds if s not in values[cell]
@@ -220,7 +230,8 @@ def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
         have = seeds_in_every(order, [values.get(c, {}) for c in cells])
         if have == 0:
             continue
-        verdict = best_level({dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}, ALPHA, n_looks)
+        options = {dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}
+        verdict = best_level(options, ranked_by(stage), ALPHA, n_looks)
         said = f"R={verdict.choice} decided" if verdict.decided else f"undecided ({_open(verdict)})"
         lines.append(
             f"  {_where(key)}: {have} seeds per cell, {said}; {_needed(verdict, have, n_looks, cells, grid, hours)}"
@@ -235,7 +246,7 @@ def _needed(
     if verdict.noise is None or len(verdict.options) < 2:
         return "no seed spread to size it from"
     best, runner = verdict.options[0], verdict.options[1]
-    n = seeds_for_power(runner.log_mean - best.log_mean, verdict.noise.sd, ALPHA / n_looks, len(verdict.options))
+    n = seeds_for_power(runner.score_mean - best.score_mean, verdict.noise.sd, ALPHA / n_looks, len(verdict.options))
     if n is None:
         return f"no seed count up to {MOST_SEEDS:,} decides this margin"
     cost = max(0, n - have) * sum(hours.get(grid[c].run_id, 0.0) for c in cells)

@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState, create_trial
 
 from cart_sweeps.compose import first_line
 from cart_sweeps.config import ConfigError
+from cart_sweeps.metric import DEFAULT, metric
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.trials import all_trials, database_of
@@ -173,8 +174,10 @@ def _create(
 ) -> optuna.Study:
     opened = _storage(path, storage)
     name = _study_name(opened, stage, objective)
+    ranked = metric(objective.get("metric", DEFAULT))  # the study's value is this metric: its direction is Optuna's
+    direction = ranked.direction if ranked else "minimize"  # a study from before objectives named the metric
     study = optuna.create_study(
-        storage=opened, study_name=name, sampler=sampler, pruner=pruner, direction="minimize", load_if_exists=True
+        storage=opened, study_name=name, sampler=sampler, pruner=pruner, direction=direction, load_if_exists=True
     )
     if objective and OBJECTIVE not in study.user_attrs:
         study.set_user_attr(OBJECTIVE, objective)

@@ -17,7 +17,8 @@ from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.manifest import check_prepared
-from cart_sweeps.metric import per_set_names
+from cart_sweeps.metric import BENCH, metric, per_set_names, require_error, run_wide_names
+from cart_sweeps.options import StageKind
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import pool_class
@@ -25,12 +26,20 @@ from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
 
 
-def check_metric(metric: str, data: DictConfig) -> None:
-    measured = per_set_names([v.name for v in data.validation])
-    if metric not in measured:
-        raise ConfigError(
-            f"sweep.metric={metric} is not measured with data={data.name}; use one of {', '.join(measured)}"
-        )
+def check_metric(name: str, cfg: DictConfig) -> None:
+    """sweep.metric is a metric whose record says which way is better (cart_sweeps.metric) and that this config's
+    runs report: a validation set's, a run-wide figure (tokens_per_s), or a score of one of its harness.tasks."""
+    measured = [*per_set_names([v.name for v in cfg.data.validation]), *run_wide_names()]
+    evaluates = cfg.stage.kind == StageKind.evaluate
+    scored = evaluates and any(name.startswith(f"{BENCH}_{task}_") for task in cfg.harness.tasks)
+    if name in measured or (scored and metric(name) is not None):
+        return
+    if scored:
+        raise ConfigError(f"sweep.metric={name}: {require_error(name)}")
+    scores = f", or {BENCH}_<task>_<measure> of harness.tasks" if evaluates else ""
+    raise ConfigError(
+        f"sweep.metric={name} is not measured with data={cfg.data.name}; use one of {', '.join(measured)}{scores}"
+    )
 
 
 def check_writable(folder: str, key: str) -> None:
@@ -89,7 +98,7 @@ def preflight(stage: Stage) -> None:
         key += tuple(c.harness.tasks)
         if key not in seen:
             seen.add(key)
-            check_metric(stage.base.sweep.metric, c.data)
+            check_metric(stage.base.sweep.metric, c)
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_prepared(c.data)
             check_machine(c, no_gpu)

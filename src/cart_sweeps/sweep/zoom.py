@@ -1,7 +1,7 @@
 """Stage-2 candidates by the author's "zoom and confirm" rule, from the Stage-1 runs its conclusions use
 (cart_sweeps.sweep.runset: the same runs the analysis tables).
 
-Per width: the best R and the best P of Stage 1 (lowest sweep metric at the end), each with its grid
+Per width: the best R and the best P of Stage 1 (the best sweep metric at the end, in its direction), each with its grid
 neighbour on either side; past the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds
 R=10). The candidates are the best (R, P) and its neighbours along each axis (a cross, not a square).
 A configuration run with several seeds (a screen's replicates) ranks by its mean. `stage.sentinels=K` also
@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.metric import require
 from cart_sweeps.sweep.runset import RunSet
 
 D, R, P = "model.d_model", "model.n_loops", "model.n_prelude"
@@ -34,20 +35,21 @@ def neighbours(grid: list[int], best: int, lowest: int) -> list[int]:
 
 
 def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[float, dict[str, Any], str]]:
-    """(metric, grid point in the paper's numbers, run folder) of each run the source's conclusions use."""
-    out = []
+    """(rank value, grid point in the paper's numbers, run folder) of each run the source's conclusions use; the
+    rank value is the metric oriented so that lower is better (cart_sweeps.metric: an accuracy is negated)."""
+    sign, out = require(metric).sign, []
     for run in runs.used:
         value = run.summary.value(metric) if run.summary else None
         if value is not None and all(k in run.params for k in keys):
-            out.append((value, run.params, str(run.folder)))
+            out.append((sign * value, run.params, str(run.folder)))
     return out
 
 
 def lowest_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
-    """The stage selection's "best": per width (paper number), the one run of the source stage with the lowest
+    """The stage selection's "best": per width (paper number), the one run of the source stage with the best
     `metric` among those its conclusions use, its R and folder (what the benchmarks stage evaluates, as the
     paper's zero-shot table does at each scale's best R). A single run, since one checkpoint is evaluated;
-    the tables' "best" is the lowest seed mean (analysis.tables.lowest_seed_mean)."""
+    the tables' "best" is the best seed mean (analysis.tables.best_seed_mean)."""
     best: dict[int, tuple[float, dict[str, Any]]] = {}
     for value, params, folder in _scored(runs, metric, (D, R)):
         if params[D] not in best or value < best[params[D]][0]:
@@ -74,7 +76,7 @@ def sentinels(ranked: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
 
 
 def ranking(scored: list[tuple[float, dict[str, Any]]]) -> list[tuple[int, int]]:
-    """One width's (R, P) configurations, best (lowest mean over their runs) first."""
+    """One width's (R, P) configurations, best (lowest mean rank value over their runs) first."""
     values: dict[tuple[int, int], list[float]] = defaultdict(list)
     for value, params in scored:
         values[(params[R], params[P])].append(value)
