@@ -236,6 +236,8 @@ def _run_meta(stage: str, summary: dict[str, Any], run: StageRun, root: Path) ->
         **{k: trainer.get(k) for k in TRAINER_KEYS},
         "run_dir": str(folder),
     }
+    if summary.get("stage_variant"):  # the stage's name for the run's variant (its ledger's, where it has one)
+        meta[VARIANT_AXIS] = summary["stage_variant"]
     if "eval_n_loops" in summary:
         meta["eval_n_loops"] = summary["eval_n_loops"]
         meta["trained_n_loops"] = summary.get("trained_n_loops", model.get("n_loops"))

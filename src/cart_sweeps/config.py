@@ -240,6 +240,9 @@ class StageConfig:
     # Set by the sweep: the keys this stage's runs differ in that a label does not always show (trainer.lr, ...),
     # so each run's label, folder, summary and W&B name show them (run_label).
     varied: list[str] = field(default_factory=list)
+    # Set by the sweep: the name of the stage's variant this run is (single_loop), recorded in its summary, so a
+    # reader without the ledger tells the switches apart by their names, not by their model fields alone.
+    variant: str | None = None
 
 
 @dataclass

@@ -132,6 +132,7 @@ def base_summary(cfg: DictConfig) -> RunSummary:
             "label": run_label(cfg),
             "stage": cfg.stage.name,
             "variant": variant(cfg.model),
+            **({"stage_variant": cfg.stage.variant} if cfg.stage.get("variant") else {}),
             "seed": cfg.seed,
             "model": OmegaConf.to_container(cfg.model, resolve=True),
             "trainer": OmegaConf.to_container(cfg.trainer, resolve=True),

@@ -245,8 +245,10 @@ class Stage:
         scaled = {k: v for k, v in stated.items() if v != values[k]}  # kept in the run's config as scale.paper
         if self.select == "best":  # the folder is no trial param (its value space changes between launches)
             values["stage.source"] = self._best[params[ZOOM_AXES[0]]]["run_dir"]
+        if VARIANT in params:
+            values["stage.variant"] = params[VARIANT]
         if parity is not None:
-            cart = {k: v for k, v in values.items() if k not in ("model", "model.n_layers")}
+            cart = {k: v for k, v in values.items() if k not in ("model", "model.n_layers", "stage.variant")}
             values["model.n_layers"] = dense_parity(self._compose(self._overrides(cart)).model, parity)
         if scaled:
             values["++scale.paper"] = scaled  # ++: adds keys to the (empty) dict

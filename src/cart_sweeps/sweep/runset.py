@@ -255,7 +255,8 @@ def _folders(root: Path, stage: str) -> list[tuple[Path, RunSummary | None]]:
 
 
 def _folders_only(root: Path, stage: str, basis: str) -> RunSet:
-    """Without a ledger: every folder's run once (a copy beside its run's canonical folder aside)."""
+    """Without a ledger: every folder's run once; a copy beside its run's canonical folder, and a run another
+    stage of the root trained (its summary names that stage) copied into this one, aside."""
     out = RunSet(stage, basis)
     folders = _folders(root, stage)
     canonical = {s.run_id for f, s in folders if s and s.run_id and f.name == f"{s.label}-{s.run_id[:8]}"}
@@ -263,9 +264,12 @@ def _folders_only(root: Path, stage: str, basis: str) -> RunSet:
         if summary is None:
             out.left_out.append(LeftOut(folder.name, _rel(root, folder), UNREADABLE, UNREADABLE))
             continue
-        label = summary.label or folder.name
+        label, trained_by = summary.label or folder.name, str(summary.details.get("stage") or stage)
         if summary.run_id in canonical and folder.name != f"{summary.label}-{(summary.run_id or '')[:8]}":
             out.left_out.append(LeftOut(label, _rel(root, folder), "copy", f"a copy of {label}"))
+            continue
+        if trained_by != stage and (root / trained_by).is_dir():  # copied in from the stage that trained it
+            out.left_out.append(LeftOut(label, _rel(root, folder), "copy", f"a copy of stage {trained_by}'s {label}"))
             continue
         run_id = summary.run_id or _rel(root, folder)
         run = StageRun(
