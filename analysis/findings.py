@@ -299,7 +299,7 @@ def _inference_words(claim: Findings, metric: str) -> str:
     trained, best = claim["cell"]["trained_R"], claim["choice"]
     said = "the trained R" if best == trained else f"not the trained R={trained}"
     how = f"decided, {sentences.evidence(claim)}" if claim["decided"] else f"undecided, {claim['why']}"
-    return f"Varying inference R at d={claim['d']}: {metric} is lowest at R={best} ({said}); {how}."
+    return f"Varying inference R at d={claim['d']}: {metric} is best at R={best} ({said}); {how}."
 
 
 def _best_words(records: list[Findings]) -> list[str]:

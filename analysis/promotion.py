@@ -2,7 +2,7 @@
 well do the screen's and Stage 2's rankings agree, pair by pair?
 
 Per width: the screen's configurations (R, P) ranked by mean metric, the ones the zoom rule promotes
-(cart_sweeps.sweep.zoom.promoted: the best and its neighbours), and Stage 2's winner (lowest mean). Whether
+(cart_sweeps.sweep.zoom.promoted: the best and its neighbours), and Stage 2's winner (best mean). Whether
 the cutoff missed the winner can be told only where the screen ran the winner and Stage 2 also ran
 configurations below the cutoff (sentinels, `stage.sentinels=K`, or the paper's fixed candidates). The
 pairwise agreement is the share of pairs of configurations run in both stages that the two rankings order
@@ -68,10 +68,10 @@ def agreement(
 def screen_promotion(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per width both stages trained, and over all widths: the audit of the module's docstring."""
     final = last_steps(evals)
-    one, two = select(final, (SCREEN,)), select(final, (CONFIRM,))
+    one, two = (rows.dropna(subset=[metric]) for rows in (select(final, (SCREEN,)), select(final, (CONFIRM,))))
     widths = sorted(set(one["d_model"].dropna()) & set(two["d_model"].dropna()))
     if one.empty or two.empty or not widths:
-        raise AnalysisError("table 'screen_promotion' needs stage 1 and stage 2 runs at a shared width")
+        raise AnalysisError(f"table 'screen_promotion' needs stage 1 and stage 2 runs with {metric} at a shared width")
     rng = np.random.default_rng(0)  # the same interval each time the analysis runs
     rows: list[dict] = []
     everywhere: tuple[dict, dict] = ({}, {})

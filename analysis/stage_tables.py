@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from . import tables
 from .errors import AnalysisError
 from .load import StageAxes, Study, ppl_sets, rank_values
 
 PREFIX = "runs_"  # runs_<stage>
-SHORT = {"model.d_model": "d", "model.n_prelude": "P", "model.n_loops": "R", "model.n_layers": "L"}
+SHORT = {f"{prefix}{key}": short for key, short in tables.SHORT.items() for prefix in ("model.", "")}  # runs, a CSV
 
 
 def column_name(key: str) -> str:

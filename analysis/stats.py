@@ -79,7 +79,7 @@ def variance_shares(y: pd.Series, factors: pd.DataFrame, within: pd.Series | Non
 
 
 def ordering(values: pd.Series, levels: pd.Series) -> list:
-    """The levels sorted best (lowest value) first."""
+    """The levels sorted by their value, lowest first (the best first, for rank values: analysis.load.rank_values)."""
     return list(levels.iloc[np.argsort(values.to_numpy(), kind="stable")])
 
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from cart_sweeps.metric import require as require_metric
+
 from .load import VARIANT_AXIS, AnalysisError, bench_sets, ppl_sets, rank_values, require
 from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from .stats import ordering, recipe_of, variance_shares, wd_only_rho
@@ -56,7 +58,7 @@ def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.
 def best_seed_mean(cells: pd.DataFrame, by: list[str], column: str, metric: str) -> pd.DataFrame:
     """The tables' "best": per `by` group, the cell (one config, its seeds averaged) whose `column` (a value of
     `metric`) is best in the metric's direction. The stage selection's is another rule, for another use
-    (cart_sweeps.sweep.zoom.lowest_single_run)."""
+    (cart_sweeps.sweep.zoom.best_single_run)."""
     ranked = rank_values(cells[column], metric)
     return cells.loc[ranked.groupby([cells[k] for k in by]).idxmin()]
 
@@ -69,7 +71,7 @@ def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def stage1_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The best (P, R) per width (lowest seed mean): what Stage 1 hands to Stage 2."""
+    """The best (P, R) per width (best seed mean): what Stage 1 hands to Stage 2."""
     cells = stage1_cells(final, metric, "stage1_best")
     return best_seed_mean(cells, ["d"], metric, metric)[["d", "P", "R", metric]].reset_index(drop=True)
 
@@ -97,12 +99,14 @@ def stage1_r_benefit(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def _stage1_factorial(final: pd.DataFrame, metric: str, table: str) -> pd.DataFrame:
-    """Stage-1 cells with log-metric, refused when P or R has a single level (nothing to compare)."""
+    """Stage-1 cells with `log`, the metric on its tested scale oriented so that lower is better (log-metric for a
+    perplexity; cart_sweeps.metric), refused when P or R has a single level (nothing to compare)."""
     cells = stage1_cells(final, metric, table)
     for factor in ("P", "R"):
         if cells[factor].nunique() < 2:
             raise AnalysisError(f"table {table!r} needs at least 2 values of {factor} in stage 1")
-    return cells.assign(log=np.log(cells[metric].astype(float)))
+    record = require_metric(metric)  # the analysis ranks only by metrics with a record (load.pick_metric)
+    return cells.assign(log=[record.scaled(v) for v in cells[metric].astype(float)])
 
 
 def p_reference(final: pd.DataFrame, metric: str) -> list:
@@ -120,7 +124,7 @@ def stage1_p_ordering(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     reference = p_reference(final, metric)
     rows = []
     for (d, r), g in cells.groupby(["d", "R"]):
-        ranking = ordering(g[metric], g["P"])
+        ranking = ordering(rank_values(g[metric], metric), g["P"])
         expected = [p for p in reference if p in ranking]
         rows.append(
             {"d": d, "R": r, "ranking": _chain(ranking), "expected": _chain(expected), "holds": ranking == expected}
@@ -137,18 +141,18 @@ def stage1_variance(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def stage2_seeds(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Stage 2: mean and std over seeds of every validation set, per (d, P, R)."""
+    """Stage 2: mean and std over seeds of the ranking metric and every validation set's perplexity, per (d, P, R)."""
     rows = rows_of(final, (CONFIRM,), "stage2_seeds")
     require(rows, [*CONFIG, metric], "stage2_seeds")
     groups = rows.groupby(CONFIG)
-    table = groups[ppl_sets(rows)].agg(["mean", "std"])
+    table = groups[list(dict.fromkeys([metric, *ppl_sets(rows)]))].agg(["mean", "std"])  # the ranking metric first
     table.columns = [f"{s}_{stat}" for s, stat in table.columns]
     table.insert(0, "seeds", groups.size())
     return table.reset_index().rename(columns=SHORT)
 
 
 def stage2_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The best R per width (lowest seed mean of the metric)."""
+    """The best R per width (best seed mean of the metric)."""
     table = stage2_seeds(final, metric)
     best = best_seed_mean(table, ["d"], f"{metric}_mean", metric)
     return best[["d", "P", "R", "seeds", f"{metric}_mean", f"{metric}_std"]].reset_index(drop=True)

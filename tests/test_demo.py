@@ -6,7 +6,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pandas as pd
+import pytest
+import yaml
 from stages import run_quick_demo
 
 # Stage 1: the 8 corners, then each width's best again with 2 more seeds (stage.replicates=1)
@@ -49,3 +53,26 @@ def test_demo_outside_a_checkout_is_one_line_before_any_step(tmp_path):
         "demo: run it from a checkout of cart_sweeps: its last step, python -m analysis, is the repo's own"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_quick_demos_ablations_count_each_run_once(quick_demo):
+    """The ablations table from the real stages, against the run folders read by hand: every switch of
+    sweeps/ablations.yaml has its row (single_loop, an override rather than a model switch, too), the base is
+    the R=6 base configuration's own value (not mixed with R=1), and the noise counts each distinct run of that
+    configuration once (its seed 42 is trained by Stage 2 and read by parity and the ablations)."""
+    root, _ = quick_demo
+    table = pd.read_csv(root / "out" / "ablations.csv")
+    switches = set(yaml.safe_load((Path(__file__).parents[1] / "sweeps" / "ablations.yaml").read_text())["variants"])
+    assert set(table["variant"]) == switches - {"base"} and len(switches - {"base"}) == 7
+    summaries = [json.loads(p.read_text()) for p in (root / "runs").glob("*/*/summary.json")]
+    [base] = {s["run_id"]: s for s in summaries if s["label"] == "d96-P6-R6-s42" and not s.get("eval_n_loops")}.values()
+    distinct = {s["run_id"]: s for s in summaries if s.get("config_id") == base["config_id"]}
+    seeds = sorted(s["seed"] for s in distinct.values())
+    assert seeds == [42, 137]  # Stage 2's quick seeds; parity's and the ablations' seed 42 is the same run
+    rows = table[table["metric"] == "ppl_austen"].set_index("variant")
+    assert (rows["base"] == base["ppl_austen"]).all() and (rows["base_seeds"] == len(seeds)).all()
+    assert rows["base_seed_std"].iloc[0] == pytest.approx(pd.Series([s["ppl_austen"] for s in distinct.values()]).std())
+    claims = [
+        c for c in json.loads((root / "out" / "findings.json").read_text())["decisions"] if c["claim"] == "ablation"
+    ]
+    assert len(claims) == 7 * 3 and {c["noise"]["df"] for c in claims} == {len(seeds) - 1}

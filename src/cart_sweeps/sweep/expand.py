@@ -35,7 +35,7 @@ from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
-from cart_sweeps.sweep.zoom import ZOOM_AXES, lowest_single_run, zoom_candidates
+from cart_sweeps.sweep.zoom import ZOOM_AXES, best_single_run, zoom_candidates
 from cart_sweeps.validate import validate
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
@@ -154,7 +154,7 @@ class Stage:
 
     def _points(self) -> list[dict[str, Any]]:
         if self.select == "best":  # each width's best run of stage zoom_from, times the grid
-            self._best = lowest_single_run(self._source(), self.base.sweep.metric)
+            self._best = best_single_run(self._source(), self.base.sweep.metric)
             grid = [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
             d_key, r_key = ZOOM_AXES[:2]
             return [{d_key: d, "stage.eval_n_loops": b[r_key], **g} for d, b in self._best.items() for g in grid]

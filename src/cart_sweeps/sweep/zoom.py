@@ -45,7 +45,7 @@ def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[floa
     return out
 
 
-def lowest_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
+def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
     """The stage selection's "best": per width (paper number), the one run of the source stage with the best
     `metric` among those its conclusions use, its R and folder (what the benchmarks stage evaluates, as the
     paper's zero-shot table does at each scale's best R). A single run, since one checkpoint is evaluated;
