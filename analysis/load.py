@@ -25,7 +25,7 @@ from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.runset import UNREADABLE, StageRun
 
 from .errors import AnalysisError
-from .select import NOT_FINITE, Chosen, StageSelection, choose
+from .select import NOT_FINITE, OUT_OF_RANGE, Chosen, StageSelection, choose
 from .stages import roles_of
 
 INT_COLUMNS = (
@@ -179,7 +179,7 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
         selection = choice.selection
         axes[stage] = _stage_axes(choice)
         left_out.update(selection.pending)
-        ended = (RunStatus.DIVERGED, RunStatus.PRUNED, UNREADABLE, NOT_FINITE)
+        ended = (RunStatus.DIVERGED, RunStatus.PRUNED, UNREADABLE, NOT_FINITE, OUT_OF_RANGE)
         left_out.update(e.kind for e in selection.excluded if e.kind in ended)
         for run in choice.runs:
             assert run.summary is not None  # a used run holds its result

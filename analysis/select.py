@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cart_sweeps.metric import metric
 from cart_sweeps.sweep.ledger import LEDGER_FILES, LedgerDamaged
 from cart_sweeps.sweep.runset import RECORD, RunSet, StageRecord, StageRun, stage_runs
 
@@ -121,8 +122,8 @@ def _narrow(runs: RunSet, role: str | None, filters: dict[str, tuple[str, Any]])
     kept = []
     for run in runs.used:
         where = f"{runs.stage}/{run.folder.name}"
-        if bad := _not_finite(run):
-            selection.excluded.append(Exclusion(run.label, where, NOT_FINITE, f"{bad} is not a finite number", []))
+        if bad := _invalid(run):
+            selection.excluded.append(Exclusion(run.label, where, bad[0], bad[1], []))
         elif failed := [t for t, (k, v) in filters.items() if _value(run, k) != v]:
             selection.excluded.append(Exclusion(run.label, where, "filtered", f"not {', '.join(failed)}", []))
         else:
@@ -132,13 +133,18 @@ def _narrow(runs: RunSet, role: str | None, filters: dict[str, tuple[str, Any]])
 
 
 NOT_FINITE = "not finite"  # a completed run whose summary holds a NaN or infinite metric: listed, never tabled
+OUT_OF_RANGE = "out of range"  # ... or a value its metric cannot take (a perplexity <= 1): listed, never tabled
 
 
-def _not_finite(run: StageRun) -> str | None:
-    """The first of a run's recorded metrics that is not a finite number ('ppl_austen=nan'), if any."""
-    metrics = run.summary.metrics if run.summary else {}
-    bad = [f"{k}={v}" for k, v in metrics.items() if not isinstance(v, int | float) or not math.isfinite(v)]
-    return bad[0] if bad else None
+def _invalid(run: StageRun) -> tuple[str, str] | None:
+    """(kind, reason) for the first of a run's recorded metrics that is no measurement ('ppl_austen=nan is not a
+    finite number', a perplexity of 0.5: cart_sweeps.metric's range), if any."""
+    for key, value in (run.summary.metrics if run.summary else {}).items():
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            return NOT_FINITE, f"{key}={value} is not a finite number"
+        if (record := metric(key)) is not None and not record.valid(value):
+            return OUT_OF_RANGE, record.invalid_reason(value)
+    return None
 
 
 def _config(run: StageRun) -> dict[str, Any]:

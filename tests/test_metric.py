@@ -113,3 +113,14 @@ def test_a_new_metric_is_one_kind_in_one_file(tmp_path):
     done = subprocess.run([*command, "--out", str(tmp_path / "out")], cwd=copy, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(tmp_path / "out" / "stage2_best.csv")["R"].tolist() == [8]
+
+
+def test_a_run_folder_value_outside_its_metrics_range_is_listed_not_tabled(tmp_path, capsys):
+    root = run_folders(tmp_path / "runs")
+    path = root / "2" / "d32-P6-R8-s1" / "summary.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"ppl_austen": 0.5}))
+    assert main(["--runs", str(root), "--out", str(tmp_path / "out")]) == 0
+    assert "left out 2/d32-P6-R8-s1: ppl_austen=0.5 is outside a perplexity's range (1, inf)" in capsys.readouterr().out
+    findings = json.loads((tmp_path / "out" / "findings.json").read_text())
+    assert findings["input"]["not_completed"] == {"out of range": 1}
+    assert pd.read_csv(tmp_path / "out" / "stage2_seeds.csv").set_index("R").loc[8, "seeds"] == 2
