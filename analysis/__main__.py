@@ -50,7 +50,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--out", type=Path, metavar="DIR", default=Path("analysis/out"), help="output folder (default: analysis/out)"
     )
     parser.add_argument(
-        "--metric", metavar="NAME", help="ranking metric, a ppl_<set> column (default: ppl_wiki, else the first ppl_*)"
+        "--metric",
+        metavar="NAME",
+        help="ranking metric: any metric with a record in cart_sweeps/metric.py, ranked in its direction "
+        "(bench_<task>_acc highest first; default: ppl_wiki, else the first ppl_*)",
     )
     parser.add_argument(
         "--alpha",
