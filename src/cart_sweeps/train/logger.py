@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import DRIVER_GROUPS, ConfigError
 from cart_sweeps.entry import load
 from cart_sweeps.identity import run_id
+from cart_sweeps.metric import per_set_names, require
 from cart_sweeps.naming import run_label, variant
 from cart_sweeps.options import LoggerName
 
@@ -93,9 +94,9 @@ class WandbLogger:
         self.run.define_metric("step")
         for key in ("train/*", "val/*", "rho"):
             self.run.define_metric(key, step_metric="step")
-        for name in (v.name for v in cfg.data.validation):
-            for kind in ("ppl", "bpb"):
-                self.run.define_metric(f"val/{kind}_{name}", step_metric="step", summary="min,last")
+        for name in per_set_names(v.name for v in cfg.data.validation):  # each one's best, in its direction
+            best = "max" if require(name).higher_is_better else "min"
+            self.run.define_metric(f"val/{name}", step_metric="step", summary=f"{best},last")
 
     def log(self, row: dict[str, Any], step: int) -> None:
         prefix = "val/" if row.get("kind") == "eval" else "train/"
