@@ -13,7 +13,7 @@ or, for an lm-eval measure, a row in BENCH_MEASURES.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -143,7 +143,7 @@ def require_error(name: str) -> str:
     )
 
 
-def per_set_names(val_sets: Iterable[str]) -> list[str]:
+def per_set_names(val_sets: Sequence[str]) -> list[str]:
     """Every per-set metric a run on validation sets `val_sets` reports (what sweep.metric may name among them)."""
     return [f"{kind.name}_{name}" for kind in KINDS if kind.per_set for name in val_sets]
 

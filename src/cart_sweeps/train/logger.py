@@ -94,7 +94,7 @@ class WandbLogger:
         self.run.define_metric("step")
         for key in ("train/*", "val/*", "rho"):
             self.run.define_metric(key, step_metric="step")
-        for name in per_set_names(v.name for v in cfg.data.validation):  # each one's best, in its direction
+        for name in per_set_names([v.name for v in cfg.data.validation]):  # each one's best, in its direction
             best = "max" if require(name).higher_is_better else "min"
             self.run.define_metric(f"val/{name}", step_metric="step", summary=f"{best},last")
 
