@@ -18,7 +18,8 @@ from cart_sweeps.record.runfolder import METRICS
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.runset import UNREADABLE, StageRun
 
-from .errors import AnalysisError
+from . import csv_input
+from .errors import AnalysisError, LeftOut
 from .select import NOT_FINITE, Chosen, StageSelection, choose
 from .stages import roles_of
 
@@ -66,6 +67,7 @@ class Study:
     source: str = ""
     selection: dict[str, StageSelection] = field(default_factory=dict)
     axes: dict[str, StageAxes] = field(default_factory=dict)  # stage -> what it varies
+    left_out: list[LeftOut] = field(default_factory=list)  # a CSV's rows, runs without the ranking metric: listed
 
     def final(self) -> pd.DataFrame:
         """The last evaluated step of every run: what the tables rank ("at the last step")."""
@@ -115,22 +117,19 @@ def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | N
 
 
 def load_csv(path: str | Path) -> Study:
-    """A results CSV (one row per run, or per run and step); rows with a status other than completed are left out."""
+    """A results CSV (one row per run, or per run and step), checked as run folders are (analysis.csv_input):
+    rows with a status other than completed are counted, rows that measure nothing listed, and both left out."""
     path = Path(path)
     if not path.is_file():
         raise AnalysisError(f"--from-csv {path}: no such file")
-    frame = pd.read_csv(path, dtype={"stage": str, "model": str, "variant": str})
-    if "stage" not in frame:
-        raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")
-    left_out: Counter[str] = Counter()
-    if "status" in frame:
-        done = frame["status"].fillna(RunStatus.COMPLETED) == RunStatus.COMPLETED
-        left_out.update(frame.loc[~done, "status"].astype(str))
-        frame = frame[done]
-    frame = _normalise(frame)
+    numbers = (*INT_COLUMNS, "num_fewshot", "rho", "lr", "min_lr", "weight_decay")
+    rows = csv_input.read(path, key=("stage", "run", *CELL, "seed", "step"), whole=INT_COLUMNS, numbers=numbers)
+    frame = _normalise(rows.frame) if len(rows.frame) else rows.frame  # none: said as such by report.run
     if "role" not in frame:
         frame["role"] = frame["stage"].map(roles_of(None, sorted(frame["stage"].unique())))
-    return Study(evals=frame, not_completed=dict(left_out), source=str(path), axes=_csv_axes(frame))
+    return Study(
+        frame, not_completed=rows.not_completed, source=str(path), axes=_csv_axes(frame), left_out=rows.left_out
+    )
 
 
 def _csv_axes(frame: pd.DataFrame) -> dict[str, StageAxes]:

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
 from . import stage_tables
 from .claims import decide
+from .csv_input import ROW, unmeasured
 from .decisions import ALPHA
+from .errors import LeftOut
 from .figures import figure_jobs
 from .findings import Findings, plain, words
 from .load import AnalysisError, Study, pick_metric
@@ -28,6 +30,7 @@ class Report:
     skipped: dict[str, str] = field(default_factory=dict)
     findings: Findings = field(default_factory=dict)
     summary: str = ""
+    left_out: list[LeftOut] = field(default_factory=list)  # rows and runs the tables leave out (Study.left_out)
 
 
 def _selected(names: list[str], only: list[str] | None) -> list[str]:
@@ -46,18 +49,17 @@ def run(
     """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`.
 
     Without `only`, what the inputs cannot give is skipped with its reason; with `only`, it is an error.
-    A claim is decided at the error rate `alpha` (analysis.decisions).
+    A claim is decided at the error rate `alpha` (analysis.decisions). Runs without a measurement of the
+    ranking metric are left out and listed before any table is built.
     """
     check_roles()
-    final = study.final()
-    if final.empty:
-        left = ", ".join(f"{n} {s}" for s, n in study.not_completed.items()) or "none"
-        raise AnalysisError(f"no completed runs in {study.source} (left out: {left})")
-    metric, note = pick_metric(final, metric)
+    metric, note = pick_metric(_final(study), metric)
+    study = _measured(study, metric)
+    final = _final(study)
     figures = figure_jobs(study, metric)
     own = stage_tables.names(study)
     chosen = _selected([*TABLES, *own, *figures], only)
-    report, tables, decisions = Report(), {}, []
+    report, tables, decisions = Report(left_out=study.left_out), {}, []
     out.mkdir(parents=True, exist_ok=True)
     for name in chosen:
         try:
@@ -87,6 +89,45 @@ def run(
     return report
 
 
+def _final(study: Study) -> pd.DataFrame:
+    """The last evaluation of every run; none is an error naming what was left out."""
+    final = study.final()
+    if final.empty:
+        left = ", ".join(f"{n} {s}" for s, n in study.not_completed.items()) or "none"
+        raise AnalysisError(f"no completed runs in {study.source} (left out: {left})")
+    return final
+
+
+def _measured(study: Study, metric: str) -> Study:
+    """The study less the runs whose last evaluation holds no measurement of `metric` (missing, not finite, out of
+    its range): listed and counted, so that no table ranks by a gap or an impossible value."""
+    final = study.final()
+    if not pd.api.types.is_numeric_dtype(final[metric]):
+        raise AnalysisError(f"--metric {metric}: not a column of numbers")
+    faults = {
+        run: (f"no {metric}", f"no {metric}, the ranking metric") if pd.isna(value) else unmeasured(metric, value)
+        for run, value in zip(final["run"], final[metric], strict=True)
+    }
+    faults = {run: fault for run, fault in faults.items() if fault[1]}
+    if not faults:
+        return study
+    places = final[ROW] if ROW in final else final["run"]
+    left_out = [LeftOut(place, *faults[run]) for run, place in zip(final["run"], places, strict=True) if run in faults]
+    counts = Counter(study.not_completed)
+    counts.update(kind for kind, _ in faults.values())
+
+    def kept(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[~frame["run"].isin(faults)] if "run" in frame else frame
+
+    return replace(
+        study,
+        evals=kept(study.evals),
+        train=kept(study.train),
+        not_completed=dict(counts),
+        left_out=[*study.left_out, *left_out],
+    )
+
+
 def runs_used(study: Study, table: str) -> str:
     """The line saying which runs a table used (empty without a selection: a results CSV)."""
     if table.startswith(stage_tables.PREFIX):
@@ -106,6 +147,7 @@ def _input(study: Study, final: pd.DataFrame) -> Findings:
         "runs": len(final),
         "runs_per_stage": {s: int(n) for s, n in stages.items()},
         "not_completed": study.not_completed,
+        "left_out": [asdict(o) for o in study.left_out],
     }
 
 
@@ -114,7 +156,7 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> li
     notes = [metric_note] if metric_note else []
     if study.not_completed:
         left = ", ".join(f"{n} {status}" for status, n in study.not_completed.items())
-        notes.append(f"Runs left out of the tables (not completed): {left}.")
+        notes.append(f"Runs left out of the tables: {left}{' (listed in report.md)' * bool(study.left_out)}.")
     for chosen in study.selection.values():
         if chosen.excluded or chosen.missing:
             why = Counter(e.kind for e in chosen.excluded)
@@ -132,6 +174,8 @@ def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Stu
     if study.selection:
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
+    if study.left_out:
+        parts.append("## Left out\n\n" + "\n".join(f"- {o.line()}" for o in study.left_out) + "\n")
     parts += [
         f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table, metric)
         for name, table in tables.items()

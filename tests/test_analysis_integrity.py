@@ -1,0 +1,163 @@
+"""The analysis's input checked as run folders are: every fault caused for real (a bad results CSV, a summary
+without the ranking metric), then the real command. A user's mistake is one line on stderr and exit 2, and leaves
+the previous analysis as it was; what measures nothing is left out and listed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_analysis import write_run
+
+from analysis.__main__ import main
+
+PAPER = Path(__file__).parent / "fixtures" / "paper_results.csv"
+
+
+def paper() -> pd.DataFrame:
+    """The published results as text; row i is line i + 2 of a CSV written from it."""
+    return pd.read_csv(PAPER, dtype=str, keep_default_na=False)
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("analysis: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+@pytest.fixture(scope="module")
+def previous(tmp_path_factory) -> Path:
+    """A folder holding an earlier analysis (one table, findings.json, report.md)."""
+    out = tmp_path_factory.mktemp("previous") / "out"
+    assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_best"]) == 0
+    return out
+
+
+@pytest.fixture
+def refused(previous, tmp_path, capsys):
+    """Analyse a CSV into a copy of the earlier analysis: exit 2, one line (returned), the copy as it was."""
+
+    def analyse(csv: Path) -> str:
+        out = tmp_path / "out"
+        shutil.copytree(previous, out)
+        before = contents(out)
+        capsys.readouterr()
+        assert main(["--from-csv", str(csv), "--out", str(out)]) == 2
+        err = one_line(capsys)
+        assert contents(out) == before
+        return err
+
+    return analyse
+
+
+def test_a_row_with_a_field_too_many_is_one_line(refused, tmp_path):
+    csv = tmp_path / "extra.csv"
+    paper().to_csv(csv, index=False)
+    lines = csv.read_text().splitlines()
+    lines[6] += ",extra"
+    csv.write_text("\n".join(lines) + "\n")
+    assert refused(csv) == f"analysis: {csv} line 7: 15 fields, where the header has 14"
+
+
+@pytest.mark.parametrize(
+    "column, value, says",
+    [
+        ("ppl_wiki", "abc", "ppl_wiki 'abc' is not a number"),
+        ("seed", "forty-two", "seed 'forty-two' is not a whole number"),
+        ("n_loops", "2.5", "n_loops '2.5' is not a whole number"),
+        ("rho", "high", "rho 'high' is not a number"),
+    ],
+)
+def test_text_in_a_numeric_column_is_one_line(refused, tmp_path, column, value, says):
+    csv = tmp_path / "text.csv"
+    rows = paper()
+    rows.loc[20, column] = value
+    rows.to_csv(csv, index=False)
+    assert refused(csv) == f"analysis: {csv} line 22: {says}"
+
+
+def test_rows_no_seed_tells_apart_are_one_line(refused, tmp_path):
+    csv = tmp_path / "no_seed.csv"
+    paper().drop(columns="seed").to_csv(csv, index=False)
+    assert refused(csv) == (
+        f"analysis: {csv} lines 18 and 19: one configuration at one step (stage 2, model cart, variant base, "
+        "d_model 256, n_prelude 6, n_loops 6, step 30500) twice, and no seed to tell the rows apart: add a seed column"
+    )
+
+
+def test_one_run_twice_with_different_values_is_one_line(refused, tmp_path):
+    csv = tmp_path / "twice.csv"
+    rows = paper()
+    pd.concat([rows, rows.loc[[20]].assign(ppl_edu="40.9")]).to_csv(csv, index=False)
+    assert refused(csv) == (
+        f"analysis: {csv} lines 22 and 54: one run (stage 2, model cart, variant base, d_model 256, n_prelude 6, "
+        "n_loops 8, seed 137, step 30500) twice, with different ppl_edu ('40.77' and '40.9'); two runs need a column "
+        "that tells them apart"
+    )
+
+
+def test_rows_that_measure_nothing_are_listed_and_the_rest_tabled(tmp_path, capsys):
+    """Before, ppl 0 and -5 were tabled and won; inf and an accuracy of 1.5 were tabled too; a row without the
+    ranking metric and a copy of a row counted silently."""
+    csv = tmp_path / "odd.csv"
+    rows = paper().assign(bench_cart_lastword_acc="0.5")
+    rows.loc[0, "ppl_wiki"] = "inf"  # stage 1, d=256, R=2
+    rows.loc[2, "ppl_wiki"] = "0"  # stage 1, d=256, R=6: Stage 1's pick at d=256
+    rows.loc[19, "ppl_wiki"] = "-5"  # stage 2, d=256, R=8, seed 42
+    rows.loc[28, "bench_cart_lastword_acc"] = "1.5"  # stage 2, d=512, R=8, seed 42
+    rows.loc[46, "ppl_wiki"] = ""  # stage 2, d=1024, R=8, seed 42
+    pd.concat([rows, rows.loc[[40]]]).to_csv(csv, index=False)  # line 54: a copy of line 42
+    out = tmp_path / "out"
+    assert main(["--from-csv", str(csv), "--out", str(out)]) == 0
+    listed = [
+        "left out odd.csv line 2: ppl_wiki=inf is not a finite number",
+        "left out odd.csv line 4: ppl_wiki=0 is outside a perplexity's range (1, inf)",
+        "left out odd.csv line 21: ppl_wiki=-5 is outside a perplexity's range (1, inf)",
+        "left out odd.csv line 30: bench_cart_lastword_acc=1.5 is outside a accuracy's range [0, 1]",
+        "left out odd.csv line 54: a duplicate of line 42",
+        "left out odd.csv line 48: no ppl_wiki, the ranking metric",
+    ]
+    printed = capsys.readouterr().out.splitlines()
+    assert [line for line in printed if line.startswith("left out")] == listed
+    assert "\n## Left out\n\n" + "\n".join(f"- {line}" for line in listed) in (out / "report.md").read_text()
+    found = json.loads((out / "findings.json").read_text())
+    assert found["input"]["not_completed"] == {"not finite": 1, "out of range": 3, "no ppl_wiki": 1}
+    assert [f"left out {o['where']}: {o['reason']}" for o in found["input"]["left_out"]] == listed
+    assert found["input"]["runs"] == 52 - 5
+    assert found["stage1"]["best_per_width"]["256"]["R"] == 4  # R=6's ppl 0 was the "best"
+    seeds = pd.read_csv(out / "stage2_seeds.csv").set_index(["d", "R"])["seeds"]
+    assert seeds[256, 8] == seeds[512, 8] == seeds[1024, 8] == 2 and seeds[768, 10] == 3
+    grid = pd.read_csv(out / "stage1_grid.csv").set_index("d")
+    assert grid.isna().sum().sum() == 2 and grid.loc[256, ["R=2", "R=6"]].isna().all()
+
+
+def test_a_run_without_the_ranking_metric_is_listed_before_any_table(tmp_path, capsys):
+    """Before, a summary without the ranking metric ended in a TypeError after half the tables were written."""
+    root = tmp_path / "runs"
+    for d in (32, 48):
+        for p in (1, 2):
+            for r in (2, 4):
+                write_run(root, "1", d=d, p=p, r=r)
+    gone = root / "1" / "d32-P2-R2-s1" / "summary.json"
+    gone.write_text(json.dumps({k: v for k, v in json.loads(gone.read_text()).items() if k != "ppl_austen"}))
+    low = root / "1" / "d48-P1-R4-s1" / "summary.json"
+    low.write_text(json.dumps({**json.loads(low.read_text()), "ppl_austen": 0.9}))
+    out = tmp_path / "out"
+    assert main(["--runs", str(root), "--out", str(out)]) == 0
+    listed = [
+        "left out 1/d32-P2-R2-s1: no ppl_austen, the ranking metric",
+        "left out 1/d48-P1-R4-s1: ppl_austen=0.9 is outside a perplexity's range (1, inf)",
+    ]
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("left out")] == listed
+    found = json.loads((out / "findings.json").read_text())
+    assert found["input"]["not_completed"] == {"no ppl_austen": 1, "out of range": 1}
+    assert all(line in (out / "report.md").read_text() for line in listed)
+    grid = pd.read_csv(out / "stage1_grid.csv").set_index(["d", "P"])
+    assert grid.isna().sum().sum() == 2 and pd.isna(grid.loc[(32, 2), "R=2"]) and pd.isna(grid.loc[(48, 1), "R=4"])
