@@ -18,6 +18,7 @@ from .errors import LeftOut
 from .figures import figure_jobs
 from .findings import Findings, plain, words
 from .load import AnalysisError, Study, pick_metric
+from .output import replacing
 from .registry import TABLES, check_roles, findings
 from .render import markdown, write_table
 
@@ -46,7 +47,8 @@ def _selected(names: list[str], only: list[str] | None) -> list[str]:
 def run(
     study: Study, out: Path, metric: str | None = None, only: list[str] | None = None, alpha: float = ALPHA
 ) -> Report:
-    """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`.
+    """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`, written whole or
+    not at all (analysis.output).
 
     Without `only`, what the inputs cannot give is skipped with its reason; with `only`, it is an error.
     A claim is decided at the error rate `alpha` (analysis.decisions). Runs without a measurement of the
@@ -60,32 +62,33 @@ def run(
     own = stage_tables.names(study)
     chosen = _selected([*TABLES, *own, *figures], only)
     report, tables, decisions = Report(left_out=study.left_out), {}, []
-    out.mkdir(parents=True, exist_ok=True)
-    for name in chosen:
-        try:
-            if name in figures:
-                report.written += figures[name](out / name)
-                continue
-            if name in own:
-                stage = stage_tables.stage_of(name)
-                tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
-            else:
-                tables[name], claims = decide(name, TABLES[name].of(study, final, metric), final, metric, alpha)
-                decisions += claims
-            caption = TABLES[name].caption if name in TABLES else None
-            report.written += write_table(tables[name], out, name, runs_used(study, name), metric, caption)
-        except AnalysisError as error:
-            if only:
-                raise
-            report.skipped[name] = str(error)
-    selection = {"selection": {s: chosen.as_json() for s, chosen in study.selection.items()}} if study.selection else {}
-    best = plain(stage_tables.best_rows({n: t for n, t in tables.items() if n in own}))
-    findings_ = findings(tables, metric, decisions)
-    report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
-    report.summary = words(report.findings, _notes(study, note, report.skipped))
-    (out / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
-    (out / "report.md").write_text(_markdown_report(tables, report, study, metric))
-    report.written += [out / "findings.json", out / "report.md"]
+    with replacing(out) as folder:
+        for name in chosen:
+            try:
+                if name in figures:
+                    report.written += figures[name](folder / name)
+                    continue
+                if name in own:
+                    stage = stage_tables.stage_of(name)
+                    tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
+                else:
+                    tables[name], claims = decide(name, TABLES[name].of(study, final, metric), final, metric, alpha)
+                    decisions += claims
+                caption = TABLES[name].caption if name in TABLES else None
+                report.written += write_table(tables[name], folder, name, runs_used(study, name), metric, caption)
+            except AnalysisError as error:
+                if only:
+                    raise
+                report.skipped[name] = str(error)
+        selection = {"selection": {s: c.as_json() for s, c in study.selection.items()}} if study.selection else {}
+        best = plain(stage_tables.best_rows({n: t for n, t in tables.items() if n in own}))
+        findings_ = findings(tables, metric, decisions)
+        report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
+        report.summary = words(report.findings, _notes(study, note, report.skipped))
+        (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
+        (folder / "report.md").write_text(_markdown_report(tables, report, study, metric))
+        report.written += [folder / "findings.json", folder / "report.md"]
+    report.written = [out / p.name for p in report.written]
     return report
 
 

@@ -1,20 +1,26 @@
-"""The analysis's input checked as run folders are: every fault caused for real (a bad results CSV, a summary
-without the ranking metric), then the real command. A user's mistake is one line on stderr and exit 2, and leaves
-the previous analysis as it was; what measures nothing is left out and listed."""
+"""The analysis's input checked and its output written whole: every fault caused for real (a bad results CSV, a
+summary without the ranking metric, a full disk, a read-only mount, a kill at the worst moment), then the real
+command. A user's mistake is one line on stderr and exit 2, and leaves the previous analysis as it was."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from stages import wait_for, with_fault
 from test_analysis import write_run
 
 from analysis.__main__ import main
 
 PAPER = Path(__file__).parent / "fixtures" / "paper_results.csv"
+ROOT = Path(__file__).parents[1]
 
 
 def paper() -> pd.DataFrame:
@@ -161,3 +167,83 @@ def test_a_run_without_the_ranking_metric_is_listed_before_any_table(tmp_path, c
     assert all(line in (out / "report.md").read_text() for line in listed)
     grid = pd.read_csv(out / "stage1_grid.csv").set_index(["d", "P"])
     assert grid.isna().sum().sum() == 2 and pd.isna(grid.loc[(32, 2), "R=2"]) and pd.isna(grid.loc[(48, 1), "R=4"])
+
+
+def test_stale_files_go_and_the_users_stay(tmp_path, capsys):
+    """A file an earlier analysis wrote and this one does not is removed; one the analysis never wrote is kept."""
+    out = tmp_path / "out"
+    assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_grid", "stage1_best"]) == 0
+    (out / "lm_eval").mkdir()
+    (out / "lm_eval" / "results.json").write_text("{}")
+    (out / "notes.md").write_text("mine")
+    assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_best"]) == 0
+    written = ["findings.json", "report.md", "stage1_best.csv", "stage1_best.md", "stage1_best.tex"]
+    assert (out / ".analysis-files").read_text().splitlines() == written
+    assert sorted(p.name for p in out.iterdir()) == sorted([*written, ".analysis-files", "lm_eval", "notes.md"])
+    assert (out / "lm_eval" / "results.json").read_text() == "{}" and (out / "notes.md").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert f"wrote {out / 'report.md'}" in capsys.readouterr().out
+
+
+def test_a_full_disk_leaves_the_previous_analysis(tmp_path, capsys):
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        out = small / "out"
+        assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_best"]) == 0
+        before = contents(out)
+        for room in (220_000, 0):  # full part way (matplotlib's PDF writer then fails with an AttributeError), at once
+            free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+            (small / f"filler{room}").write_bytes(bytes(free - room))
+            capsys.readouterr()
+            assert main(["--from-csv", str(PAPER), "--out", str(out)]) == 2
+            assert "No space left on device" in one_line(capsys)
+            assert contents(out) == before
+        assert sorted(p.name for p in small.iterdir()) == ["filler0", "filler220000", "out"]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_read_only_out_leaves_the_previous_analysis(tmp_path, capsys):
+    mounted = tmp_path / "ro"
+    out = mounted / "out"
+    assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_best"]) == 0
+    before = contents(out)
+    if subprocess.run(["mount", "--bind", str(mounted), str(mounted)], capture_output=True).returncode:
+        pytest.skip("a read-only bind mount needs root")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(mounted)], check=True)
+        capsys.readouterr()
+        assert main(["--from-csv", str(PAPER), "--out", str(out)]) == 2
+        assert one_line(capsys) == f"analysis: cannot write the analysis to {out}: {mounted} is read-only or not yours"
+        assert contents(out) == before
+    finally:
+        subprocess.run(["umount", "-l", str(mounted)], check=False)
+
+
+def test_an_analysis_killed_at_any_point_leaves_a_whole_one(tmp_path):
+    """Killed (kill -9) while building, OUT holds the old analysis; killed after the swap, the new one; the next
+    run settles what was left beside OUT and gives back the user's file."""
+    out, mark = tmp_path / "out", tmp_path / "mark"
+    command = [sys.executable, "-m", "analysis", "--from-csv", str(PAPER), "--out", str(out), "--only"]
+    assert subprocess.run([*command, "stage1_best"], cwd=ROOT, capture_output=True).returncode == 0
+    (out / "notes.md").write_text("mine")
+    old = contents(out)
+    for point in ("build", "swap"):
+        mark.unlink(missing_ok=True)
+        env = with_fault(tmp_path, f"{point}:pause", mark)
+        killed = subprocess.Popen([*command, "stage1_grid"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+        wait_for(lambda: mark.exists() and mark.read_text().strip(), 120, f"the analysis to reach {point}")
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait()
+        assert (tmp_path / ".out.analysis-new").is_dir()
+        if point == "build":
+            assert contents(out) == old
+        else:  # the new analysis whole; the user's file still beside it
+            assert set(contents(out)) == {".analysis-files", *(out / ".analysis-files").read_text().split()}
+            assert "stage1_grid.csv" in contents(out)
+    assert subprocess.run([*command, "stage1_grid"], cwd=ROOT, capture_output=True).returncode == 0
+    assert (out / "notes.md").read_text() == "mine" and not (out / "stage1_best.csv").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mark", "out"]
