@@ -38,26 +38,25 @@ class Rows:
     not_completed: dict[str, int]  # status or reason -> rows; copies are listed, not counted (their run is tabled)
 
 
-def read(path: Path, key: Sequence[str], whole: Collection[str], numbers: Collection[str]) -> Rows:
-    """The completed rows of the CSV at `path`. A run's rows share its values of `key` (a key column that is not
-    in `numbers` is a name, kept as text); `numbers` and every metric column hold numbers, `whole` whole ones."""
+def read(path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Collection[str]) -> Rows:
+    """The completed rows of the CSV at `path`. A run is its `run` column, else its values of `run_key` (those
+    not in `numbers` are names, kept as text); `numbers` and every metric column hold numbers, `whole` whole ones."""
     text = _fields(path)
     if "stage" not in text:
         raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")
     if (blank := text["stage"].isna()).any():
         raise AnalysisError(f"{path} line {blank.idxmax()}: no stage")
+    names = {*run_key, "run"} - set(numbers)
     frame = pd.DataFrame(
-        {
-            c: text[c] if c in key and c not in numbers else _numbers(path, text[c], c in whole, c in numbers)
-            for c in text
-        }
+        {c: text[c] if c in names else _numbers(path, text[c], c in whole, c in numbers) for c in text}
     )
     counts: Counter[str] = Counter()
-    if "status" in frame:
-        done = frame["status"].fillna(RunStatus.COMPLETED) == RunStatus.COMPLETED
-        counts.update(frame.loc[~done, "status"].astype(str))
-        frame = frame[done]
-    frame, copies = _without_copies(path, frame, text, [c for c in key if c in frame])
+    if "status" in text:
+        status = text["status"].fillna(RunStatus.COMPLETED)
+        counts.update(status[status != RunStatus.COMPLETED])
+        frame = frame[status == RunStatus.COMPLETED]
+    key = ["run"] if "run" in frame else [c for c in run_key if c in frame]
+    frame, copies = _without_copies(path, frame, text, [*key, *(["step"] if "step" in frame else [])])
     void = _unmeasured(path, frame, text, whole)
     counts.update(o.kind for o in void.values())
     frame = frame.drop(index=list(void))
@@ -123,7 +122,7 @@ def _without_copies(
         if run in runs:
             earlier, other = runs[run]
             named = ", ".join(f"{c} {text.at[line, c]}" for c in key if pd.notna(text.at[line, c]))
-            if "seed" not in key or pd.isna(text.at[line, "seed"]):
+            if "run" not in key and ("seed" not in key or pd.isna(text.at[line, "seed"])):
                 raise AnalysisError(
                     f"{path} lines {earlier} and {line}: one configuration at one step ({named}) twice, and no seed "
                     "to tell the rows apart: add a seed column"

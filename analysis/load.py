@@ -37,7 +37,18 @@ INT_COLUMNS = (
     "trial",
     "looks",
 )
-RUN_KEY = ("stage", "model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "seed", "eval_n_loops")
+RUN_KEY = (
+    "stage",
+    "model",
+    "variant",
+    "d_model",
+    "n_prelude",
+    "n_loops",
+    "n_layers",
+    "seed",
+    "eval_n_loops",
+    "num_fewshot",
+)
 TRAINER_KEYS = ("steps", "lr", "min_lr", "warmup_steps", "weight_decay", "decay_all")
 MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
@@ -123,7 +134,7 @@ def load_csv(path: str | Path) -> Study:
     if not path.is_file():
         raise AnalysisError(f"--from-csv {path}: no such file")
     numbers = (*INT_COLUMNS, "num_fewshot", "rho", "lr", "min_lr", "weight_decay")
-    rows = csv_input.read(path, key=("stage", "run", *CELL, "seed", "step"), whole=INT_COLUMNS, numbers=numbers)
+    rows = csv_input.read(path, run_key=RUN_KEY, whole=INT_COLUMNS, numbers=numbers)
     frame = _normalise(rows.frame) if len(rows.frame) else rows.frame  # none: said as such by report.run
     if "role" not in frame:
         frame["role"] = frame["stage"].map(roles_of(None, sorted(frame["stage"].unique())))

@@ -18,6 +18,7 @@ from stages import wait_for, with_fault
 from test_analysis import write_run
 
 from analysis.__main__ import main
+from analysis.load import load_csv
 
 PAPER = Path(__file__).parent / "fixtures" / "paper_results.csv"
 ROOT = Path(__file__).parents[1]
@@ -107,6 +108,16 @@ def test_one_run_twice_with_different_values_is_one_line(refused, tmp_path):
         "n_loops 8, seed 137, step 30500) twice, with different ppl_edu ('40.77' and '40.9'); two runs need a column "
         "that tells them apart"
     )
+
+
+def test_a_benchmark_at_two_shot_counts_is_two_runs(tmp_path):
+    """Before, a CSV's 0-shot and 5-shot rows of one model were one run: the 0-shot row was dropped without a word."""
+    csv = tmp_path / "shots.csv"
+    common = "benchmarks,cart,48,2,4,4,1,100,20.5"
+    csv.write_text(
+        f"stage,model,d_model,n_prelude,n_loops,eval_n_loops,seed,step,ppl_wiki,num_fewshot\n{common},0\n{common},5\n"
+    )
+    assert load_csv(csv).final()["num_fewshot"].tolist() == [0, 5]
 
 
 def test_rows_that_measure_nothing_are_listed_and_the_rest_tabled(tmp_path, capsys):
