@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped {name}: {reason}")
     for chosen in study.selection.values():
         print("\n".join([chosen.line(), *(f"  {line}" for line in chosen.details())]))
+    for left_out in report.left_out:
+        print(left_out.line())
     print()
     print(report.summary)
     return 0

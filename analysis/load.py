@@ -24,7 +24,8 @@ from cart_sweeps.record.runfolder import METRICS
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.runset import UNREADABLE, StageRun
 
-from .errors import AnalysisError
+from . import csv_input
+from .errors import AnalysisError, LeftOut
 from .select import NOT_FINITE, OUT_OF_RANGE, Chosen, StageSelection, choose
 from .stages import roles_of
 
@@ -42,7 +43,18 @@ INT_COLUMNS = (
     "trial",
     "looks",
 )
-RUN_KEY = ("stage", "model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "seed", "eval_n_loops")
+RUN_KEY = (
+    "stage",
+    "model",
+    "variant",
+    "d_model",
+    "n_prelude",
+    "n_loops",
+    "n_layers",
+    "seed",
+    "eval_n_loops",
+    "num_fewshot",
+)
 TRAINER_KEYS = ("steps", "lr", "min_lr", "warmup_steps", "weight_decay", "decay_all")
 MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
@@ -72,6 +84,7 @@ class Study:
     source: str = ""
     selection: dict[str, StageSelection] = field(default_factory=dict)
     axes: dict[str, StageAxes] = field(default_factory=dict)  # stage -> what it varies
+    left_out: list[LeftOut] = field(default_factory=list)  # a CSV's rows, runs without the ranking metric: listed
 
     def final(self) -> pd.DataFrame:
         """The last evaluated step of every run of every stage: what the tables rank ("at the last step")."""
@@ -139,22 +152,19 @@ def rank_values(values: pd.Series, name: str) -> pd.Series:
 
 
 def load_csv(path: str | Path) -> Study:
-    """A results CSV (one row per run, or per run and step); rows with a status other than completed are left out."""
+    """A results CSV (one row per run, or per run and step), checked as run folders are (analysis.csv_input):
+    rows with a status other than completed are counted, rows that measure nothing listed, and both left out."""
     path = Path(path)
     if not path.is_file():
         raise AnalysisError(f"--from-csv {path}: no such file")
-    frame = pd.read_csv(path, dtype={"stage": str, "model": str, "variant": str})
-    if "stage" not in frame:
-        raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")
-    left_out: Counter[str] = Counter()
-    if "status" in frame:
-        done = frame["status"].fillna(RunStatus.COMPLETED) == RunStatus.COMPLETED
-        left_out.update(frame.loc[~done, "status"].astype(str))
-        frame = frame[done]
-    frame = _normalise(frame)
+    numbers = (*INT_COLUMNS, "num_fewshot", "rho", "lr", "min_lr", "weight_decay")
+    rows = csv_input.read(path, run_key=RUN_KEY, whole=INT_COLUMNS, numbers=numbers)
+    frame = _normalise(rows.frame) if len(rows.frame) else rows.frame  # none: said as such by report.run
     if "role" not in frame:
         frame["role"] = frame["stage"].map(roles_of(None, sorted(frame["stage"].unique())))
-    return Study(evals=frame, not_completed=dict(left_out), source=str(path), axes=_csv_axes(frame))
+    return Study(
+        frame, not_completed=rows.not_completed, source=str(path), axes=_csv_axes(frame), left_out=rows.left_out
+    )
 
 
 def _csv_axes(frame: pd.DataFrame) -> dict[str, StageAxes]:

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
 from . import stage_tables
 from .claims import decide
+from .csv_input import ROW, unmeasured
 from .decisions import ALPHA
+from .errors import LeftOut
 from .figures import figure_jobs
 from .findings import Findings, plain, words
 from .load import AnalysisError, Study, pick_metric
+from .output import replacing
 from .registry import TABLES, check_roles, findings
 from .render import markdown, write_table
 
@@ -28,6 +31,7 @@ class Report:
     skipped: dict[str, str] = field(default_factory=dict)
     findings: Findings = field(default_factory=dict)
     summary: str = ""
+    left_out: list[LeftOut] = field(default_factory=list)  # rows and runs the tables leave out (Study.left_out)
 
 
 def _selected(names: list[str], only: list[str] | None) -> list[str]:
@@ -43,48 +47,94 @@ def _selected(names: list[str], only: list[str] | None) -> list[str]:
 def run(
     study: Study, out: Path, metric: str | None = None, only: list[str] | None = None, alpha: float = ALPHA
 ) -> Report:
-    """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`.
+    """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`, written whole or
+    not at all (analysis.output).
 
     Without `only`, what the inputs cannot give is skipped with its reason; with `only`, it is an error.
-    A claim is decided at the error rate `alpha` (analysis.decisions).
+    A claim is decided at the error rate `alpha` (analysis.decisions). Runs without a measurement of the
+    ranking metric are left out and listed before any table is built.
     """
     check_roles()
+    metric, note = pick_metric(_final(study), metric)
+    every = study.final()  # claims see each run that exists, so an option without a valid value is said
+    study = _measured(study, metric)
+    final = _final(study)
+    figures = figure_jobs(study, metric)
+    own = stage_tables.names(study)
+    chosen = _selected([*TABLES, *own, *figures], only)
+    report, tables, decisions = Report(left_out=study.left_out), {}, []
+    with replacing(out) as folder:
+        for name in chosen:
+            try:
+                if name in figures:
+                    report.written += figures[name](folder / name)
+                    continue
+                if name in own:
+                    stage = stage_tables.stage_of(name)
+                    tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
+                else:
+                    table = TABLES[name].of(study, final, metric)
+                    tables[name], claims = decide(name, table, every, metric, alpha)
+                    decisions += claims
+                caption = TABLES[name].caption if name in TABLES else None
+                report.written += write_table(tables[name], folder, name, runs_used(study, name), metric, caption)
+            except AnalysisError as error:
+                if only:
+                    raise
+                report.skipped[name] = str(error)
+        selection = {"selection": {s: c.as_json() for s, c in study.selection.items()}} if study.selection else {}
+        best = plain(stage_tables.best_rows({n: t for n, t in tables.items() if n in own}))
+        findings_ = findings(tables, metric, decisions)
+        report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
+        report.summary = words(report.findings, _notes(study, note, report.skipped))
+        (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
+        (folder / "report.md").write_text(_markdown_report(tables, report, study, metric))
+        report.written += [folder / "findings.json", folder / "report.md"]
+    report.written = [out / p.name for p in report.written]
+    return report
+
+
+def _final(study: Study) -> pd.DataFrame:
+    """The last evaluation of every run; none is an error naming what was left out."""
     final = study.final()
     if final.empty:
         left = ", ".join(f"{n} {s}" for s, n in study.not_completed.items()) or "none"
         raise AnalysisError(f"no completed runs in {study.source} (left out: {left})")
-    metric, note = pick_metric(final, metric)
-    figures = figure_jobs(study, metric)
-    own = stage_tables.names(study)
-    chosen = _selected([*TABLES, *own, *figures], only)
-    report, tables, decisions = Report(), {}, []
-    out.mkdir(parents=True, exist_ok=True)
-    for name in chosen:
-        try:
-            if name in figures:
-                report.written += figures[name](out / name)
-                continue
-            if name in own:
-                stage = stage_tables.stage_of(name)
-                tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
-            else:
-                tables[name], claims = decide(name, TABLES[name].of(study, final, metric), final, metric, alpha)
-                decisions += claims
-            caption = TABLES[name].caption if name in TABLES else None
-            report.written += write_table(tables[name], out, name, runs_used(study, name), metric, caption)
-        except AnalysisError as error:
-            if only:
-                raise
-            report.skipped[name] = str(error)
-    selection = {"selection": {s: chosen.as_json() for s, chosen in study.selection.items()}} if study.selection else {}
-    best = plain(stage_tables.best_rows({n: t for n, t in tables.items() if n in own}))
-    findings_ = findings(tables, metric, decisions)
-    report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
-    report.summary = words(report.findings, _notes(study, note, report.skipped))
-    (out / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
-    (out / "report.md").write_text(_markdown_report(tables, report, study, metric))
-    report.written += [out / "findings.json", out / "report.md"]
-    return report
+    return final
+
+
+def _measured(study: Study, metric: str) -> Study:
+    """The study less the runs whose last evaluation holds no measurement of `metric` (missing, not finite, out of
+    its range): listed and counted, so that no table ranks by a gap or an impossible value."""
+    final = study.final()
+    if not pd.api.types.is_numeric_dtype(final[metric]):
+        raise AnalysisError(f"--metric {metric}: not a column of numbers")
+    faults = {
+        run: (f"no {metric}", f"no {metric}, the ranking metric") if pd.isna(value) else unmeasured(metric, value)
+        for run, value in zip(final["run"], final[metric], strict=True)
+    }
+    faults = {run: fault for run, fault in faults.items() if fault[1]}
+    if not faults:
+        return study
+    places = final[ROW] if ROW in final else final["run"]
+    listed = {o.where for o in study.left_out}  # a CSV value blanked as no measurement: listed and counted once
+    fresh = {
+        run: place for run, place in zip(final["run"], places, strict=True) if run in faults and place not in listed
+    }
+    left_out = [LeftOut(place, *faults[run]) for run, place in fresh.items()]
+    counts = Counter(study.not_completed)
+    counts.update(faults[run][0] for run in fresh)
+
+    def kept(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[~frame["run"].isin(faults)] if "run" in frame else frame
+
+    return replace(
+        study,
+        evals=kept(study.evals),
+        train=kept(study.train),
+        not_completed=dict(counts),
+        left_out=[*study.left_out, *left_out],
+    )
 
 
 def runs_used(study: Study, table: str) -> str:
@@ -106,6 +156,7 @@ def _input(study: Study, final: pd.DataFrame) -> Findings:
         "runs": len(final),
         "runs_per_stage": {s: int(n) for s, n in stages.items()},
         "not_completed": study.not_completed,
+        "left_out": [asdict(o) for o in study.left_out],
     }
 
 
@@ -114,7 +165,7 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> li
     notes = [metric_note] if metric_note else []
     if study.not_completed:
         left = ", ".join(f"{n} {status}" for status, n in study.not_completed.items())
-        notes.append(f"Runs left out of the tables (not completed): {left}.")
+        notes.append(f"Runs left out of the tables: {left}{' (listed in report.md)' * bool(study.left_out)}.")
     for chosen in study.selection.values():
         if chosen.excluded or chosen.missing:
             why = Counter(e.kind for e in chosen.excluded)
@@ -132,6 +183,8 @@ def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Stu
     if study.selection:
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
+    if study.left_out:
+        parts.append("## Left out\n\n" + "\n".join(f"- {o.line()}" for o in study.left_out) + "\n")
     parts += [
         f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table, metric)
         for name, table in tables.items()

@@ -59,8 +59,8 @@ def best_seed_mean(cells: pd.DataFrame, by: list[str], column: str, metric: str)
     """The tables' "best": per `by` group, the cell (one config, its seeds averaged) whose `column` (a value of
     `metric`) is best in the metric's direction. The stage selection's is another rule, for another use
     (cart_sweeps.sweep.zoom.best_single_run)."""
-    ranked = rank_values(cells[column], metric)
-    return cells.loc[ranked.groupby([cells[k] for k in by]).idxmin()]
+    ranked = rank_values(cells[column], metric).dropna()  # a cell without a value is no candidate
+    return cells.loc[ranked.groupby([cells.loc[ranked.index, k] for k in by]).idxmin()]
 
 
 def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -258,10 +258,11 @@ def test_missing_column_is_one_clear_line(tmp_path, capsys):
         capsys.readouterr().err.strip()
         == "analysis: table 'rho' needs column 'rho', which is empty for the runs it reads"
     )
-    pd.read_csv(PAPER).drop(columns="n_loops").to_csv(tmp_path / "no_r.csv", index=False)
-    assert main(["--from-csv", str(tmp_path / "no_r.csv"), "--out", str(tmp_path), "--only", "stage1_best"]) == 2
+    pd.read_csv(PAPER).drop(columns="n_prelude").to_csv(tmp_path / "no_p.csv", index=False)
+    assert main(["--from-csv", str(tmp_path / "no_p.csv"), "--out", str(tmp_path), "--only", "stage1_best"]) == 2
     assert (
-        capsys.readouterr().err.strip() == "analysis: table 'stage1_best' needs column 'n_loops', which the input lacks"
+        capsys.readouterr().err.strip()
+        == "analysis: table 'stage1_best' needs column 'n_prelude', which the input lacks"
     )
     assert main(["--from-csv", str(PAPER), "--out", str(tmp_path), "--metric", "ppl_nope"]) == 2
     assert "ppl_nope" in capsys.readouterr().err

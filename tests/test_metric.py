@@ -120,7 +120,7 @@ def test_a_run_folder_value_outside_its_metrics_range_is_listed_not_tabled(tmp_p
     path = root / "2" / "d32-P6-R8-s1" / "summary.json"
     path.write_text(json.dumps(json.loads(path.read_text()) | {"ppl_austen": 0.5}))
     assert main(["--runs", str(root), "--out", str(tmp_path / "out")]) == 0
-    assert "left out 2/d32-P6-R8-s1: ppl_austen=0.5 is outside a perplexity's range (1, inf)" in capsys.readouterr().out
+    assert "left out 2/d32-P6-R8-s1: ppl_austen=0.5 is outside the perplexity range (1, inf)" in capsys.readouterr().out
     findings = json.loads((tmp_path / "out" / "findings.json").read_text())
     assert findings["input"]["not_completed"] == {"out of range": 1}
     assert pd.read_csv(tmp_path / "out" / "stage2_seeds.csv").set_index("R").loc[8, "seeds"] == 2

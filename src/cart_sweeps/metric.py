@@ -103,7 +103,7 @@ class Metric:
             return f"{self.name}={value} is not a finite number"
         bound = "[" if self.kind.low_inclusive else "("
         high = "inf)" if math.isinf(self.kind.high) else f"{self.kind.high:g}]"
-        return f"{self.name}={value:g} is outside a {self.kind.label}'s range {bound}{self.kind.low:g}, {high}"
+        return f"{self.name}={value:g} is outside the {self.kind.label} range {bound}{self.kind.low:g}, {high}"
 
     def scaled(self, value: float) -> float:
         """The value on the scale decisions test on, oriented so that lower is better: sign x log(value) for a

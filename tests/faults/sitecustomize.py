@@ -11,6 +11,8 @@ points   queue   the driver: a run's trial is started in the ledger, its job not
          task    a job's task process (a warm worker) starting, before it imports submitit or the project
          step    a run, before its n-th training step in this process (n defaults to 1)
          save    a run, with its n-th checkpoint written to the temp file, not yet renamed into place
+         build   `python -m analysis`, its tables and findings.json written beside OUT, report.md not yet
+         swap    `python -m analysis`, the new folder swapped in for OUT, the old one beside it not yet settled
 actions  pause   write this process's pid to $CART_FAULT_MARK, then sleep until killed
          raise   raise RuntimeError("injected fault ...") (step only)
          lost-sigint   SIGINT delivered inside a weakref callback, where Python prints "Exception ignored"
@@ -118,6 +120,14 @@ def _patch_ledger(module) -> None:
     wrap(module.Ledger, "start", after=lambda *a, **k: hit("trial started, job not submitted"))
 
 
+def _patch_report(module) -> None:
+    wrap(module, "_markdown_report", before=lambda *a, **k: hit("the analysis half built"))
+
+
+def _patch_output(module) -> None:
+    wrap(module, "_exchange", after=lambda *a, **k: hit("the new analysis swapped in, the old one not settled"))
+
+
 def _patch_submitit(module) -> None:
     wrap(module.JobPaths, "move_temporary_file", before=lambda *a, **k: hit("controller started, pickle not moved"))
 
@@ -128,6 +138,10 @@ elif POINT == "queue":
     sys.meta_path.insert(0, After("cart_sweeps.sweep.ledger", _patch_ledger))
 elif POINT == "submit":
     sys.meta_path.insert(0, After("submitit.core.utils", _patch_submitit))
+elif POINT == "build":
+    sys.meta_path.insert(0, After("analysis.report", _patch_report))
+elif POINT == "swap":
+    sys.meta_path.insert(0, After("analysis.output", _patch_output))
 elif POINT in ("step", "save"):
     sys.meta_path.insert(0, After("cart_sweeps.run", _patch_run))
     if POINT == "save":

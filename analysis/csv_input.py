@@ -1,0 +1,174 @@
+"""A results CSV, checked as run folders are.
+
+What cannot be read as the study's numbers is one line naming the line, the column and the value: a row with the
+wrong number of fields, text in a numeric column, one run in two rows that differ, several rows of one
+configuration and step with no seed to tell them apart. A value that measures nothing (not finite, or outside its
+metric's range: a perplexity of 0) is blanked and listed, so no table or claim reads it while its row still says
+that the run exists (a claim whose option has no valid value left is undecided, not decided without it); an exact
+copy of an earlier row is left out and listed.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cart_sweeps.metric import metric
+from cart_sweeps.status import RunStatus
+
+from .errors import AnalysisError, LeftOut
+from .select import NOT_FINITE
+
+OUT_OF_RANGE = "out of range"
+DUPLICATE = "duplicate"
+ROW = "csv_row"  # a column naming each row's place in the file ("results.csv line 5"), for what lists the row
+
+
+@dataclass
+class Rows:
+    """A results CSV's completed rows, typed, with the rows it left out (listed) and counted."""
+
+    frame: pd.DataFrame
+    left_out: list[LeftOut]
+    not_completed: dict[str, int]  # status or reason -> rows; copies are listed, not counted (their run is tabled)
+
+
+def read(path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Collection[str]) -> Rows:
+    """The completed rows of the CSV at `path`. A run is its `run` column, else its values of `run_key` (those
+    not in `numbers` are names, kept as text); `numbers` and every metric column hold numbers, `whole` whole ones."""
+    text = _fields(path)
+    if "stage" not in text:
+        raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")
+    if (blank := text["stage"].isna()).any():
+        raise AnalysisError(f"{path} line {blank.idxmax()}: no stage")
+    names = {*run_key, "run"} - set(numbers)
+    frame = pd.DataFrame(
+        {c: text[c] if c in names else _numbers(path, text[c], c in whole, c in numbers) for c in text}
+    )
+    counts: Counter[str] = Counter()
+    if "status" in text:
+        status = text["status"].fillna(RunStatus.COMPLETED)
+        counts.update(status[status != RunStatus.COMPLETED])
+        frame = frame[status == RunStatus.COMPLETED]
+    key = ["run"] if "run" in frame else [c for c in run_key if c in frame]
+    frame, copies = _without_copies(path, frame, text, [*key, *(["step"] if "step" in frame else [])])
+    void = _unmeasured(path, frame, text, whole)
+    counts.update(o.kind for o, _ in void.values())
+    for line, (_, columns) in void.items():
+        frame.loc[line, columns] = np.nan
+    frame[ROW] = [f"{path.name} line {line}" for line in frame.index]
+    left_out = [o for _, o in sorted({**copies, **{line: o for line, (o, _) in void.items()}}.items())]
+    return Rows(frame, left_out, dict(counts))
+
+
+def _fields(path: Path) -> pd.DataFrame:
+    """The CSV's fields as text, indexed by each row's line in the file (blank lines skipped, blank fields NaN)."""
+    rows: dict[int, list[str]] = {}
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as file:
+            reader = csv.reader(file)
+            header = next(reader, [])
+            for fields in filter(None, reader):
+                if len(fields) != len(header):
+                    raise AnalysisError(
+                        f"{path} line {reader.line_num}: {len(fields)} fields, where the header has {len(header)}"
+                    )
+                rows[reader.line_num] = [f.strip() for f in fields]
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise AnalysisError(f"{path}: not a readable CSV ({err})") from err
+    if not header:
+        raise AnalysisError(f"{path}: empty (a results CSV starts with a header line: stage,d_model,...)")
+    if repeated := [c for c, n in Counter(header).items() if n > 1]:
+        raise AnalysisError(f"{path}: column {repeated[0]!r} appears twice in the header")
+    table = pd.DataFrame(list(rows.values()), index=list(rows), columns=[c.strip() for c in header], dtype=str)
+    return table.replace("", np.nan)
+
+
+def _numbers(path: Path, texts: pd.Series, whole: bool, required: bool) -> pd.Series:
+    """A column as numbers: where `required` (or `whole`, or a metric's column) every value must be one; any other
+    column is read as numbers where all its values are, else kept as text (as pandas reads a CSV)."""
+    values = pd.to_numeric(texts, errors="coerce")
+    wrong = texts.notna() & values.isna() & (texts.str.lower() != "nan")
+    if whole:
+        wrong |= values.notna() & (values % 1 != 0)  # 2.5, inf
+    if not wrong.any():
+        return values
+    if not (required or whole or metric(str(texts.name))):
+        return texts
+    line = wrong.idxmax()
+    raise AnalysisError(f"{path} line {line}: {texts.name} {texts[line]!r} is not a {'whole ' * whole}number")
+
+
+def _without_copies(
+    path: Path, frame: pd.DataFrame, text: pd.DataFrame, key: list[str]
+) -> tuple[pd.DataFrame, dict[int, LeftOut]]:
+    """The rows less exact copies of earlier ones (listed: the same observation twice); one run in two rows that
+    differ is an error, since either may be the one to table."""
+    values = frame.astype(object).where(frame.notna(), None)  # None == None, where NaN != NaN
+    first: dict[tuple[object, ...], int] = {}  # a row's values -> its line
+    runs: dict[tuple[object, ...], tuple[int, tuple[object, ...]]] = {}  # a run's key -> its line and values
+    copies = {}
+    at = [frame.columns.get_loc(c) for c in key]
+    for line, row in zip(frame.index, values.itertuples(index=False, name=None), strict=True):
+        if row in first:
+            copies[line] = LeftOut(f"{path.name} line {line}", DUPLICATE, f"a duplicate of line {first[row]}")
+            continue
+        first[row] = line
+        run = tuple(row[i] for i in at)
+        if run in runs:
+            earlier, other = runs[run]
+            named = ", ".join(f"{c} {text.at[line, c]}" for c in key if pd.notna(text.at[line, c]))
+            if "run" not in key and ("seed" not in key or pd.isna(text.at[line, "seed"])):
+                raise AnalysisError(
+                    f"{path} lines {earlier} and {line}: one configuration at one step ({named}) twice, and no seed "
+                    "to tell the rows apart: add a seed column"
+                )
+            column = next(c for c, a, b in zip(frame.columns, other, row, strict=True) if a != b)
+            raise AnalysisError(
+                f"{path} lines {earlier} and {line}: one run ({named}) twice, with different {column} "
+                f"({_shown(text.at[earlier, column])} and {_shown(text.at[line, column])}); two runs need a column "
+                "that tells them apart"
+            )
+        runs[run] = (line, row)
+    return frame.drop(index=list(copies)), copies
+
+
+def _shown(value: object) -> str:
+    return "blank" if pd.isna(value) else repr(value)
+
+
+def _unmeasured(
+    path: Path, frame: pd.DataFrame, text: pd.DataFrame, whole: Collection[str]
+) -> dict[int, tuple[LeftOut, list[str]]]:
+    """The rows holding a number that measures nothing, by line: what lists each (every such value of its row),
+    and the columns holding them."""
+    faults: dict[int, list[tuple[str, str, str]]] = {}
+    for column in frame.columns:
+        if column in whole or not pd.api.types.is_float_dtype(frame[column]):
+            continue
+        given = frame.loc[text.loc[frame.index, column].notna(), column]  # "nan" counts, a blank does not
+        for line, value in given.items():
+            if (fault := unmeasured(column, value))[1]:
+                faults.setdefault(line, []).append((*fault, column))
+    return {
+        line: (
+            LeftOut(f"{path.name} line {line}", found[0][0], "; ".join(reason for _, reason, _ in found)),
+            [column for _, _, column in found],
+        )
+        for line, found in faults.items()
+    }
+
+
+def unmeasured(column: str, value: float) -> tuple[str, str]:
+    """Why `value` of `column` measures nothing, as (kind, reason): not finite, or outside its metric's range
+    (Metric.valid: a perplexity <= 1, an accuracy > 1); ("", "") where it is a measurement."""
+    record = metric(column)
+    finite = bool(np.isfinite(value))
+    reason = record.invalid_reason(value) if record else "" if finite else f"{column}={value} is not a finite number"
+    return (OUT_OF_RANGE if finite else NOT_FINITE) if reason else "", reason
