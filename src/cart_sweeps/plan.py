@@ -22,12 +22,11 @@ from rich.console import Console
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
 from cart_sweeps.naming import LABEL_SHOWS
-from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.register import stage_paths
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
-from cart_sweeps.sweep.driver import Standing, held_result, standing
+from cart_sweeps.sweep.driver import Held, Results, Standing, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.sweep.pool import capacity
@@ -90,19 +89,25 @@ def statuses(
     stage: Stage,
     runs: Sequence[Run],
     history: dict[str, list[FrozenTrial]] | None,
-    held: Mapping[str, RunSummary | None],
+    held: Mapping[str, Held | None],
 ) -> dict[str, str]:
     """Run id -> status: new, a RunStatus from the ledger, cut off (no driver), or lost (the ledger says
-    done, the run folder is gone); without a readable ledger (None), what the run folders hold (`held`)."""
+    done, the run folder is gone); without a readable ledger (None), what the run folders hold (`held`).
+    A result another stage's folder holds names that stage: `completed (stage 2)`."""
     driver = history is not None and driver_running(stage.sweep_dir)
     history = history or {}
-    shown: dict[Standing, str] = {Standing.RECOVERED: RunStatus.COMPLETED, Standing.NEW: "new", Standing.LOST: "lost"}
+    shown: dict[Standing, str] = {Standing.NEW: "new", Standing.LOST: "lost"}
     shown[Standing.CUT_OFF] = RunStatus.RUNNING if driver else "cut off"
     out = {}
     for run in runs:
-        trials = history.get(run.run_id, [])
-        where = standing(run, trials, held[run.run_id])
-        out[run.run_id] = shown[where] if where in shown else status_of(trials[-1])  # done, retry: the ledger's
+        trials, result = history.get(run.run_id, []), held[run.run_id]
+        where = standing(run, trials, result)
+        if where in (Standing.RECOVERED, Standing.REFERENCED):
+            assert result is not None
+            status = str(result.summary.status)
+        else:
+            status = shown[where] if where in shown else status_of(trials[-1])  # done, retry: the ledger's
+        out[run.run_id] = f"{status} (stage {result.owner})" if result and result.owner else status
     return out
 
 
@@ -142,8 +147,9 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     """One row per run, in `columns(stage)` order and launch order."""
     history = read_history(stage)
     runs = [*stage.known_runs(history or {}), *(a.run for a in adaptive.earlier(stage, history or {}))]
-    held = {run.run_id: held_result(run, (history or {}).get(run.run_id, [])) for run in runs}  # read once
-    results = ((run, held[run.run_id]) for run in runs)
+    found = Results()
+    held = {run.run_id: found.held(run, (history or {}).get(run.run_id, [])) for run in runs}  # read once
+    results = ((run, h.summary if (h := held[run.run_id]) else None) for run in runs)
     throughput = Throughput.of(results, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
     status = statuses(stage, runs, history, held)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
@@ -153,7 +159,7 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     for run in launch_order(runs, costs):
         if run.config.config_id not in shared:
             shared[run.config.config_id] = configuration_columns(stage, run.config.cfg)
-        cost = costs[run.run_id]
+        cost, result = costs[run.run_id], held[run.run_id]
         out.append(
             {
                 "run_id": run.run_id,
@@ -169,6 +175,7 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "gpu_hours": cost.gpu_hours,
                 "status": status[run.run_id],
                 "grid_index": grid_index[run.run_id],  # not a column: the makespan of the grid order
+                "owner": result.owner if result else None,  # not a column: the stage that trained it, if another
             }
         )
     return out
@@ -196,10 +203,16 @@ def stage_slots(base: DictConfig) -> int:
     return capacity(base.launcher)
 
 
+def charged(table_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows the stage trains itself: a run another stage trained costs it nothing."""
+    return [r for r in table_rows if not r["owner"]]
+
+
 def makespan_line(slots: int, table_rows: list[dict[str, Any]]) -> str:
-    """The launch order's simulated wall time on `slots`, against the lower bound and the grid order's."""
-    hours = [r["gpu_hours"] for r in table_rows]
-    by_grid = [r["gpu_hours"] for r in sorted(table_rows, key=lambda r: r["grid_index"])]
+    """The launch order's simulated wall time on `slots` of the runs the stage trains itself, against the lower
+    bound and the grid order's."""
+    hours = [r["gpu_hours"] for r in charged(table_rows)]
+    by_grid = [r["gpu_hours"] for r in sorted(charged(table_rows), key=lambda r: r["grid_index"])]
     bound, ordered = makespan_bound(hours, slots), makespan(hours, slots)
     ratio = (lambda h: f"{h / bound:.3f}x") if bound > 0 else (lambda h: "-")
     return (
@@ -230,8 +243,12 @@ def _cell(key: str, value: Any) -> str:
 
 def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> None:
     p = stage.base.plan
-    total_flops = sum(r["train_flops"] for r in table_rows)
-    total_hours = sum(r["gpu_hours"] for r in table_rows)
+    own = charged(table_rows)
+    total_flops = sum(r["train_flops"] for r in own)
+    total_hours = sum(r["gpu_hours"] for r in own)
+    others = (
+        f" ({count(len(table_rows) - len(own), 'run')} another stage trained left out)" if own != table_rows else ""
+    )
     print(f"stage {stage.name} at scale={stage.base.scale.name}: {count(len(table_rows), 'run')}")
     shown = columns(stage)
     cells = [[_cell(k, row[k]) for k in shown] for row in table_rows]
@@ -243,7 +260,7 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
         console.print(f"search: {len(table_rows)} of sweep.n_trials={stage.base.sweep.n_trials} sampled so far")
     console.print(
         f"total: {total_flops:.3g} training FLOPs = {total_hours:,.1f} GPU-hours ({total_hours / 24:,.2f} GPU-days) "
-        f"on one {p.gpu} at {p.mfu:.0%} MFU; ledger status from {stage.sweep_dir}",
+        f"on one {p.gpu} at {p.mfu:.0%} MFU{others}; ledger status from {stage.sweep_dir}",
         highlight=False,
     )
     console.print(makespan_line(slots, table_rows), highlight=False)

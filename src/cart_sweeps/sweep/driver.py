@@ -6,8 +6,9 @@ run's result lands in the ledger the moment its job ends, and one run failing ne
 
 from __future__ import annotations
 
+import os
 import signal
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -34,7 +35,7 @@ from cart_sweeps.sweep.ledger import Ledger, check_storage, ledger_path, status_
 from cart_sweeps.sweep.pool import Pool, Task
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
-from cart_sweeps.sweep.runset import StageRecord
+from cart_sweeps.sweep.runset import OWNER, StageRecord, recorded_folder
 from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
 
@@ -60,16 +61,63 @@ def _attrs(run: Run) -> dict[str, Any]:
     return attrs | {"actual": run.actual}  # params are the paper's numbers; `actual`: those this scale changed
 
 
-def held_result(run: Run, trials: Sequence[FrozenTrial] = ()) -> RunSummary | None:
-    """The result the run's folder still holds (the ledger alone is not the result): in the folder it is
-    given now, or the one its newest trial names (a run labelled before its stage's labels showed every key
-    the stage varies keeps its folder); None when neither holds it."""
-    named = [run.run_dir.parent / Path(t.user_attrs["run_dir"]).name for t in trials[-1:] if "run_dir" in t.user_attrs]
-    for folder in dict.fromkeys([run.run_dir, *named]):
-        summary = read_summary(folder)
-        if summary is not None and summary.run_id == run.run_id and summary.is_result:
-            return summary
-    return None
+@dataclass(frozen=True)
+class Held:
+    """A run's result and the folder holding it. `owner` names the other stage whose folder that is (a run is
+    trained once, by whichever stage needs it first: its id leaves out the stage); `scanned`: found by
+    `Results`' scan of the other stages, so the ledger does not name that folder yet."""
+
+    summary: RunSummary
+    folder: Path
+    owner: str | None = None
+    scanned: bool = False
+
+
+def _held(run: Run, folder: Path, scanned: bool = False) -> Held | None:
+    summary = read_summary(folder)
+    if summary is None or summary.run_id != run.run_id or not summary.is_result:
+        return None
+    owner = folder.parent.name if folder.parent != run.run_dir.parent else None
+    return Held(summary, folder, owner, scanned)
+
+
+class Results:
+    """Where runs' results are: a run's own folder, the one its newest trial names, else (no trial, or its
+    result's folder is gone) another stage's folder holding the same run id. The other stages are read with
+    one directory scan, at the first run that needs it: a relaunch of a finished stage reads none of them."""
+
+    def __init__(self) -> None:
+        self._by_id8: dict[Path, dict[str, list[Path]]] = {}  # per runs root: id[:8] -> run folders
+
+    def held(self, run: Run, trials: Sequence[FrozenTrial] = ()) -> Held | None:
+        """The run's result, where it is (the ledger alone is not the result); None when no folder holds it.
+        A run labelled before its stage's labels showed every key the stage varies keeps its folder."""
+        stage_dir = run.run_dir.parent
+        named = [recorded_folder(stage_dir.parent, stage_dir.name, t.user_attrs) for t in trials[-1:]]
+        for folder in dict.fromkeys([run.run_dir, *named]):
+            if held := _held(run, folder):
+                return held
+        if trials and not status_of(trials[-1]).is_result:  # running or to retry: its own to train
+            return None
+        return next((h for f in self._elsewhere(run) if (h := _held(run, f, scanned=True))), None)
+
+    def _elsewhere(self, run: Run) -> list[Path]:
+        """Other stages' folders named for the run's id (`<root>/<stage>/<label>-<id8>`), in path order."""
+        stage_dir = run.run_dir.parent
+        root = stage_dir.parent
+        if root not in self._by_id8:
+            found: dict[str, list[Path]] = defaultdict(list)
+            for folder in (f for stage in _folders_in(root) for f in _folders_in(stage)):
+                found[folder.name.rsplit("-", 1)[-1]].append(folder)
+            self._by_id8[root] = found
+        return [f for f in self._by_id8[root].get(run.run_id[:8], []) if f.parent != stage_dir]
+
+
+def _folders_in(path: Path) -> list[Path]:
+    try:
+        return sorted(Path(e.path) for e in os.scandir(path) if e.is_dir())
+    except OSError:
+        return []
 
 
 class Standing(StrEnum):
@@ -78,21 +126,24 @@ class Standing(StrEnum):
 
     NEW = "new"  # no trial and no result
     RECOVERED = "recovered"  # no trial, but its folder holds a result: the ledger lacks it
+    REFERENCED = "referenced"  # no result of its own, but another stage's folder holds it: recorded, not trained
     CUT_OFF = "cut off"  # its newest trial is running: its driver died (or runs now)
     DONE = "done"  # its newest trial is a result, and its folder still holds it
     LOST = "lost"  # the ledger says done, but the run folder that held the result is gone
     RETRY = "retry"  # failed, interrupted, cancelled, rejected before: a launch tries again
 
 
-def standing(run: Run, trials: Sequence[FrozenTrial], result: RunSummary | None) -> Standing:
-    """Where `run` stands, from its trials and `result`, what its folder holds (`held_result`)."""
+def standing(run: Run, trials: Sequence[FrozenTrial], held: Held | None) -> Standing:
+    """Where `run` stands, from its trials and `held`, where its result is (`Results.held`)."""
     last = trials[-1] if trials else None
+    if held is not None and held.scanned:
+        return Standing.REFERENCED
     if last is None:
-        return Standing.RECOVERED if result is not None else Standing.NEW
+        return Standing.RECOVERED if held is not None else Standing.NEW
     if last.state == TrialState.RUNNING:
         return Standing.CUT_OFF
     if status_of(last).is_result:
-        return Standing.DONE if result is not None else Standing.LOST
+        return Standing.DONE if held is not None else Standing.LOST
     return Standing.RETRY
 
 
@@ -111,21 +162,25 @@ class StageDriver:
         self.failed_finally = 0
         self.lost: list[Run] = []
         self.recovered = 0
+        self.referenced: list[tuple[Run, Held]] = []
+        self.results = Results()
         self.progress: Progress | None = None
         earlier = adaptive.earlier(stage, self.history)  # runs a seed rule added: resumed or skipped like the grid's
         self.why = {a.run.run_id: a.why for a in earlier}
         self.known = [*stage.known_runs(self.history), *(a.run for a in earlier)]
         plan = stage.base.plan  # longest first, in the order `python -m cart_sweeps.plan` lists
-        held = {run.run_id: held_result(run, self.history.get(run.run_id, [])) for run in self.known}  # read once
+        held = {run.run_id: self.results.held(run, self.history.get(run.run_id, [])) for run in self.known}  # once
         throughput = Throughput.of(
-            ((run, held[run.run_id]) for run in self.known), assumed_flops_per_s(plan.gpu, plan.mfu)
+            ((run, h.summary if (h := held[run.run_id]) else None) for run in self.known),
+            assumed_flops_per_s(plan.gpu, plan.mfu),
         )
         for run in launch_order(self.known, run_costs(self.known, throughput)):
             self._classify(run, self.history.get(run.run_id, []), held[run.run_id])
 
-    def _classify(self, run: Run, trials: list[FrozenTrial], result: RunSummary | None) -> None:
-        """Queue, attach or skip the run by where it stands; `result`: what its folder holds."""
-        where = standing(run, trials, result)
+    def _classify(self, run: Run, trials: list[FrozenTrial], held: Held | None) -> None:
+        """Queue, attach or skip the run by where it stands; `held`: where its result is."""
+        where = standing(run, trials, held)
+        result = held.summary if held else None
         if where == Standing.CUT_OFF:
             last = trials[-1]
             trial = self.ledger.resume(last)
@@ -143,11 +198,15 @@ class StageDriver:
         elif where == Standing.LOST:
             self.lost.append(run)
             self.queue.append(Attempt(run))
-        elif where == Standing.RECOVERED:
-            assert result is not None
-            trial = self.ledger.start(run.params, self.stage.dists(run.params), _attrs(run))
-            self.ledger.finish(trial, result, self.sweep.metric)
-            self.recovered += 1
+        elif where in (Standing.RECOVERED, Standing.REFERENCED):
+            assert held is not None
+            attrs = _attrs(run) | ({"run_dir": str(held.folder), OWNER: held.owner} if held.owner else {})
+            trial = self.ledger.start(run.params, self.stage.dists(run.params), attrs)
+            self.ledger.finish(trial, held.summary, self.sweep.metric)
+            if where == Standing.REFERENCED:
+                self.referenced.append((run, held))
+            else:
+                self.recovered += 1
             self.skipped += 1
         else:  # new, or tried before without a result: this launch tries again
             self.queue.append(Attempt(run))
@@ -197,7 +256,7 @@ class StageDriver:
             self.why[a.run.run_id] = a.why
             self.ledger.add_to_launch(a.run.run_id)
             trials = self.history.get(a.run.run_id, [])
-            self._classify(a.run, trials, held_result(a.run, trials))
+            self._classify(a.run, trials, self.results.held(a.run, trials))
         if self.progress is not None:
             self.progress.to_run += len(added)
 
@@ -256,6 +315,14 @@ class StageDriver:
         if self.recovered:
             print(
                 f"stage {s.name}: {count(self.recovered, 'result')} recorded in the ledger from their run folders",
+                flush=True,
+            )
+        if self.referenced:
+            run, held = self.referenced[0]
+            more = f" and {len(self.referenced) - 1} more" if len(self.referenced) > 1 else ""
+            print(
+                f"stage {s.name}: {count(len(self.referenced), 'run')} done in another stage, referenced, not trained "
+                f"again: {run.label} ({held.folder}){more}",
                 flush=True,
             )
         if self.lost:

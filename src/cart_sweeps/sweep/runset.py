@@ -10,8 +10,10 @@ seed, at the run's own numbers):
 - a relaunch that changed a recipe key (another trainer.lr, say) supersedes exactly the cells it re-ran:
   their older runs are listed as superseded, with the keys that changed;
 - a run is found by its id in the folder its ledger names, under the current runs root (a tree copied
-  elsewhere reads the same; a folder moved and symlinked back is followed); any other folder holding a
-  summary is a copy or a run started by hand: listed, never counted.
+  elsewhere reads the same; a folder moved and symlinked back is followed): its stage's, or the folder of
+  the stage that trained it (a run is trained once, by whichever stage needs it first; the others'
+  ledgers name its `owner`); any other folder holding a summary is a copy or a run started by hand:
+  listed, never counted.
 
 Without a readable ledger every completed run folder counts once (a copy of a run's canonical folder,
 `<label>-<id8>`, aside), and the basis says so.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -35,6 +38,7 @@ from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.ledger import LEDGER_FILES, Ledger, LedgerDamaged, merged_attempts, merged_launches, shared
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
+OWNER = "owner"  # a trial's attr: the stage whose folder holds the run, when another stage trained it
 
 
 @dataclass(frozen=True)
@@ -175,10 +179,16 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
 _BY_HAND = "started by hand: in no launch"
 
 
+def recorded_folder(root: Path, stage: str, attrs: Mapping[str, Any]) -> Path:
+    """The folder a trial's attrs name for its run, under the runs root read now: in its stage's folder, or
+    in its `owner`'s."""
+    return root / str(attrs.get(OWNER, stage)) / Path(str(attrs.get("run_dir", attrs.get("run_id")))).name
+
+
 def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], newest: dict[str, int]) -> StageRun:
     last = trials[-1]
     attrs = last.user_attrs
-    folder = root / stage / Path(attrs.get("run_dir", run_id)).name
+    folder = recorded_folder(root, stage, attrs)
     summary = read_summary(folder)
     holds = summary is not None and summary.run_id == run_id
     recorded = str(attrs.get("status", RunStatus.RUNNING if last.state.name == "RUNNING" else RunStatus.FAILED))
