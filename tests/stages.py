@@ -6,10 +6,12 @@ breaks a real process at an exact point (see tests/faults/sitecustomize.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -93,3 +95,30 @@ def run_quick_demo(root: Path) -> str:
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-5000:]
     return done.stdout
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """`folder` as a tmpfs of `size` (3m, 80m) for the block: a disk a test can fill (root only; skipped elsewhere)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    ).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[Path]:
+    """`folder` read-only for the block, for root too (a bind mount remounted ro; root passes permission checks,
+    so chmod would not do; skipped where mounting is not allowed)."""
+    if subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True).returncode:
+        pytest.skip("a read-only bind mount needs root")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

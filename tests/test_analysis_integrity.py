@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from stages import wait_for, with_fault
+from stages import read_only, small_disk, wait_for, with_fault
 from test_analysis import write_run
 
 from analysis.__main__ import main
@@ -199,11 +199,7 @@ def test_stale_files_go_and_the_users_stay(tmp_path, capsys):
 
 
 def test_a_full_disk_leaves_the_previous_analysis(tmp_path, capsys):
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
+    with small_disk(tmp_path / "small", "2m") as small:
         out = small / "out"
         assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_best"]) == 0
         before = contents(out)
@@ -215,8 +211,6 @@ def test_a_full_disk_leaves_the_previous_analysis(tmp_path, capsys):
             assert "No space left on device" in one_line(capsys)
             assert contents(out) == before
         assert sorted(p.name for p in small.iterdir()) == ["filler0", "filler220000", "out"]
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def test_a_read_only_out_leaves_the_previous_analysis(tmp_path, capsys):
@@ -224,16 +218,11 @@ def test_a_read_only_out_leaves_the_previous_analysis(tmp_path, capsys):
     out = mounted / "out"
     assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_best"]) == 0
     before = contents(out)
-    if subprocess.run(["mount", "--bind", str(mounted), str(mounted)], capture_output=True).returncode:
-        pytest.skip("a read-only bind mount needs root")
-    try:
-        subprocess.run(["mount", "-o", "remount,ro,bind", str(mounted)], check=True)
+    with read_only(mounted):
         capsys.readouterr()
         assert main(["--from-csv", str(PAPER), "--out", str(out)]) == 2
         assert one_line(capsys) == f"analysis: cannot write the analysis to {out}: {mounted} is read-only or not yours"
         assert contents(out) == before
-    finally:
-        subprocess.run(["umount", "-l", str(mounted)], check=False)
 
 
 def test_an_analysis_killed_at_any_point_leaves_a_whole_one(tmp_path):

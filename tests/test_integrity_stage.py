@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
-from stages import env, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
+from stages import env, read_only, small_disk, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
 
 from cart_sweeps.sweep.expand import Stage
 
@@ -174,18 +174,12 @@ def test_a_task_killed_from_outside_says_why_and_is_not_retried(tmp_path, data_c
 
 def test_a_full_disk_is_named_and_not_retried(tmp_path, data_cache):
     """Item 9: a run that fills its disk fails every retry the same way; the reason must say so."""
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
+    with small_disk(tmp_path / "small", "3m") as small:
         one_run = ["stage=1", "scale=tiny", "model.d_model=1024", "model.n_loops=4", "model.n_prelude=2"]
         proc = sweep(small, *one_run, "trainer.steps=20", "sweep.max_retries=2")  # an 8 MB checkpoint, 3 MB free
         assert proc.returncode == 1, proc.stderr[-3000:]
         (trial,) = trials(small)
         assert trial.user_attrs["status"] == "rejected" and "disk full at" in trial.user_attrs["error"]
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def test_a_source_still_training_is_not_evaluated(tmp_path, data_cache):
@@ -226,11 +220,8 @@ def test_an_unknown_status_in_the_ledger_is_one_line(finished):
 
 def test_a_full_disk_under_the_ledger_is_one_line(tmp_path, data_cache):
     """Item 6: a full disk under the ledger was a 105-line traceback ending in 'invalid data in the commit'."""
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=80m", "tmpfs", str(small)], capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:  # room for a run (a run's pool calls less than 64 MiB free a full disk), then none
+    # room for a run (a run's pool calls less than 64 MiB free a full disk), then none
+    with small_disk(tmp_path / "small", "80m") as small:
         first = sweep(small, *GRID[:2], "model.d_model=256", "model.n_loops=2", "model.n_prelude=2", "trainer.steps=5")
         assert first.returncode == 0, first.stderr[-3000:]
         subprocess.run(["dd", "if=/dev/zero", f"of={small / 'filler'}", "bs=64k"], capture_output=True)
@@ -240,8 +231,6 @@ def test_a_full_disk_under_the_ledger_is_one_line(tmp_path, data_cache):
         assert f"ledger {small / '1' / 'ledger.db'} cannot be written (disk full at {small / '1'})" in proc.stderr
         (small / "filler").unlink()
         assert len(trials(small)) == 1  # what was recorded is kept
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def test_a_killed_controller_stops_its_worker(tmp_path, data_cache):
@@ -273,15 +262,9 @@ def test_a_read_only_run_folder_is_named_and_not_retried(tmp_path, data_cache, m
     one_run = [*GRID[:2], "model.d_model=256", "model.n_loops=2", "model.n_prelude=2", "trainer.steps=5"]
     (run,) = Stage(one_run).runs
     run.run_dir.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "--bind", str(run.run_dir), str(run.run_dir)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip("a read-only bind mount needs root")
-    try:
-        subprocess.run(["mount", "-o", "remount,ro,bind", str(run.run_dir)], check=True)
+    with read_only(run.run_dir):
         proc = sweep(tmp_path, *one_run, "sweep.max_retries=2")
         assert proc.returncode == 1, proc.stderr[-3000:]
         (trial,) = trials(tmp_path)
         assert trial.user_attrs["status"] == "rejected", trial.user_attrs
         assert f"{run.run_dir} is not writable (read-only)" in trial.user_attrs["error"]
-    finally:
-        subprocess.run(["umount", "-l", str(run.run_dir)], check=False)
