@@ -225,6 +225,7 @@ def test_a_read_only_out_leaves_the_previous_analysis(tmp_path, capsys):
         assert contents(out) == before
 
 
+@pytest.mark.slow  # kill -9 of real analyses (~11 s): the full tier
 def test_an_analysis_killed_at_any_point_leaves_a_whole_one(tmp_path):
     """Killed (kill -9) while building, OUT holds the old analysis; killed after the swap, the new one; the next
     run settles what was left beside OUT and gives back the user's file."""

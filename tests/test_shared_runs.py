@@ -17,6 +17,8 @@ from cart_sweeps import plan
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.runset import stage_runs
 
+pytestmark = pytest.mark.slow  # real stages launched and relaunched (~40 s): the full tier (make test-full)
+
 STEPS = ["scale=tiny", "trainer.steps=2"]  # the same recipe in both stages: the same run ids
 STAGE2 = ["stage=2", *STEPS, "model.d_model=1024", "model.n_loops=6", "seed=42"]
 PARITY = ["stage=parity", *STEPS, "seed=42"]
