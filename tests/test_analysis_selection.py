@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from stages import with_fault
+
+from cart_sweeps.sweep.ledger import merged_launches
+from cart_sweeps.sweep.runset import StageRecord, stage_ledgers, stage_runs
 
 pytestmark = pytest.mark.slow  # several launches of real stages: the full tier (make test-full)
 
@@ -22,8 +26,8 @@ SLOTS = ["launcher.slots=2", "launcher.poll_s=0.2"]
 RELAUNCH = "trainer.lr=1e-3"
 
 
-def cart_sweeps(runs: Path, *args: str) -> None:
-    env = {**os.environ, "CART_SWEEPS_RUNS": str(runs)}
+def cart_sweeps(runs: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    env = env or {**os.environ, "CART_SWEEPS_RUNS": str(runs)}
     done = subprocess.run([sys.executable, "-m", "cart_sweeps", *args], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -115,3 +119,26 @@ def test_a_damaged_ledger_falls_back_to_every_run_and_says_so(runs, tmp_path):
 
 def _lr(summary: Path) -> float:
     return json.loads(summary.read_text())["trainer"]["lr"]
+
+
+def test_a_relaunch_recorded_by_a_host_whose_clock_is_behind_is_still_the_newest(tmp_path, data_cache):
+    """Launches were ordered by their hosts' clocks: a relaunch with trainer.lr=1e-3 from a host an hour behind
+    (an NTP step, a restored VM, another login node on a shared file system) read as the older one, so `plan`, the
+    run set and the analysis tabled the 3e-3 runs and listed the new ones as superseded, 0.001 -> 0.003."""
+    runs = tmp_path / "runs"
+    cart_sweeps(runs, "-m", *GRID, *SLOTS, "trainer.lr=3e-3")
+    cart_sweeps(runs, "-m", *GRID, *SLOTS, RELAUNCH, env=with_fault(runs, "clock:behind:3600", tmp_path / "mark"))
+    first, second = merged_launches(stage_ledgers(runs / "1", "1", StageRecord.read(runs / "1"))[0])
+    assert second["at"] < first["at"]  # recorded an hour "before" the launch it followed
+
+    command = [sys.executable, "-m", "cart_sweeps.plan", *GRID, RELAUNCH]
+    listed = subprocess.run(command, env={**os.environ, "CART_SWEEPS_RUNS": str(runs)}, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert "its tables use 2 runs" in listed.stdout and "2 superseded (trainer.lr 0.003 -> 0.001)" in listed.stdout
+    chosen = stage_runs(runs, "1")
+    assert {run.summary.details["trainer"]["lr"] for run in chosen.used if run.summary} == {1e-3}
+    assert [o.differs for o in chosen.left_out] == [["trainer.lr 0.003 -> 0.001"]] * 2
+    done = analysis(runs, tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert lrs(tmp_path / "out") == {1e-3}
+    assert "superseded by a newer configuration; trainer.lr 0.003 -> 0.001" in done.stdout

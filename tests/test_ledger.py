@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.ledger import Ledger
+from cart_sweeps.sweep.ledger import Ledger, merged_attempts, merged_launches
 from cart_sweeps.sweep.trials import all_trials, database_of
 
 
@@ -173,3 +174,52 @@ def test_relaunches_that_change_nothing_add_no_run_ids_to_the_ledger(tmp_path, s
     assert [launch["args"] for launch in launches[-3:]] == [["stage=1"], ["stage=1", "seed=0"], ["stage=1"]]
     stored = len(json.dumps(read.study.user_attrs["launches"]))
     assert stored < 3 * len(json.dumps(grid)) + 100 * 200  # three run sets written out, and 100 launches' times
+
+
+def record_launches(sweep_dir: str, metric: str, n: int, barrier, numbers) -> None:
+    ledger = Ledger.open(Path(sweep_dir), "1", "sqlite", objective={"metric": metric})
+    barrier.wait()
+    numbers.extend([ledger.record_launch([f"run-{metric}"], [metric]) for _ in range(n)])
+
+
+@pytest.mark.slow  # a race between two processes: the full tier
+def test_drivers_recording_launches_at_once_never_take_one_number(tmp_path):
+    """Launches are numbered, one sequence per stage across its studies in one storage; taken outside the
+    launch's own transaction, two drivers took the same number (about one launch in twenty here)."""
+    for metric in ("a", "b"):  # the stage's two studies, "1" and "1~<digest>", in one file
+        Ledger.open(tmp_path, "1", "sqlite", objective={"metric": metric})
+    spawn = multiprocessing.get_context("spawn")
+    barrier, numbers = spawn.Barrier(2), spawn.Manager().list()
+    procs = [spawn.Process(target=record_launches, args=(str(tmp_path), m, 20, barrier, numbers)) for m in "ab"]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    assert sorted(numbers) == list(range(1, 41))
+    launches = merged_launches(Ledger.read_all(tmp_path, "1", "sqlite"))
+    assert [launch["number"] for launch in launches] == list(range(1, 41))
+
+
+def test_launches_and_trials_are_ordered_by_launch_number_not_by_time(tmp_path):
+    """A launch recorded by a host whose clock is behind is still the newer; an old ledger's launches (no numbers)
+    read first, each study's in the order it recorded them."""
+    first = Ledger.open(tmp_path, "1", "sqlite", objective={"metric": "a"})
+    first.study.set_user_attr(  # as an earlier version wrote them, a clock stepped back between the two
+        "launches", [{"at": f"2026-01-0{day}", "args": [f"day {day}"], "run_ids": ["r"]} for day in (3, 1)]
+    )
+    other = Ledger.open(tmp_path, "1", "sqlite", objective={"metric": "b"})
+    grid = {"seed": IntDistribution(0, 10)}
+    assert other.record_launch(["r"], ["second study"]) == 1
+    earlier = other.start({"seed": 1}, grid, {"run_id": "r"})
+    assert first.record_launch(["r"], ["first study again"]) == 2
+    later = first.start({"seed": 1}, grid, {"run_id": "r"})
+    with sqlite3.connect(tmp_path / "ledger.db") as db:  # the later trial started an hour "before" the earlier
+        db.execute("UPDATE trials SET datetime_start = datetime(datetime_start, '-1 hour') WHERE trial_id = ?", (2,))
+    ledgers = Ledger.read_all(tmp_path, "1", "sqlite")
+    launches = merged_launches(ledgers)
+    assert [launch["args"] for launch in launches] == [["day 3"], ["day 1"], ["second study"], ["first study again"]]
+    assert [launch.get("number") for launch in launches] == [None, None, 1, 2]
+    (trials,) = merged_attempts(ledgers).values()
+    assert [t._trial_id for t in trials] == [earlier._trial_id, later._trial_id]
+    assert trials[0].datetime_start > trials[1].datetime_start and trials[1].user_attrs["launch"] == 2

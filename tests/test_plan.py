@@ -180,7 +180,7 @@ def test_a_stage_and_its_drivers_history_are_built_without_the_collector_walking
     try:
         again = Stage(["stage=1", "scale=tiny"])
         after_stage = gc.get_count()[0]
-        driver = StageDriver(again, ledger, pool)
+        driver = StageDriver(again, ledger, pool, [])
         after_driver = gc.get_count()[0]
     finally:
         gc.callbacks.remove(count)

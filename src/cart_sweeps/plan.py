@@ -291,7 +291,8 @@ def runset_line(stage: Stage) -> str | None:
     if not runs.used and not runs.pending and not runs.left_out:
         return None
     left = Counter(o.kind for o in runs.left_out)
-    parts = [f"{n} {reason}" for reason, n in left.items()]
+    changed = ", ".join(sorted({d for o in runs.left_out for d in o.differs}))  # what superseded runs differ in
+    parts = [f"{n} {kind}" + (f" ({changed})" if kind == "superseded" and changed else "") for kind, n in left.items()]
     parts += [f"{len(runs.pending)} without a result yet"] if runs.pending else []
     parts += [f"{len(runs.missing)} missing their folder"] if runs.missing else []
     return f"its tables use {len(runs.used)} runs ({runs.basis})" + (f"; left out: {', '.join(parts)}" if parts else "")

@@ -13,10 +13,12 @@ points   queue   the driver: a run's trial is started in the ledger, its job not
          save    a run, with its n-th checkpoint written to the temp file, not yet renamed into place
          build   `python -m analysis`, its tables and findings.json written beside OUT, report.md not yet
          swap    `python -m analysis`, the new folder swapped in for OUT, the old one beside it not yet settled
+         clock   every process of the stage, from its start: a host whose clock is behind (datetime's now)
 actions  pause   write this process's pid to $CART_FAULT_MARK, then sleep until killed
          raise   raise RuntimeError("injected fault ...") (step only)
          lost-sigint   SIGINT delivered inside a weakref callback, where Python prints "Exception ignored"
                  and drops the KeyboardInterrupt (as it did inside torch.compile), then carry on
+         behind  read the clock n seconds behind the true time (clock only)
 where    only in runs whose folder path contains this text (step, save)
 """
 
@@ -29,6 +31,7 @@ import signal
 import sys
 import time
 import weakref
+from datetime import datetime, timedelta
 from pathlib import Path
 
 SPEC = os.environ.get("CART_FAULT", "")
@@ -116,6 +119,15 @@ def _patch_torch(module) -> None:
     wrap(module, "save", after=saved)
 
 
+class Behind(datetime):
+    """datetime, whose now() reads N seconds behind (CART_FAULT=clock:behind:N); a class of this module, so its
+    values pickle to and from the stage's other processes, which all import it."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return super().now(tz) - timedelta(seconds=N)
+
+
 def _patch_ledger(module) -> None:
     wrap(module.Ledger, "start", after=lambda *a, **k: hit("trial started, job not submitted"))
 
@@ -134,6 +146,8 @@ def _patch_submitit(module) -> None:
 
 if POINT == "task" and "submitit.core._submit" in sys.orig_argv:
     hit("task starting")
+elif POINT == "clock":  # before any other module takes the name datetime from its module
+    sys.modules["datetime"].datetime = Behind
 elif POINT == "queue":
     sys.meta_path.insert(0, After("cart_sweeps.sweep.ledger", _patch_ledger))
 elif POINT == "submit":

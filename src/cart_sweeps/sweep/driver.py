@@ -31,11 +31,11 @@ from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
-from cart_sweeps.sweep.ledger import Ledger, check_storage, ledger_path, status_of, writing
+from cart_sweeps.sweep.ledger import Ledger, check_storage, last_number, ledger_path, status_of, writing
 from cart_sweeps.sweep.pool import Pool, Task
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
-from cart_sweeps.sweep.runset import OWNER, StageRecord, recorded_folder
+from cart_sweeps.sweep.runset import OWNER, StageRecord, recorded_folder, stage_ledgers
 from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
 
@@ -151,7 +151,11 @@ class StageDriver:
     """One launch of a stage: its ledger, its pool, and the queue of attempts between them."""
 
     @long_lived()  # its history and the runs' results last the launch
-    def __init__(self, stage: Stage, ledger: Ledger, pool: Pool[Attempt]) -> None:
+    def __init__(
+        self, stage: Stage, ledger: Ledger, pool: Pool[Attempt], arguments: Sequence[str], after: int = 0
+    ) -> None:
+        """Read the ledger, record this launch (numbered after `after`: Ledger.record_launch), then sort each run
+        by where it stands; a run's trials all carry the launch's number."""
         self.stage, self.ledger, self.pool = stage, ledger, pool
         self.sweep = stage.base.sweep
         self.queue: deque[Attempt] = deque()
@@ -168,6 +172,7 @@ class StageDriver:
         earlier = adaptive.earlier(stage, self.history)  # runs a seed rule added: resumed or skipped like the grid's
         self.why = {a.run.run_id: a.why for a in earlier}
         self.known = [*stage.known_runs(self.history), *(a.run for a in earlier)]
+        ledger.record_launch([run.run_id for run in self.known], list(arguments), after)
         plan = stage.base.plan  # longest first, in the order `python -m cart_sweeps.plan` lists
         held = {run.run_id: self.results.held(run, self.history.get(run.run_id, [])) for run in self.known}  # once
         throughput = Throughput.of(
@@ -387,6 +392,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 )
             ledger.name_objective(sweep.metric)
             storage = check_storage(sweep.storage)  # a shared SQLite file, absolute: readers start elsewhere
+            recorded = StageRecord.read(stage.sweep_dir)  # the previous launch's: the storage it named
             StageRecord(
                 stage.name,
                 stage.spec.role,
@@ -397,9 +403,8 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 looks=adaptive.recorded_looks(stage),
             ).write(stage.sweep_dir)
             pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
-            driver = StageDriver(stage, ledger, pool)
-            ledger.record_launch([run.run_id for run in driver.known], list(arguments))
-            return driver.launch()
+            after = last_number(stage_ledgers(stage.sweep_dir, stage.name, recorded)[0])  # its other files' too
+            return StageDriver(stage, ledger, pool, arguments, after).launch()
     finally:
         interrupt.restore(previous)
         lock.release()

@@ -10,6 +10,10 @@ A study's value means one thing: the metric and recipe it was created with (its 
 launch ranking by another metric, or with another recipe, opens a study of its own beside the first in
 the same storage (`<stage>~<digest>`), so no study mixes two meanings; readers see the stage's studies
 together (`Ledger.read_all`, `merged_attempts`, `merged_launches`).
+
+Nothing is ordered by a clock: hosts' clocks disagree (an NTP step, a restored VM, two login nodes on one shared
+file system), and a relaunch recorded an hour "earlier" would read as the older. Each launch takes a number, one
+more than any of its stage's, and its trials carry it; times are recorded for people to read.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -48,7 +53,9 @@ from cart_sweeps.sweep.trials import all_trials, database_of
 # SQLite file gives StorageInternalError; a torn journal JSONDecodeError, a garbage one AssertionError).
 DAMAGED = (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError, ValueError, AssertionError)
 LAUNCHES = "launches"  # study user attr: what each launch asked for (see Ledger.record_launch)
+NUMBER = "number"  # a launch's number in its stage (Ledger.record_launch): what orders launches
 AS_BEFORE = "run_ids_as_before"  # a stored launch that stands for the runs of the launch before it (_write_launches)
+LAUNCH = "launch"  # trial user attr: the number of the launch that started the trial (Ledger.record_launch)
 OBJECTIVE = "objective"  # study user attr: {"metric": ..., "recipe": ...}, what the study's values mean
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
 
@@ -205,7 +212,11 @@ def _named_metric(storage: BaseStorage, stage: str) -> str | None:
 
 def stage_studies(storage: BaseStorage, stage: str) -> list[str]:
     """The names of the stage's studies in `storage`, oldest first (the first is named after the stage)."""
-    return [n for n in optuna.get_all_study_names(storage) if n == stage or n.startswith(f"{stage}~")]
+    return [n for n in optuna.get_all_study_names(storage) if _of_stage(n, stage)]
+
+
+def _of_stage(study_name: str, stage: str) -> bool:
+    return study_name == stage or study_name.startswith(f"{stage}~")
 
 
 _unknown_said: set[tuple[int, str]] = set()  # (trial number, status) already named: one line each
@@ -224,10 +235,11 @@ def status_of(trial: FrozenTrial) -> RunStatus:
 
 
 class Ledger:
-    """One stage's study; trials are grouped by the run id they attempt."""
+    """One study of a stage; trials are grouped by the run id they attempt."""
 
-    def __init__(self, study: optuna.Study) -> None:
-        self.study = study
+    def __init__(self, study: optuna.Study, stage: str) -> None:
+        self.study, self.stage = study, stage
+        self.number: int | None = None  # this launch's, once recorded: the trials it starts carry it
 
     @classmethod
     def open(
@@ -262,7 +274,7 @@ class Ledger:
             set_aside = path.rename(path.with_name(f"{path.name}.damaged-{stamp}"))
             print(f"ledger {path} does not open ({first_line(err)}); set aside as {set_aside.name}, starting afresh")
             study = _create(path, stage, storage, sampler, pruner, objective)
-        return cls(study)
+        return cls(study, stage)
 
     @classmethod
     def read(cls, sweep_dir: Path, stage: str, storage: str) -> Ledger | None:
@@ -284,7 +296,7 @@ class Ledger:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
             opened = _storage(path, storage)
-            return [cls(optuna.load_study(study_name=n, storage=opened)) for n in stage_studies(opened, stage)]
+            return [cls(optuna.load_study(study_name=n, storage=opened), stage) for n in stage_studies(opened, stage)]
         except DAMAGED as err:
             raise LedgerDamaged(
                 f"ledger {path} does not open ({first_line(err)}); the next launch of stage {stage} sets it "
@@ -305,45 +317,61 @@ class Ledger:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names([metric])
 
-    def record_launch(self, run_ids: list[str], args: list[str]) -> None:
-        """Remember the runs this launch of the stage stands for (its whole grid, done ones included).
+    def record_launch(self, run_ids: list[str], args: list[str], after: int = 0) -> int:
+        """Remember the runs this launch of the stage stands for (its whole grid, done ones included); returns
+        the launch's number, which the trials it starts carry.
 
-        The analysis tables a stage from its newest launch, so runs of an earlier launch with other
-        settings (another trainer.lr, say) are never averaged in with it.
+        The analysis tables each cell from its newest launch, so runs of an earlier launch with other settings
+        (another trainer.lr, say) are never averaged in with it. The number is one more than any launch of the
+        stage's studies here and than `after` (the highest its other ledger files hold), taken with the record in
+        one transaction: two drivers sharing a storage never take one number. `at` is for people to read.
         """
-        launches = self.launches()
-        at = datetime.now(UTC).isoformat(timespec="seconds")
-        launches.append({"at": at, "args": list(args), "run_ids": list(run_ids)})
-        self._write_launches(launches)
+        launch = {"at": datetime.now(UTC).isoformat(timespec="seconds"), "args": list(args), "run_ids": list(run_ids)}
+        if (storage := database_of(self.study)) is None:  # a journal file: the stage's own, which its driver locks
+            stored = {s.study_name: s.user_attrs.get(LAUNCHES, []) for s in self.study._storage.get_all_studies()}
+            number, launches = self._append(launch, after, stored)
+            self.study.set_user_attr(LAUNCHES, launches)
+        else:
+            number = self._record_in(storage, launch, after)
+        self.number = number
+        return number
+
+    def _record_in(self, storage: RDBStorage, launch: dict[str, Any], after: int) -> int:
+        """`record_launch` in a database: its number taken and the launch stored in one transaction."""
+        attr = models.StudyUserAttributeModel
+        with _create_scoped_session(storage.scoped_session) as session:
+            # a write first: SQLite takes its write lock here, a database server locks the stage's first study's
+            # row, so another driver's launch waits for this one's commit before it reads the numbers taken
+            study = models.StudyModel
+            session.query(study).filter(study.study_name == self.stage).update({study.study_name: self.stage})
+            named = session.query(study.study_name, attr).join(attr, attr.study_id == study.study_id)
+            rows = dict(named.filter(attr.key == LAUNCHES).all())
+            number, launches = self._append(launch, after, {n: json.loads(r.value_json) for n, r in rows.items()})
+            if (mine := rows.get(self.study.study_name)) is not None:
+                mine.value_json = json.dumps(launches)
+            else:
+                session.add(attr(study_id=self.study._study_id, key=LAUNCHES, value_json=json.dumps(launches)))
+        return number
+
+    def _append(
+        self, launch: dict[str, Any], after: int, stored: dict[str, list[dict[str, Any]]]
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """`launch`'s number, one more than any other of the stage's, and this study's launches to store with it;
+        `stored`: each study's launches in the storage, as stored."""
+        taken = [n for name, launches in stored.items() if _of_stage(name, self.stage) for n in _numbers(launches)]
+        number = max([after, *taken]) + 1
+        return number, _compact([*_expanded(stored.get(self.study.study_name, [])), {NUMBER: number, **launch}])
 
     def add_to_launch(self, run_id: str) -> None:
         """A search sampled a new run during the newest launch."""
         launches = self.launches()
         launches[-1]["run_ids"].append(run_id)
-        self._write_launches(launches)
+        self.study.set_user_attr(LAUNCHES, _compact(launches))
 
     def launches(self) -> list[dict[str, Any]]:
-        """Every launch of this stage, oldest first: {"at": ISO time, "args": [...], "run_ids": [...]}."""
-        out: list[dict[str, Any]] = []
-        for stored in self.study.user_attrs.get(LAUNCHES, []):
-            launch = {k: v for k, v in stored.items() if k != AS_BEFORE}
-            launch["run_ids"] = list(out[-1]["run_ids"] if stored.get(AS_BEFORE) else stored["run_ids"])
-            out.append(launch)
-        return out
-
-    def _write_launches(self, launches: list[dict[str, Any]]) -> None:
-        """Store `launches`, a launch that stands for the same runs as the one before it without its run ids.
-
-        The study's attributes are read whole (by Optuna) and rewritten whole at each launch: with each launch's
-        run ids written out, a stage of 1,024 runs grew them by 16 KB a relaunch (3 MB after 181 relaunches,
-        0.27 s of each), which a relaunch that changes nothing now leaves at ~150 bytes.
-        """
-        stored: list[dict[str, Any]] = []
-        for i, launch in enumerate(launches):
-            same = i > 0 and launch["run_ids"] == launches[i - 1]["run_ids"]
-            rest = {k: v for k, v in launch.items() if k != "run_ids"}
-            stored.append(rest | ({AS_BEFORE: True} if same else {"run_ids": launch["run_ids"]}))
-        self.study.set_user_attr(LAUNCHES, stored)
+        """Every launch of this study, oldest first: {"number": N, "at": ISO time, "args": [...], "run_ids": [...]}
+        (no number: recorded before launches were numbered)."""
+        return _expanded(self.study.user_attrs.get(LAUNCHES, []))
 
     def attempts(self) -> dict[str, list[FrozenTrial]]:
         """Run id -> its trials, oldest first."""
@@ -357,7 +385,7 @@ class Ledger:
         """A new running trial for a run at fixed params (a grid point, or a retry of a sampled one), written
         whole in one transaction (queueing then asking took six). Optuna has no public call for it: the
         storage's `create_new_trial` with a template is what `Study.add_trial` uses (optuna 5.x, pinned <6)."""
-        user_attrs = {**attrs, "status": RunStatus.RUNNING.value}
+        user_attrs = {**attrs, **self._launch_attr(), "status": RunStatus.RUNNING.value}
         template = create_trial(state=TrialState.RUNNING, params=params, distributions=dists, user_attrs=user_attrs)
         return Trial(self.study, self.study._storage.create_new_trial(self.study._study_id, template_trial=template))
 
@@ -366,8 +394,11 @@ class Ledger:
         return self.study.ask()
 
     def tag(self, trial: Trial, attrs: dict[str, Any]) -> None:
-        for key, value in {**attrs, "status": RunStatus.RUNNING.value}.items():
+        for key, value in {**attrs, **self._launch_attr(), "status": RunStatus.RUNNING.value}.items():
             trial.set_user_attr(key, value)
+
+    def _launch_attr(self) -> dict[str, int]:
+        return {LAUNCH: self.number} if self.number is not None else {}
 
     def resume(self, trial: FrozenTrial) -> Trial:
         """The live handle of a trial a previous driver left RUNNING.
@@ -434,17 +465,61 @@ def _last_intermediate(session: Any, trial_id: int) -> float | None:
     return None if math.isnan(reported) else reported
 
 
+def _expanded(stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Launches as `_compact` stores them, each with its run ids."""
+    out: list[dict[str, Any]] = []
+    for record in stored:
+        launch = {k: v for k, v in record.items() if k != AS_BEFORE}
+        launch["run_ids"] = list(out[-1]["run_ids"] if record.get(AS_BEFORE) else record["run_ids"])
+        out.append(launch)
+    return out
+
+
+def _compact(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`launches` to store, a launch that stands for the same runs as the one before it without its run ids.
+
+    The study's attributes are read whole (by Optuna) and rewritten whole at each launch: with each launch's
+    run ids written out, a stage of 1,024 runs grew them by 16 KB a relaunch (3 MB after 181 relaunches,
+    0.27 s of each), which a relaunch that changes nothing now leaves at ~150 bytes.
+    """
+    stored: list[dict[str, Any]] = []
+    for i, launch in enumerate(launches):
+        same = i > 0 and launch["run_ids"] == launches[i - 1]["run_ids"]
+        rest = {k: v for k, v in launch.items() if k != "run_ids"}
+        stored.append(rest | ({AS_BEFORE: True} if same else {"run_ids": launch["run_ids"]}))
+    return stored
+
+
+def _numbers(launches: list[dict[str, Any]]) -> list[int]:
+    return [launch[NUMBER] for launch in launches if NUMBER in launch]
+
+
+def last_number(ledgers: list[Ledger]) -> int:
+    """The highest launch number the ledgers hold (0: none numbered)."""
+    return max((n for ledger in ledgers for n in _numbers(ledger.launches())), default=0)
+
+
+def _order(number: int | None, at: Any) -> tuple[int, Any]:
+    """Launches and trials in launch order: by number; what an old ledger recorded without one comes first, in
+    the order its times give across studies (each study's own stays in the order it was recorded)."""
+    return (number, 0) if number else (0, at)
+
+
+def trial_order(trial: FrozenTrial) -> tuple[Any, ...]:
+    """A trial's place among its stage's: its launch's number, then its number in its study."""
+    return (*_order(trial.user_attrs.get(LAUNCH), trial.datetime_start or datetime.min), trial.number)
+
+
 def merged_attempts(ledgers: list[Ledger]) -> dict[str, list[FrozenTrial]]:
-    """Run id -> its trials in every study of a stage, oldest first."""
-    out: dict[str, list[FrozenTrial]] = defaultdict(list)
+    """Run id -> its trials in every study of a stage, oldest first (`trial_order`)."""
+    out: dict[str, list[list[FrozenTrial]]] = defaultdict(list)
     for ledger in ledgers:
         for run_id, trials in ledger.attempts().items():
-            out[run_id].extend(trials)
-    for trials in out.values():
-        trials.sort(key=lambda t: t.datetime_start or datetime.min)
-    return dict(out)
+            out[run_id].append(trials)
+    return {run_id: list(heapq.merge(*studies, key=trial_order)) for run_id, studies in out.items()}
 
 
 def merged_launches(ledgers: list[Ledger]) -> list[dict[str, Any]]:
-    """Every launch of a stage, from all its studies, oldest first."""
-    return sorted((launch for ledger in ledgers for launch in ledger.launches()), key=lambda launch: launch["at"])
+    """Every launch of a stage, from all its studies, oldest first: by number."""
+    studies = (ledger.launches() for ledger in ledgers)
+    return list(heapq.merge(*studies, key=lambda launch: _order(launch.get(NUMBER), launch["at"])))

@@ -5,8 +5,9 @@ pieces, relaunches with another recipe, copies (`cp -a RUN RUN.bak`), runs start
 records each launch and the runs it stood for. The rule, per table cell (a run's grid point less its
 seed, at the run's own numbers):
 
-- the cell's conclusions use the newest configuration launched for it: every completed seed of that
-  configuration, whichever launch ran it; a narrowed relaunch or a stage run in pieces keeps every cell;
+- the cell's conclusions use the newest configuration launched for it (by the launches' numbers, never a
+  clock): every completed seed of that configuration, whichever launch ran it; a narrowed relaunch or a stage
+  run in pieces keeps every cell;
 - a relaunch that changed a recipe key (another trainer.lr, say) supersedes exactly the cells it re-ran:
   their older runs are listed as superseded, with the keys that changed;
 - a run is found by its id in the folder its ledger names, under the current runs root (a tree copied
@@ -25,7 +26,6 @@ import json
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,15 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.ledger import LEDGER_FILES, Ledger, LedgerDamaged, merged_attempts, merged_launches, shared
+from cart_sweeps.sweep.ledger import (
+    LEDGER_FILES,
+    Ledger,
+    LedgerDamaged,
+    merged_attempts,
+    merged_launches,
+    shared,
+    trial_order,
+)
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
 OWNER = "owner"  # a trial's attr: the stage whose folder holds the run, when another stage trained it
@@ -80,7 +88,7 @@ class StageRun:
     cell: tuple[tuple[str, Any], ...]  # params less the seed
     config: str  # what the seeds of one configuration share (its config id)
     launch: int  # index of the newest launch that stood for it (-1: none recorded)
-    started: datetime
+    order: tuple[Any, ...]  # its newest trial's place among the stage's (ledger.trial_order)
     trial: int  # its newest trial's number
     status: str  # completed, failed, ..., lost (the ledger holds a result its folder lacks), new
     summary: RunSummary | None
@@ -112,20 +120,11 @@ def stage_runs(root: Path, stage: str, launch: int | None = None) -> RunSet:
     """The runs the conclusions of `stage` under `root` use (see the module's rule); `launch` N (1 = the
     first): only the runs launch N stood for, each cell still on one configuration.
 
-    Every ledger of the stage is read, its launches merged in time order: its own files (a stage moved to
-    `sweep.storage=journal` keeps the launches its SQLite ledger recorded) and the shared storage its
-    newest launch recorded.
+    Every ledger of the stage is read (`stage_ledgers`), its launches merged in the order of their numbers.
     """
     sweep_dir = root / stage
     record = StageRecord.read(sweep_dir)
-    kinds = [*LEDGER_FILES, *([record.storage] if record and shared(record.storage) else [])]
-    ledgers: list[Ledger] = []
-    damaged = []
-    for kind in kinds:
-        try:
-            ledgers += Ledger.read_all(sweep_dir, stage, kind)
-        except (LedgerDamaged, ConfigError):
-            damaged.append(kind)
+    ledgers, damaged = stage_ledgers(sweep_dir, stage, record)
     if not ledgers:
         if launch is not None:
             raise LedgerDamaged(f"stage {stage} has no readable ledger in {sweep_dir}")
@@ -135,6 +134,21 @@ def stage_runs(root: Path, stage: str, launch: int | None = None) -> RunSet:
         out = _from_ledger(root, stage, ledgers, launch)
     out.record = record
     return out
+
+
+def stage_ledgers(sweep_dir: Path, stage: str, record: StageRecord | None) -> tuple[list[Ledger], bool]:
+    """Every study of the stage in each of its ledgers: its own files (a stage moved to `sweep.storage=journal`
+    keeps the launches its SQLite ledger recorded) and the shared storage its newest launch recorded; and
+    whether one of them does not open."""
+    kinds = [*LEDGER_FILES, *([record.storage] if record and shared(record.storage) else [])]
+    ledgers: list[Ledger] = []
+    damaged = False
+    for kind in kinds:
+        try:
+            ledgers += Ledger.read_all(sweep_dir, stage, kind)
+        except (LedgerDamaged, ConfigError):
+            damaged = True
+    return ledgers, damaged
 
 
 def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | None) -> RunSet:
@@ -210,7 +224,7 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
         cell=tuple(sorted((k, v) for k, v in params.items() if k != "seed")),
         config=str(config),
         launch=newest.get(run_id, -1),
-        started=last.datetime_start or datetime.min,
+        order=trial_order(last),
         trial=last.number,
         status=status,
         summary=summary if holds else None,
@@ -219,7 +233,7 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
 
 def _choose_cell(root: Path, group: list[StageRun], out: RunSet) -> None:
     """The cell's runs of its newest launched configuration: used, pending or missing; the rest superseded."""
-    latest = max(group, key=lambda r: (r.launch, r.started))
+    latest = max(group, key=lambda r: (r.launch, r.order))
     for run in sorted(group, key=lambda r: r.label):
         if run.config != latest.config:
             if run.status == RunStatus.COMPLETED:
@@ -284,7 +298,7 @@ def _folders_only(root: Path, stage: str, basis: str) -> RunSet:
         run_id = summary.run_id or _rel(root, folder)
         run = StageRun(
             run_id, label, folder, {}, {}, (("run", run_id),), str(summary.details.get("config_id")), -1,
-            datetime.min, -1, str(summary.status), summary,
+            (), -1, str(summary.status), summary,
         )  # fmt: skip
         _choose_cell(root, [run], out)
     return out
