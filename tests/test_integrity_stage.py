@@ -21,6 +21,8 @@ from optuna.trial import TrialState
 from stages import env, read_only, small_disk, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
 
 from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.sweep.ledger import Ledger
+from cart_sweeps.sweep.runset import stage_runs
 
 pytestmark = pytest.mark.slow  # faults caused in real stages: the full tier (make test-full)
 
@@ -268,3 +270,35 @@ def test_a_read_only_run_folder_is_named_and_not_retried(tmp_path, data_cache, m
         (trial,) = trials(tmp_path)
         assert trial.user_attrs["status"] == "rejected", trial.user_attrs
         assert f"{run.run_dir} is not writable (read-only)" in trial.user_attrs["error"]
+
+
+def test_two_runs_roots_launched_from_one_folder_keep_their_relative_storages_apart(tmp_path, data_cache):
+    """Round 4: `sweep.storage=study.db` was a file in the working folder, so `paths.runs=A` and `paths.runs=B`
+    launched from one folder shared one study: each saw the other's runs as lost and trained them again, and its
+    analysis listed runs missing that its root never had. A relative storage is now in the runs root; one
+    absolute file named for both is shared, as before."""
+    one_run = [*GRID[:3], "model.n_loops=2", "model.n_prelude=2", "trainer.steps=2"]
+
+    def launch(root: str, storage: str) -> subprocess.CompletedProcess[str]:
+        command = sweep_cmd(*one_run, f"paths.runs={root}", f"sweep.storage={storage}")
+        return subprocess.run(command, env=env(tmp_path / "unset"), cwd=tmp_path, capture_output=True, text=True)
+
+    for root in ("A", "B"):
+        proc = launch(root, "study.db")
+        assert proc.returncode == 0 and "0 done, skipped" in proc.stdout and "lost" not in proc.stdout, proc.stdout
+        recorded = json.loads((tmp_path / root / "1" / "stage.json").read_text())["storage"]
+        assert recorded == str(tmp_path / root / "study.db") and Path(recorded).is_file()
+    assert not (tmp_path / "study.db").exists()
+    before = modified(tmp_path / "A")
+    again = launch("A", "study.db")
+    assert again.returncode == 0 and "1 done, skipped" in again.stdout and "lost" not in again.stdout, again.stdout
+    assert modified(tmp_path / "A") == before  # nothing trained again
+    chosen = stage_runs(tmp_path / "A", "1")
+    assert (len(chosen.used), chosen.missing) == (1, [])
+
+    shared = tmp_path / "shared.db"
+    for root in ("C", "D"):
+        assert launch(root, str(shared)).returncode == 0
+        assert json.loads((tmp_path / root / "1" / "stage.json").read_text())["storage"] == str(shared)
+    (ledger,) = Ledger.read_all(tmp_path / "C" / "1", "1", str(shared))
+    assert [launch["number"] for launch in ledger.launches()] == [1, 2]  # one study, both roots' launches

@@ -391,7 +391,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                     flush=True,
                 )
             ledger.name_objective(sweep.metric)
-            storage = check_storage(sweep.storage)  # a shared SQLite file, absolute: readers start elsewhere
+            storage = check_storage(sweep.storage, stage.sweep_dir.parent)  # absolute: readers start elsewhere
             recorded = StageRecord.read(stage.sweep_dir)  # the previous launch's: the storage it named
             StageRecord(
                 stage.name,

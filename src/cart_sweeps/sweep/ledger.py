@@ -108,29 +108,33 @@ def shared(storage: str) -> bool:
     return storage not in LEDGER_FILES
 
 
-def check_storage(storage: str) -> str:
-    """`sweep.storage` as the ledger opens it (a shared SQLite file made absolute), or one line naming the forms."""
+def check_storage(storage: str, root: Path) -> str:
+    """`sweep.storage` as the ledger opens it, or one line naming the forms. A shared SQLite file (named, or in a
+    sqlite:/// URL) is made absolute, a relative one in the runs root `root` (paths.runs), not the working folder:
+    two runs roots launched from one folder never share a study unless one absolute file is named for both."""
     if not shared(storage):
         return storage
     if "://" in storage:
         try:
-            sqlalchemy.engine.make_url(storage)
+            url = sqlalchemy.engine.make_url(storage)
         except sqlalchemy.exc.ArgumentError as err:
             raise ConfigError(f"sweep.storage={storage}: not a database URL ({first_line(err)})") from err
-        return storage
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return storage
+        return url.set(database=str((root / str(url.database)).resolve())).render_as_string(hide_password=False)
     if Path(storage).suffix not in (".db", ".sqlite", ".sqlite3"):
         raise ConfigError(
             f"sweep.storage={storage}: use sqlite or journal (each stage's own ledger), a SQLite file several "
-            "stages share (study.db), or a database URL (postgresql://...)"
+            "stages share (study.db, in paths.runs), or a database URL (postgresql://...)"
         )
-    return str(Path(storage).resolve())
+    return str((root / storage).resolve())
 
 
 def ledger_path(sweep_dir: Path, storage: str) -> Path | None:
     """The ledger's file: the stage's own, a shared SQLite file, or None for a database URL."""
     if not shared(storage):
         return sweep_dir / LEDGER_FILES[storage]
-    return None if "://" in storage else Path(check_storage(storage))
+    return None if "://" in storage else Path(check_storage(storage, sweep_dir.parent))
 
 
 def sqlite_url(path: Path) -> str:
@@ -259,6 +263,7 @@ class Ledger:
         """
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        storage = check_storage(storage, sweep_dir.parent)
         path = ledger_path(sweep_dir, storage)
         pruner = pruner or optuna.pruners.NopPruner()
         objective = objective or {}
@@ -290,6 +295,7 @@ class Ledger:
 
         Raises LedgerDamaged (one line) when the file does not open.
         """
+        storage = check_storage(storage, sweep_dir.parent)
         path = ledger_path(sweep_dir, storage)
         if path is not None and not path.exists():
             return []

@@ -87,7 +87,7 @@ def preflight(stage: Stage) -> None:
     pool = pool_class(stage.base.launcher)
     launcher = pool.settings_of(stage.base.launcher)
     no_gpu = pool.no_gpu(launcher)
-    storage = check_storage(stage.base.sweep.storage)
+    storage = check_storage(stage.base.sweep.storage, stage.sweep_dir.parent)
     if (path := ledger_path(stage.sweep_dir, storage)) is not None and storage != "journal":
         sqlite_url(path)
     runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
