@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -302,3 +303,45 @@ def test_two_runs_roots_launched_from_one_folder_keep_their_relative_storages_ap
         assert json.loads((tmp_path / root / "1" / "stage.json").read_text())["storage"] == str(shared)
     (ledger,) = Ledger.read_all(tmp_path / "C" / "1", "1", str(shared))
     assert [launch["number"] for launch in ledger.launches()] == [1, 2]  # one study, both roots' launches
+
+
+def test_a_renamed_run_folder_is_named_with_the_command_that_puts_it_back(finished):
+    """Round 4: `mv runs/1/<run> runs/1/mine` was listed as a copy, yet the relaunch trained its run again without
+    naming it. Now, in the stage's folder or the runs root, the relaunch trains nothing for it and says in one line
+    where the run is and the `mv` that puts it back; `plan` shows it moved; put back, it is done."""
+    runs = finished
+    before = modified(runs)
+    run = next(p for p in (runs / "1").iterdir() if p.name.startswith("d32-P2-R4"))
+    for mine, shown in ((runs / "1" / "mine", "mine"), (runs / "mine", "../mine")):
+        run.rename(mine)
+        assert plan_status(plan(runs).stdout) == {"d32-P2-R2-s42": "completed", "d32-P2-R4-s42": f"moved ({shown})"}
+        proc = sweep(runs, *GRID)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        (line,) = [line for line in proc.stdout.splitlines() if str(mine) in line]
+        assert f"put it back ({shlex.join(['mv', str(mine), str(run)])})" in line, line
+        assert "lost" not in proc.stdout and len(trials(runs)) == 2  # no attempt started
+        subprocess.run(["mv", str(mine), str(run)], check=True)
+    again = sweep(runs, *GRID)
+    assert again.returncode == 0 and "2 done, skipped" in again.stdout, again.stdout
+    assert modified(runs) == before  # nothing trained again
+
+
+def test_a_run_folder_holding_another_run_gets_a_fix_that_works_under_a_stage(finished):
+    """Round 4: a run's folder holding another run's summary (a copy put back under the wrong name) had its run
+    retried and rejected, advising `hydra.run.dir`, which a stage refuses: stuck for good. The relaunch now trains
+    nothing for it and names the folder and the `mv` that clears it; the launch after that trains the run."""
+    runs = finished
+    r2, r4 = sorted(p for p in (runs / "1").iterdir() if p.name.startswith("d32-"))
+    shutil.rmtree(r2)
+    shutil.copytree(r4, r2)
+    assert plan_status(plan(runs).stdout)["d32-P2-R2-s42"] == "occupied (d32-P2-R4-s42)"
+    proc = sweep(runs, *GRID)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = [line for line in proc.stdout.splitlines() if str(r2) in line]
+    aside = ["mv", str(r2), f"{r2}.aside"]
+    assert "holds another run, d32-P2-R4-s42" in line and f"({shlex.join(aside)})" in line, line
+    assert "hydra.run.dir" not in proc.stdout + proc.stderr and len(trials(runs)) == 2  # no attempt started
+    subprocess.run(aside, check=True)
+    again = sweep(runs, *GRID)
+    assert again.returncode == 0 and "1 run the ledger holds as done lost their run folder" in again.stdout
+    assert summaries(runs)[r2.name]["label"] == "d32-P2-R2-s42" and summaries(runs)[r2.name]["status"] == "completed"

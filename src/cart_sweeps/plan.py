@@ -8,6 +8,7 @@ ledger when it exists.
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from rich.console import Console
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
 from cart_sweeps.naming import LABEL_SHOWS
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.register import stage_paths
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive
@@ -90,21 +92,29 @@ def statuses(
     runs: Sequence[Run],
     history: dict[str, list[FrozenTrial]] | None,
     held: Mapping[str, Held | None],
+    occupants: Mapping[str, RunSummary],
 ) -> dict[str, str]:
     """Run id -> status: new, a RunStatus from the ledger, cut off (no driver), or lost (the ledger says
     done, the run folder is gone); without a readable ledger (None), what the run folders hold (`held`).
-    A result another stage's folder holds names that stage: `completed (stage 2)`."""
+    A result another stage's folder holds names that stage: `completed (stage 2)`; one in a folder of another
+    name, that folder: `moved (mine)`; a run whose folder holds another run (`occupants`), that run."""
     driver = history is not None and driver_running(stage.sweep_dir)
     history = history or {}
     shown: dict[Standing, str] = {Standing.NEW: "new", Standing.LOST: "lost"}
     shown[Standing.CUT_OFF] = RunStatus.RUNNING if driver else "cut off"
     out = {}
     for run in runs:
-        trials, result = history.get(run.run_id, []), held[run.run_id]
-        where = standing(run, trials, result)
+        trials, result, occupant = history.get(run.run_id, []), held[run.run_id], occupants.get(run.run_id)
+        where = standing(run, trials, result, occupant)
         if where in (Standing.RECOVERED, Standing.REFERENCED):
             assert result is not None
             status = str(result.summary.status)
+        elif where == Standing.MOVED:
+            assert result is not None
+            status = f"moved ({os.path.relpath(result.folder, run.run_dir.parent)})"
+        elif where == Standing.OCCUPIED:
+            assert occupant is not None
+            status = f"occupied ({occupant.label})"
         else:
             status = shown[where] if where in shown else status_of(trials[-1])  # done, retry: the ledger's
         out[run.run_id] = f"{status} (stage {result.owner})" if result and result.owner else status
@@ -151,7 +161,7 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     held = {run.run_id: found.held(run, (history or {}).get(run.run_id, [])) for run in runs}  # read once
     results = ((run, h.summary if (h := held[run.run_id]) else None) for run in runs)
     throughput = Throughput.of(results, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
-    status = statuses(stage, runs, history, held)
+    status = statuses(stage, runs, history, held, found.occupants)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
     costs = run_costs(runs, throughput)
     shared: dict[str, dict[str, Any]] = {}  # the columns of each configuration, read once (not per seed)

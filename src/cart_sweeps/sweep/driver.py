@@ -7,6 +7,7 @@ run's result lands in the ledger the moment its job ends, and one run failing ne
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -65,29 +66,34 @@ def _attrs(run: Run) -> dict[str, Any]:
 class Held:
     """A run's result and the folder holding it. `owner` names the other stage whose folder that is (a run is
     trained once, by whichever stage needs it first: its id leaves out the stage); `scanned`: found by
-    `Results`' scan of the other stages, so the ledger does not name that folder yet."""
+    `Results`' scan of the other stages, so the ledger does not name that folder yet; `moved`: found in a folder
+    of its stage or of the runs root under another name (renamed, misplaced), where it is to be put back from."""
 
     summary: RunSummary
     folder: Path
     owner: str | None = None
     scanned: bool = False
+    moved: bool = False
 
 
-def _held(run: Run, folder: Path, scanned: bool = False) -> Held | None:
+def _held(run: Run, folder: Path, scanned: bool = False, moved: bool = False) -> Held | None:
     summary = read_summary(folder)
     if summary is None or summary.run_id != run.run_id or not summary.is_result:
         return None
-    owner = folder.parent.name if folder.parent != run.run_dir.parent else None
-    return Held(summary, folder, owner, scanned)
+    owner = folder.parent.name if folder.parent != run.run_dir.parent and not moved else None
+    return Held(summary, folder, owner, scanned, moved)
 
 
 class Results:
     """Where runs' results are: a run's own folder, the one its newest trial names, else (no trial, or its
-    result's folder is gone) another stage's folder holding the same run id. The other stages are read with
-    one directory scan, at the first run that needs it: a relaunch of a finished stage reads none of them."""
+    result's folder is gone) another stage's folder holding the same run id, else a folder of its stage or of
+    the runs root under another name. Other folders are read once, at the first run that needs them: a
+    relaunch of a finished stage reads none of them."""
 
     def __init__(self) -> None:
         self._by_id8: dict[Path, dict[str, list[Path]]] = {}  # per runs root: id[:8] -> run folders
+        self._by_id: dict[Path, dict[str, Path]] = {}  # per stage folder: run id -> a folder holding its result
+        self.occupants: dict[str, RunSummary] = {}  # run id -> another run's summary, in the run's own folder
 
     def held(self, run: Run, trials: Sequence[FrozenTrial] = ()) -> Held | None:
         """The run's result, where it is (the ledger alone is not the result); None when no folder holds it.
@@ -97,9 +103,11 @@ class Results:
         for folder in dict.fromkeys([run.run_dir, *named]):
             if held := _held(run, folder):
                 return held
+        if (other := read_summary(run.run_dir)) is not None and other.run_id != run.run_id:
+            self.occupants[run.run_id] = other
         if trials and not status_of(trials[-1]).is_result:  # running or to retry: its own to train
             return None
-        return next((h for f in self._elsewhere(run) if (h := _held(run, f, scanned=True))), None)
+        return next((h for f in self._elsewhere(run) if (h := _held(run, f, scanned=True))), None) or self._moved(run)
 
     def _elsewhere(self, run: Run) -> list[Path]:
         """Other stages' folders named for the run's id (`<root>/<stage>/<label>-<id8>`), in path order."""
@@ -111,6 +119,18 @@ class Results:
                 found[folder.name.rsplit("-", 1)[-1]].append(folder)
             self._by_id8[root] = found
         return [f for f in self._by_id8[root].get(run.run_id[:8], []) if f.parent != stage_dir]
+
+    def _moved(self, run: Run) -> Held | None:
+        """The run's result in a folder of its stage or of the runs root under another name (`mv RUN mine`)."""
+        stage_dir = run.run_dir.parent
+        if stage_dir not in self._by_id:
+            found: dict[str, Path] = {}
+            for folder in (*_folders_in(stage_dir), *_folders_in(stage_dir.parent)):
+                if (summary := read_summary(folder)) is not None and summary.run_id and summary.is_result:
+                    found.setdefault(summary.run_id, folder)
+            self._by_id[stage_dir] = found
+        moved = self._by_id[stage_dir].get(run.run_id)
+        return _held(run, moved, moved=True) if moved is not None else None
 
 
 def _folders_in(path: Path) -> list[Path]:
@@ -131,20 +151,50 @@ class Standing(StrEnum):
     DONE = "done"  # its newest trial is a result, and its folder still holds it
     LOST = "lost"  # the ledger says done, but the run folder that held the result is gone
     RETRY = "retry"  # failed, interrupted, cancelled, rejected before: a launch tries again
+    MOVED = "moved"  # its result is in a folder of another name: trained again only once that folder is gone
+    OCCUPIED = "occupied"  # to train, but its folder holds another run: trained once that is moved aside
 
 
-def standing(run: Run, trials: Sequence[FrozenTrial], held: Held | None) -> Standing:
-    """Where `run` stands, from its trials and `held`, where its result is (`Results.held`)."""
+def standing(
+    run: Run, trials: Sequence[FrozenTrial], held: Held | None, occupant: RunSummary | None = None
+) -> Standing:
+    """Where `run` stands, from its trials, `held`, where its result is (`Results.held`), and `occupant`, another
+    run's summary in its folder (`Results.occupants`)."""
     last = trials[-1] if trials else None
     if held is not None and held.scanned:
         return Standing.REFERENCED
+    if held is not None and held.moved:
+        return Standing.MOVED
+    if last is not None and last.state == TrialState.RUNNING:
+        return Standing.CUT_OFF
+    if held is None and occupant is not None:
+        return Standing.OCCUPIED
     if last is None:
         return Standing.RECOVERED if held is not None else Standing.NEW
-    if last.state == TrialState.RUNNING:
-        return Standing.CUT_OFF
     if status_of(last).is_result:
         return Standing.DONE if held is not None else Standing.LOST
     return Standing.RETRY
+
+
+def put_right(run: Run, held: Held | None, occupant: RunSummary | None) -> str:
+    """What a moved or occupied run waits for, and the command that puts its folder right (Standing)."""
+    aside = run.run_dir.with_name(f"{run.run_dir.name}.aside")  # where a folder in the run's place goes ...
+    if occupant is not None and occupant.label and occupant.run_id:  # ... unless its own run's name is free
+        home = run.run_dir.with_name(f"{occupant.label}-{occupant.run_id[:8]}")
+        aside = aside if home.exists() else home
+    clear = shlex.join(["mv", str(run.run_dir), str(aside)])
+    if held is None:
+        assert occupant is not None
+        return (
+            f"its folder {run.run_dir} holds another run, {occupant.label} ({occupant.run_id}), so it cannot be "
+            f"trained there: move that aside ({clear}); the next launch trains it"
+        )
+    back = shlex.join(["mv", str(held.folder), str(run.run_dir)])
+    return (
+        f"its result is in {held.folder}, not in its folder, so it is not trained again: put it back "
+        f"({f'{clear} && ' if run.run_dir.exists() else ''}{back}); to train it again instead, move "
+        f"{held.folder.name} out of {run.run_dir.parent.parent}"
+    )
 
 
 class StageDriver:
@@ -167,6 +217,7 @@ class StageDriver:
         self.lost: list[Run] = []
         self.recovered = 0
         self.referenced: list[tuple[Run, Held]] = []
+        self.misplaced: list[tuple[Run, str]] = []  # moved or occupied: trained once its folder is put right
         self.results = Results()
         self.progress: Progress | None = None
         earlier = adaptive.earlier(stage, self.history)  # runs a seed rule added: resumed or skipped like the grid's
@@ -184,7 +235,8 @@ class StageDriver:
 
     def _classify(self, run: Run, trials: list[FrozenTrial], held: Held | None) -> None:
         """Queue, attach or skip the run by where it stands; `held`: where its result is."""
-        where = standing(run, trials, held)
+        occupant = self.results.occupants.get(run.run_id)
+        where = standing(run, trials, held, occupant)
         result = held.summary if held else None
         if where == Standing.CUT_OFF:
             last = trials[-1]
@@ -200,6 +252,8 @@ class StageDriver:
                 self.queue.append(Attempt(run, trial, reported=reported))
         elif where == Standing.DONE:
             self.skipped += 1
+        elif where in (Standing.MOVED, Standing.OCCUPIED):
+            self.misplaced.append((run, put_right(run, held, occupant)))
         elif where == Standing.LOST:
             self.lost.append(run)
             self.queue.append(Attempt(run))
@@ -336,6 +390,11 @@ class StageDriver:
                 f"(first: {self.lost[0].run_dir}); running them again",
                 flush=True,
             )
+        if self.misplaced:
+            run, fix = self.misplaced[0]
+            rest = len(self.misplaced) - 1
+            others = f" ({count(rest, 'more run')} so: python -m cart_sweeps.plan lists them)" if rest else ""
+            print(f"stage {s.name}: {run.label}: {fix}{others}", flush=True)
         interrupted = False
         with Progress(s.name, self.to_run(), self.sweep.metric) as self.progress:
             for _ in self.attached:
@@ -355,7 +414,7 @@ class StageDriver:
                 interrupted = True
             where = ledger_path(s.sweep_dir, self.sweep.storage) or self.sweep.storage
             self.progress.close(self.skipped, str(where), interrupted)
-        return 130 if interrupted else int(self.failed_finally > 0)
+        return 130 if interrupted else int(self.failed_finally > 0 or bool(self.misplaced))
 
 
 def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:

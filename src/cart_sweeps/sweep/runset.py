@@ -13,8 +13,8 @@ seed, at the run's own numbers):
 - a run is found by its id in the folder its ledger names, under the current runs root (a tree copied
   elsewhere reads the same; a folder moved and symlinked back is followed): its stage's, or the folder of
   the stage that trained it (a run is trained once, by whichever stage needs it first; the others'
-  ledgers name its `owner`); any other folder holding a summary is a copy or a run started by hand:
-  listed, never counted.
+  ledgers name its `owner`); any other folder holding a summary is a copy, a run's folder moved (its own
+  is gone) or a run started by hand: listed, never counted.
 
 Without a readable ledger every completed run folder counts once (a copy of a run's canonical folder,
 `<label>-<id8>`, aside), and the basis says so.
@@ -100,7 +100,7 @@ class LeftOut:
 
     label: str
     run: str  # the folder, relative to the runs root
-    kind: str  # for counts: copy, by hand, superseded, diverged, pruned, unreadable, other launch
+    kind: str  # for counts: copy, moved, by hand, superseded, diverged, pruned, unreadable, other launch
     reason: str
     differs: list[str] = field(default_factory=list)  # for a superseded run: "trainer.lr 0.003 -> 0.001"
 
@@ -182,7 +182,10 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
             continue
         owner = by_id.get(summary.run_id or "")
         label, where = summary.label or folder.name, _rel(root, folder)
-        if owner:
+        if owner and owner.status == "lost":  # its ledger's folder is gone: this is it, moved (put back by hand)
+            moved = f"{owner.label}, moved from {_rel(root, owner.folder)}: put it back there"
+            out.left_out.append(LeftOut(label, where, "moved", moved))
+        elif owner:
             copy = f"a copy of {owner.label}: its ledger names {_rel(root, owner.folder)}"
             out.left_out.append(LeftOut(label, where, "copy", copy))
         else:
