@@ -462,7 +462,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 looks=adaptive.recorded_looks(stage),
             ).write(stage.sweep_dir)
             pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
-            after = last_number(stage_ledgers(stage.sweep_dir, stage.name, recorded)[0])  # its other files' too
+            after = last_number(stage_ledgers(stage.sweep_dir, stage.name, recorded, skip=storage)[0])  # other files
             return StageDriver(stage, ledger, pool, arguments, after).launch()
     finally:
         interrupt.restore(previous)

@@ -54,7 +54,7 @@ from cart_sweeps.sweep.trials import all_trials, database_of
 DAMAGED = (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError, ValueError, AssertionError)
 LAUNCHES = "launches"  # study user attr: what each launch asked for (see Ledger.record_launch)
 NUMBER = "number"  # a launch's number in its stage (Ledger.record_launch): what orders launches
-AS_BEFORE = "run_ids_as_before"  # a stored launch that stands for the runs of the launch before it (_write_launches)
+AS_BEFORE = "run_ids_as_before"  # a stored launch that stands for the runs of the launch before it (_compact)
 LAUNCH = "launch"  # trial user attr: the number of the launch that started the trial (Ledger.record_launch)
 OBJECTIVE = "objective"  # study user attr: {"metric": ..., "recipe": ...}, what the study's values mean
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
