@@ -29,7 +29,8 @@ class Exclusion:
 
     label: str
     run: str
-    kind: str  # for counts: copy, by hand, superseded, diverged, pruned, unreadable, other launch, filtered
+    kind: str  # for counts: copy, moved, by hand, superseded, diverged, pruned, unreadable, other launch, filtered,
+    # not finite, out of range
     reason: str
     differs: list[str]  # how its config differs from the runs chosen: "trainer.lr 0.003 -> 0.001"
 
