@@ -28,7 +28,7 @@ from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
-from cart_sweeps.naming import LABEL_SHOWS, label_parts, run_folder, seeded_label, stage_folder
+from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep import adaptive
@@ -104,7 +104,7 @@ class Stage:
         self.base = self._compose(first.base)
         self.spec = self.base.stage
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
-        self.name: str = self.spec.name
+        self.name: str = check_stage_name(self.spec.name)
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
         self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
@@ -196,7 +196,7 @@ class Stage:
 
     def _source(self) -> RunSet:
         """The runs of stage zoom_from that its conclusions use (as the analysis tables them), all done."""
-        source = self.spec.zoom_from
+        source = check_stage_name(self.spec.zoom_from, "stage.zoom_from")
         runs = stage_runs(Path(self.base.paths.runs), source)
         if not runs.used and not runs.pending:
             raise ConfigError(
