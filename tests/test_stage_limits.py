@@ -1,17 +1,21 @@
-"""What a stage may be called, caused through the real commands: a name that is no single safe folder."""
+"""What a stage may be called and how long its labels may grow, each caused through the real commands: a name that
+is no single safe folder, labels too long for a file name."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from stages import env
+from stages import env, sweep
 
 from cart_sweeps import plan
 from cart_sweeps.compose import SEARCHPATH_ENV
+from cart_sweeps.naming import LABEL_BYTES, seeded_label
+from cart_sweeps.sweep.expand import Stage
 
 NAME_RULE = "use at most 128 letters, digits, '-', '_' and '.'"
 ONE_RUN = ["scale=tiny", "model.d_model=32", "model.n_prelude=2", "model.n_loops=2"]
@@ -83,3 +87,50 @@ def test_the_driver_and_a_single_run_refuse_it_before_anything_is_written(tmp_pa
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert NAME_RULE in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no ledger, no runs folder, no study.db, no esc/
+
+
+def test_a_label_too_long_for_a_folder_name_is_cut_with_a_hash_of_what_it_cut():
+    short = ("d32-P2-R2-lr1e-3", "")
+    assert seeded_label(short, 42) == "d32-P2-R2-lr1e-3-s42"  # one that fits is as it always was
+    fits = ("d" * (LABEL_BYTES - 4), "")
+    assert seeded_label(fits, 42) == f"{fits[0]}-s42" and len(f"{seeded_label(fits, 42)}-12345678") == 255
+    long, other = ("d32-" + "x" * 300, "-at-R6-5shot"), ("d32-" + "x" * 299 + "y", "-at-R6-5shot")
+    label = seeded_label(long, 7)
+    assert len(label.encode()) == LABEL_BYTES and label.startswith("d32-xxx") and label.endswith("-s7-at-R6-5shot")
+    assert label == seeded_label(long, 7) != seeded_label(other, 7)  # stable; unique past the cut
+    assert seeded_label(long, 8) == label.replace("-s7-", "-s8-")  # a configuration's seeds share the cut
+    wide = seeded_label(("d32-" + "é" * 200, ""), 1)  # cut between characters, never inside one
+    assert len(wide.encode()) <= LABEL_BYTES and wide.encode().decode() == wide
+
+
+LONG = {
+    "name": "long",
+    "grid": {"model.n_loops": [2, 4], "logger.project": ["cart-" + "x" * 250], "trainer.lr": [1.0e-3]},
+    "recipe": {"seed": 42, "model.d_model": 256, "model.n_prelude": 2, "trainer.steps": 3000},
+}
+
+
+def test_plan_lists_the_folders_of_labels_too_long_for_a_file_name(runs_dir, tmp_path, capsys):
+    mine = stage_file(tmp_path / "cfg", "long", LONG)
+    plan.run_cli(plan.main, plan.USAGE, ["--config-dir", str(mine), "stage=long", "scale=tiny"])
+    out = capsys.readouterr().out
+    stage = Stage(["stage=long", "scale=tiny"])
+    assert {len(run.run_dir.name.encode()) for run in stage.runs} == {255}
+    for run in stage.runs:
+        assert f"{run.run_id}  {run.label}  " in out and run.run_dir.name == f"{run.label}-{run.run_id[:8]}"
+
+
+@pytest.mark.slow  # a launch of two runs and its relaunch
+def test_a_stage_with_labels_too_long_for_a_file_name_runs_and_its_relaunch_finds_them_done(tmp_path, data_cache):
+    mine, runs = stage_file(tmp_path / "cfg", "long", LONG), tmp_path / "runs"
+    first = sweep(runs, "--config-dir", str(mine), "stage=long", "scale=tiny", "trainer.steps=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    folders = sorted(p for p in (runs / "long").iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert len(folders) == 2 and all(len(f.name.encode()) <= 255 for f in folders)
+    assert all("completed" in (f / "summary.json").read_text() for f in folders)
+    again = sweep(runs, "--config-dir", str(mine), "stage=long", "scale=tiny", "trainer.steps=2")
+    assert again.returncode == 0 and "2 runs; 2 done, skipped" in again.stdout, again.stdout + again.stderr
+    listed = cli(runs, "cart_sweeps.plan", "--config-dir", str(mine), "stage=long", "scale=tiny", "trainer.steps=2")
+    for folder in folders:
+        label, id8 = folder.name.rsplit("-", 1)
+        assert re.search(rf"{id8}\w{{4}}  {re.escape(label)}  .* completed$", listed.stdout, re.M), listed.stdout

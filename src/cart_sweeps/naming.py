@@ -6,6 +6,7 @@ Above the schema and the run id (cart_sweeps.identity), which it combines; cart_
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -94,8 +95,21 @@ def label_parts(cfg: DictConfig) -> tuple[str, str]:
     return before, after
 
 
+# A run folder `<label>-<id8>` is one file name: at most 255 bytes on Linux's, macOS's and Windows' file systems.
+LABEL_BYTES = 255 - len("-") - 8
+
+
 def seeded_label(parts: tuple[str, str], seed: int) -> str:
-    return f"{parts[0]}-s{seed}{parts[1]}"
+    """`run_label` from its parts. A label too long for a folder name (a stage varying many keys, or long values)
+    keeps its seed and end, and its start cut short with a hash of the whole start in its place: the same config
+    always gets the same label, two configs that differ past the cut still differ, and a label that fits is as
+    it always was (run ids hash the config, not the label, so none changes)."""
+    start, end = parts[0], f"-s{seed}{parts[1]}"
+    if len(start.encode()) + len(end.encode()) <= LABEL_BYTES:
+        return start + end
+    digest = hashlib.sha256(start.encode()).hexdigest()[:8]
+    room = LABEL_BYTES - len(end.encode()) - len(f"-{digest}")
+    return f"{start.encode()[:room].decode(errors='ignore')}-{digest}{end}"
 
 
 def run_dir(cfg: DictConfig) -> Path:
