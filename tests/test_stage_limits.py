@@ -1,5 +1,5 @@
-"""What a stage may be called and how long its labels may grow, each caused through the real commands: a name that
-is no single safe folder, labels too long for a file name."""
+"""What a stage may be called, how long its labels may grow and how many runs it may have, each caused through the
+real commands: a name that is no single safe folder, labels too long for a file name, a grid past stage.max_runs."""
 
 from __future__ import annotations
 
@@ -35,9 +35,17 @@ def stage_file(folder: Path, option: str, stage: dict) -> Path:
     return folder
 
 
-def cli(runs: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
+# Runs a command and adds its peak memory (KB) to its stderr: a small parent's wait4, as a child forked from pytest
+# starts with pytest's pages counted.
+MEASURED = (
+    "import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); _, status, usage = os.wait4(p.pid, 0); "
+    "print(usage.ru_maxrss, file=sys.stderr); sys.exit(os.waitstatus_to_exitcode(status))"
+)
+
+
+def cli(runs: Path, module: str, *args: str, measured: bool = False) -> subprocess.CompletedProcess[str]:
     """`python -m MODULE ARGS` in the folder above `runs`, its runs under `runs`."""
-    command = [sys.executable, "-m", module, *args]
+    command = [sys.executable, *(["-c", MEASURED, sys.executable] if measured else []), "-m", module, *args]
     return subprocess.run(command, env=env(runs), capture_output=True, text=True, timeout=300, cwd=runs.parent)
 
 
@@ -134,3 +142,45 @@ def test_a_stage_with_labels_too_long_for_a_file_name_runs_and_its_relaunch_find
     for folder in folders:
         label, id8 = folder.name.rsplit("-", 1)
         assert re.search(rf"{id8}\w{{4}}  {re.escape(label)}  .* completed$", listed.stdout, re.M), listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["stage=1", "seed=range(0,2000000)"],
+            "stage 1 has 128,000,000 runs (4 model.d_model x 4 model.n_loops x 4 model.n_prelude x 2,000,000 seed), "
+            "more than stage.max_runs=100,000; narrow it, or allow it with stage.max_runs=128000000",
+        ),
+        (
+            ["stage=1", "stage.max_runs=63"],
+            "stage 1 has 64 runs (4 model.d_model x 4 model.n_loops x 4 model.n_prelude)",
+        ),
+        (["stage=ablations", "stage.max_runs=7"], "stage ablations has 8 runs (8 variant)"),
+        (["stage=1", "trainer.lr=range(0,100,0.0009765625)"], "6,553,600 runs (4 model.d_model x 4 model.n_loops x "),
+        (
+            ["stage=lr", "sweep.sampler=tpe", "sweep.n_trials=100001"],
+            "stage lr has 100,001 runs (100,001 sweep.n_trials)",
+        ),
+        (["stage=1", "seed=range(0,5,0)"], "seed=range(0,5,0): a range's step cannot be 0"),
+    ],
+)
+def test_plan_refuses_a_stage_past_max_runs_before_listing_its_grid(runs_dir, capsys, args, says):
+    assert says in plan_fails(args, capsys)
+    assert not runs_dir.exists()
+
+
+def test_a_stage_at_max_runs_is_planned(runs_dir, capsys):
+    plan.run_cli(plan.main, plan.USAGE, ["stage=1", "stage.max_runs=64", "plan.format=csv"])
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 64
+
+
+def test_the_driver_and_plan_refuse_it_at_the_memory_of_a_one_run_stage(tmp_path):
+    """`seed=range(0,2000000)` used 2.9 GB of `plan` before it was stopped: the driver and plan now count first."""
+    runs = tmp_path / "runs"
+    for module in ("cart_sweeps", "cart_sweeps.plan"):
+        done = cli(runs, module, "stage=1", "scale=tiny", "seed=range(0,2000000)", measured=True)
+        *err, peak_kb = done.stderr.splitlines()
+        assert done.returncode == 2 and len(err) == 1 and "128,000,000 runs" in err[0], done.stderr
+        assert int(peak_kb) < 300 * 1024  # ~80 MB here, as for a one-run stage
+    assert list(tmp_path.iterdir()) == []

@@ -7,6 +7,7 @@ same whether it is planned or launched.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -107,27 +108,34 @@ class Stage:
         self.name: str = check_stage_name(self.spec.name)
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
+        grid = cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True))
+        sizes = {**{k: len(v) for k, v in grid.items()}, **self.args.sizes}
+        if self.spec.variants:
+            sizes[VARIANT] = len(self.spec.variants)
+        tpe = self.base.sweep.sampler == "tpe"
+        if not tpe:  # counted before any axis is listed: the axes zoom selects from are counted as it selects
+            self._check_size({k: n for k, n in sizes.items() if self.select != "zoom" or k not in ZOOM_AXES})
         self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
-        self.args.axes = {k: [to_paper(k, v, self._scale) for v in vs] for k, vs in self.args.axes.items()}
         self.train = self.spec.kind == "train"
         self.option = first.stage  # the stage file (its `name:` may differ: the ad-hoc stage, stage.name=...)
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
         self._recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
         self.axes: dict[str, list[Any]] = {
-            **cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True)),
-            **self.args.axes,
+            **grid,
+            **{k: [to_paper(k, v, self._scale) for v in vs] for k, vs in self.args.axes.items()},
         }
         if self.spec.variants:
             self.axes[VARIANT] = list(self.spec.variants)
         self.search = {k: _search_distribution(k, v) for k, v in self.spec.search.items()}
         self.varied = varied_keys(self.axes, list(self.search), self.spec.variants)
-        if self.base.sweep.sampler == "tpe":
+        if tpe:
             if not self.search or not self.base.sweep.n_trials:
                 raise ConfigError(
                     f"sweep.sampler=tpe needs a stage with a search space and sweep.n_trials=N; stage {self.name} "
                     + ("has none" if not self.search else "has one, so add sweep.n_trials")
                 )
+            self._check_size({"sweep.n_trials": self.base.sweep.n_trials})
             self.runs: list[Run] = []
         else:  # grid (sweep.sampler is a Sampler: compose refuses anything else)
             if self.search and not self.spec.grid:
@@ -152,9 +160,21 @@ class Stage:
             k: self.search[k] if k in self.search else distribution(self.axes.get(k, [v])) for k, v in params.items()
         }
 
+    def _check_size(self, sizes: dict[str, int]) -> None:
+        """Refuse a stage of more runs than stage.max_runs, counted from what it multiplies (its axes' lengths, its
+        variants, its candidates), before its runs are listed: one line naming them and the override that allows it."""
+        runs = math.prod(sizes.values())
+        if runs > self.spec.max_runs:
+            factors = " x ".join(f"{n:,} {k}" for k, n in sizes.items())
+            raise ConfigError(
+                f"stage {self.name} has {runs:,} runs ({factors}), more than stage.max_runs={self.spec.max_runs:,}; "
+                f"narrow it, or allow it with stage.max_runs={runs}"
+            )
+
     def _points(self) -> list[dict[str, Any]]:
         if self.select == "best":  # each width's best run of stage zoom_from, times the grid
             self._best = best_single_run(self._source(), self.base.sweep.metric)
+            self._check_size({"best runs": len(self._best), **{k: len(v) for k, v in self.axes.items()}})
             grid = [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
             d_key, r_key = ZOOM_AXES[:2]
             return [{d_key: d, "stage.eval_n_loops": b[r_key], **g} for d, b in self._best.items() for g in grid]
@@ -165,6 +185,7 @@ class Stage:
                 self._source(), self.base.sweep.metric, self.axes[ZOOM_AXES[0]], self.spec.sentinels
             )
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
+            self._check_size({"zoom candidates": len(cands), **{k: len(v) for k, v in rest.items()}})
             return [
                 {**c, **dict(zip(rest, vals, strict=True))} for c in cands for vals in itertools.product(*rest.values())
             ]
