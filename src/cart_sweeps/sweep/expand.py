@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -171,13 +171,17 @@ class Stage:
                 f"narrow it, or allow it with stage.max_runs={runs}"
             )
 
-    def _points(self) -> list[dict[str, Any]]:
+    def _points(self) -> Iterator[dict[str, Any]]:
+        """The stage's grid points, one at a time: a stage keeps its runs, never a list of its whole product."""
         if self.select == "best":  # each width's best run of stage zoom_from, times the grid
             self._best = best_single_run(self._source(), self.base.sweep.metric)
             self._check_size({"best runs": len(self._best), **{k: len(v) for k, v in self.axes.items()}})
-            grid = [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
             d_key, r_key = ZOOM_AXES[:2]
-            return [{d_key: d, "stage.eval_n_loops": b[r_key], **g} for d, b in self._best.items() for g in grid]
+            return (
+                {d_key: d, "stage.eval_n_loops": b[r_key], **g}
+                for d, b in self._best.items()
+                for g in product(self.axes)
+            )
         if self.select == "zoom":
             if not all(k in self.axes for k in ZOOM_AXES[:2]):
                 raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
@@ -186,21 +190,17 @@ class Stage:
             )
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
             self._check_size({"zoom candidates": len(cands), **{k: len(v) for k, v in rest.items()}})
-            return [
-                {**c, **dict(zip(rest, vals, strict=True))} for c in cands for vals in itertools.product(*rest.values())
-            ]
-        return [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
+            return ({**c, **g} for c in cands for g in product(rest))
+        return product(self.axes)
 
     def _grid_runs(self) -> list[Run]:
-        runs: list[Run] = []
-        seen: dict[str, dict[str, Any]] = {}
+        runs: dict[str, Run] = {}
         for point in self._points():
             run = self.run(point)
-            if run.run_id in seen:
-                raise ConfigError(f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})")
-            seen[run.run_id] = point
-            runs.append(run)
-        return runs
+            if (same := runs.get(run.run_id)) is not None:
+                raise ConfigError(f"stage {self.name}: {same.params} and {point} are the same run ({run.label})")
+            runs[run.run_id] = run
+        return list(runs.values())
 
     def objective(self) -> dict[str, Any]:
         """What this launch's ledger values mean: the sweep metric, and the recipe its runs share (the stage's
@@ -290,6 +290,11 @@ class Stage:
         if seed is not None and not self._compose.reads_seed(overrides):
             self._configurations[key] = config
         return make_run(params, overrides, config)
+
+
+def product(axes: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    """Every point of the axes' product, one at a time."""
+    return (dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values()))
 
 
 def _seedless(overrides: list[str]) -> tuple[str, ...]:
