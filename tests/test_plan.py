@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from cart_sweeps import plan
 from cart_sweeps.compose import SEARCHPATH_ENV, compose_config
+from cart_sweeps.config import ConfigError
 from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_label
 from cart_sweeps.record.runfolder import write_summary
@@ -273,6 +274,8 @@ def test_zoom_selects_from_the_stage1_ledger(runs_dir):
     assert {(r, p) for d, r, p in points if d == 1024} == {(8, 6), (6, 6), (10, 6), (8, 4), (8, 8)}
     assert {(r, p) for d, r, p in points if d == 256} == {(6, 6), (4, 6), (8, 6), (6, 4), (6, 8)}
     assert len(zoom.runs) == 4 * 5 * 3
+    with pytest.raises(ConfigError, match=re.escape("stage 2 has 60 runs (20 zoom candidates x 3 seed)")):
+        Stage(["stage=2", "stage.select=zoom", "stage.max_runs=59"])  # counted once its candidates are known
 
 
 @pytest.mark.parametrize(

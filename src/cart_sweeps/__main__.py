@@ -29,6 +29,7 @@ from cart_sweeps import collector, completion, interrupt
 from cart_sweeps.compose import compose_config, parse_overrides, quote_stage, use_config_sources
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import CONF_DIR, ConfigError
+from cart_sweeps.naming import check_stage_name
 from cart_sweeps.register import register_configs
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
@@ -112,7 +113,9 @@ def precheck(parsed: list[Override]) -> None:
         if o.is_sweep_override() and o.value_type not in (ValueType.INTERVAL_SWEEP, ValueType.GLOB_CHOICE_SWEEP)
     ]
     # the parser records every override's text; the composer keeps the base for the stage to find
-    check_settings(Composer()(cast(list[str], single)))
+    cfg = Composer()(cast(list[str], single))
+    check_settings(cfg)
+    check_stage_name(cfg.stage.name)  # a single run's folder is under it too: <paths.runs>/<stage.name>/
 
 
 def refuse_placement(parsed: list[Override], stage: str) -> None:

@@ -228,6 +228,8 @@ class StageConfig:
     recipe: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     search: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The most runs it may have (a grid's product, a search's sweep.n_trials): more is refused before any is listed
+    max_runs: int = 100_000
     select: CandidateSelection = CandidateSelection.paper
     zoom_from: str = "1"  # select=zoom|best: the stage whose ledger ranks the candidates (best: each width's best run)
     source: str | None = None  # evaluate stages: the run folder of the trained model

@@ -6,12 +6,14 @@ Above the schema and the run id (cart_sweeps.identity), which it combines; cart_
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ABLATION_SWITCHES, ModelConfig
+from cart_sweeps.config import ABLATION_SWITCHES, ConfigError, ModelConfig
 from cart_sweeps.identity import run_id
 from cart_sweeps.options import CoreUpdate, ModelName
 
@@ -93,14 +95,41 @@ def label_parts(cfg: DictConfig) -> tuple[str, str]:
     return before, after
 
 
+# A run folder `<label>-<id8>` is one file name: at most 255 bytes on Linux's, macOS's and Windows' file systems.
+LABEL_BYTES = 255 - len("-") - 8
+
+
 def seeded_label(parts: tuple[str, str], seed: int) -> str:
-    return f"{parts[0]}-s{seed}{parts[1]}"
+    """`run_label` from its parts. A label too long for a folder name (a stage varying many keys, or long values)
+    keeps its seed and end, and its start cut short with a hash of the whole start in its place: the same config
+    always gets the same label, two configs that differ past the cut still differ, and a label that fits is as
+    it always was (run ids hash the config, not the label, so none changes)."""
+    start, end = parts[0], f"-s{seed}{parts[1]}"
+    if len(start.encode()) + len(end.encode()) <= LABEL_BYTES:
+        return start + end
+    digest = hashlib.sha256(start.encode()).hexdigest()[:8]
+    room = LABEL_BYTES - len(end.encode()) - len(f"-{digest}")
+    return f"{start.encode()[:room].decode(errors='ignore')}-{digest}{end}"
 
 
 def run_dir(cfg: DictConfig) -> Path:
     """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike:
     the label for people, the id so that runs sharing a label (another lr, say) never share a folder."""
     return run_folder(stage_folder(cfg), run_label(cfg), run_id(cfg))
+
+
+STAGE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def check_stage_name(name: str, key: str = "stage.name") -> str:
+    """`name`, if it is safe as a stage's folder under paths.runs and as its Optuna study's name (where `~` sets a
+    study's digest apart: `1~x` would join stage 1's studies in a shared storage; `../x` would leave paths.runs)."""
+    if not STAGE_NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{key}={name}: a stage's name is its folder under paths.runs and its study's name: "
+            "use at most 128 letters, digits, '-', '_' and '.' (not '.' or '..' alone)"
+        )
+    return name
 
 
 def stage_folder(cfg: DictConfig) -> Path:

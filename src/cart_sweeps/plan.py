@@ -11,7 +11,7 @@ import csv
 import os
 import sys
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -239,16 +239,12 @@ def _si(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _cell(key: str, value: Any) -> str:
-    if value is None:
-        return "-"
+def _writer(key: str) -> Callable[[Any], str]:
+    """How the column `key` writes a value other than None ("-"): chosen once per column, as a table's cells are
+    written twice."""
     if key.startswith("params_") or key == "tokens":
-        return _si(value)
-    if key == "train_flops":
-        return f"{value:.3g}"
-    if key == "gpu_hours":
-        return f"{value:,.2f}"
-    return str(value)
+        return _si
+    return {"train_flops": "{:.3g}".format, "gpu_hours": "{:,.2f}".format}.get(key, str)
 
 
 def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> None:
@@ -261,8 +257,13 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
     )
     print(f"stage {stage.name} at scale={stage.base.scale.name}: {count(len(table_rows), 'run')}")
     shown = columns(stage)
-    cells = [[_cell(k, row[k]) for k in shown] for row in table_rows]
-    print("\n".join(aligned([k.removeprefix("model.") for k in shown], cells, left={"label", "status"})))
+    writers = [(k, _writer(k)) for k in shown]
+
+    def cells() -> Iterator[list[str]]:
+        return (["-" if (v := row[k]) is None else write(v) for k, write in writers] for row in table_rows)
+
+    header = [k.removeprefix("model.") for k in shown]
+    sys.stdout.writelines(f"{line}\n" for line in aligned(header, cells, left={"label", "status"}))
     console = Console(width=400)
     if line := recipe_line(stage, stage.known_runs({})):
         console.print(line, highlight=False)
@@ -280,16 +281,21 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
         console.print(line, highlight=False)
 
 
-def aligned(header: list[str], cells: list[list[str]], left: set[str]) -> list[str]:
-    """A plain text table: each column as wide as its widest cell, text columns (`left`) left-aligned,
-    numbers right-aligned. Plain, because rich took 30 s to lay out a 10,240-run stage."""
-    widths = [max(len(c) for c in column) for column in zip(header, *cells, strict=True)]
+def aligned(header: list[str], cells: Callable[[], Iterable[list[str]]], left: set[str]) -> Iterator[str]:
+    """A plain text table, line by line: each column as wide as its widest cell, text columns (`left`) left-aligned,
+    numbers right-aligned. Plain, because rich took 30 s to lay out a 10,240-run stage; its cells are made twice,
+    to measure and to print, not kept (a 100,000-run plan's cells and lines took ~110 MB)."""
+    widths = [len(h) for h in header]
+    for row in cells():
+        widths = list(map(max, widths, map(len, row)))
 
     def line(row: list[str]) -> str:
         cells = (c.ljust(w) if h in left else c.rjust(w) for h, c, w in zip(header, row, widths, strict=True))
         return "  ".join(cells).rstrip()
 
-    return [line(header), "  ".join("-" * w for w in widths), *(line(row) for row in cells)]
+    yield line(header)
+    yield "  ".join("-" * w for w in widths)
+    yield from map(line, cells())
 
 
 def runset_line(stage: Stage) -> str | None:

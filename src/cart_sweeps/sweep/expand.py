@@ -7,7 +7,8 @@ same whether it is planned or launched.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -28,7 +29,7 @@ from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
-from cart_sweeps.naming import LABEL_SHOWS, label_parts, run_folder, seeded_label, stage_folder
+from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep import adaptive
@@ -104,30 +105,37 @@ class Stage:
         self.base = self._compose(first.base)
         self.spec = self.base.stage
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
-        self.name: str = self.spec.name
+        self.name: str = check_stage_name(self.spec.name)
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
+        grid = cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True))
+        sizes = {**{k: len(v) for k, v in grid.items()}, **self.args.sizes}
+        if self.spec.variants:
+            sizes[VARIANT] = len(self.spec.variants)
+        tpe = self.base.sweep.sampler == "tpe"
+        if not tpe:  # counted before any axis is listed: the axes zoom selects from are counted as it selects
+            self._check_size({k: n for k, n in sizes.items() if self.select != "zoom" or k not in ZOOM_AXES})
         self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
-        self.args.axes = {k: [to_paper(k, v, self._scale) for v in vs] for k, vs in self.args.axes.items()}
         self.train = self.spec.kind == "train"
         self.option = first.stage  # the stage file (its `name:` may differ: the ad-hoc stage, stage.name=...)
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
         self._recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
         self.axes: dict[str, list[Any]] = {
-            **cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True)),
-            **self.args.axes,
+            **grid,
+            **{k: [to_paper(k, v, self._scale) for v in vs] for k, vs in self.args.axes.items()},
         }
         if self.spec.variants:
             self.axes[VARIANT] = list(self.spec.variants)
         self.search = {k: _search_distribution(k, v) for k, v in self.spec.search.items()}
         self.varied = varied_keys(self.axes, list(self.search), self.spec.variants)
-        if self.base.sweep.sampler == "tpe":
+        if tpe:
             if not self.search or not self.base.sweep.n_trials:
                 raise ConfigError(
                     f"sweep.sampler=tpe needs a stage with a search space and sweep.n_trials=N; stage {self.name} "
                     + ("has none" if not self.search else "has one, so add sweep.n_trials")
                 )
+            self._check_size({"sweep.n_trials": self.base.sweep.n_trials})
             self.runs: list[Run] = []
         else:  # grid (sweep.sampler is a Sampler: compose refuses anything else)
             if self.search and not self.spec.grid:
@@ -152,12 +160,28 @@ class Stage:
             k: self.search[k] if k in self.search else distribution(self.axes.get(k, [v])) for k, v in params.items()
         }
 
-    def _points(self) -> list[dict[str, Any]]:
+    def _check_size(self, sizes: dict[str, int]) -> None:
+        """Refuse a stage of more runs than stage.max_runs, counted from what it multiplies (its axes' lengths, its
+        variants, its candidates), before its runs are listed: one line naming them and the override that allows it."""
+        runs = math.prod(sizes.values())
+        if runs > self.spec.max_runs:
+            factors = " x ".join(f"{n:,} {k}" for k, n in sizes.items())
+            raise ConfigError(
+                f"stage {self.name} has {runs:,} runs ({factors}), more than stage.max_runs={self.spec.max_runs:,}; "
+                f"narrow it, or allow it with stage.max_runs={runs}"
+            )
+
+    def _points(self) -> Iterator[dict[str, Any]]:
+        """The stage's grid points, one at a time: a stage keeps its runs, never a list of its whole product."""
         if self.select == "best":  # each width's best run of stage zoom_from, times the grid
             self._best = best_single_run(self._source(), self.base.sweep.metric)
-            grid = [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
+            self._check_size({"best runs": len(self._best), **{k: len(v) for k, v in self.axes.items()}})
             d_key, r_key = ZOOM_AXES[:2]
-            return [{d_key: d, "stage.eval_n_loops": b[r_key], **g} for d, b in self._best.items() for g in grid]
+            return (
+                {d_key: d, "stage.eval_n_loops": b[r_key], **g}
+                for d, b in self._best.items()
+                for g in product(self.axes)
+            )
         if self.select == "zoom":
             if not all(k in self.axes for k in ZOOM_AXES[:2]):
                 raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
@@ -165,21 +189,18 @@ class Stage:
                 self._source(), self.base.sweep.metric, self.axes[ZOOM_AXES[0]], self.spec.sentinels
             )
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
-            return [
-                {**c, **dict(zip(rest, vals, strict=True))} for c in cands for vals in itertools.product(*rest.values())
-            ]
-        return [dict(zip(self.axes, vals, strict=True)) for vals in itertools.product(*self.axes.values())]
+            self._check_size({"zoom candidates": len(cands), **{k: len(v) for k, v in rest.items()}})
+            return ({**c, **g} for c in cands for g in product(rest))
+        return product(self.axes)
 
     def _grid_runs(self) -> list[Run]:
-        runs: list[Run] = []
-        seen: dict[str, dict[str, Any]] = {}
+        runs: dict[str, Run] = {}
         for point in self._points():
             run = self.run(point)
-            if run.run_id in seen:
-                raise ConfigError(f"stage {self.name}: {seen[run.run_id]} and {point} are the same run ({run.label})")
-            seen[run.run_id] = point
-            runs.append(run)
-        return runs
+            if (same := runs.get(run.run_id)) is not None:
+                raise ConfigError(f"stage {self.name}: {same.params} and {point} are the same run ({run.label})")
+            runs[run.run_id] = run
+        return list(runs.values())
 
     def objective(self) -> dict[str, Any]:
         """What this launch's ledger values mean: the sweep metric, and the recipe its runs share (the stage's
@@ -196,7 +217,7 @@ class Stage:
 
     def _source(self) -> RunSet:
         """The runs of stage zoom_from that its conclusions use (as the analysis tables them), all done."""
-        source = self.spec.zoom_from
+        source = check_stage_name(self.spec.zoom_from, "stage.zoom_from")
         runs = stage_runs(Path(self.base.paths.runs), source)
         if not runs.used and not runs.pending:
             raise ConfigError(
@@ -269,6 +290,11 @@ class Stage:
         if seed is not None and not self._compose.reads_seed(overrides):
             self._configurations[key] = config
         return make_run(params, overrides, config)
+
+
+def product(axes: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    """Every point of the axes' product, one at a time."""
+    return (dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values()))
 
 
 def _seedless(overrides: list[str]) -> tuple[str, ...]:

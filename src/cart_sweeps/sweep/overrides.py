@@ -7,12 +7,14 @@ stage's own values, so it wins. Launcher, sweep, plan and Hydra settings stay wi
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
-from hydra.core.override_parser.types import Override, ValueType
+from hydra.core.override_parser.types import Override, RangeSweep, ValueType
 
 from cart_sweeps.config import DRIVER_GROUPS, ConfigError
 
@@ -26,7 +28,8 @@ class Arguments:
     """Command-line overrides split by role."""
 
     stage: str | None = None
-    axes: dict[str, list[Any]] = field(default_factory=dict)  # key -> values (paper numbers)
+    axes: dict[str, Iterable[Any]] = field(default_factory=dict)  # key -> values, listed once the stage counted them
+    sizes: dict[str, int] = field(default_factory=dict)  # key -> how many values it has
     passed: dict[str, str] = field(default_factory=dict)  # key -> override line for every run
     base: list[str] = field(default_factory=list)  # every single-valued override: the base config
 
@@ -47,6 +50,24 @@ def format_value(value: Any) -> str:
     if _BARE.fullmatch(text) and text.lower() not in _RESERVED:
         return text
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def sweep_size(o: Override) -> int:
+    """How many values a sweep has, a range's from its bounds (range(0,2000000) is not listed to be counted)."""
+    value = o.value()
+    if not isinstance(value, RangeSweep):  # a choice: its values are written out
+        return sum(1 for _ in o.sweep_iterator())
+    if not value.step:
+        raise ConfigError(f"{o.input_line}: a range's step cannot be 0")
+    span = value.range()
+    if isinstance(span, range):
+        return len(span)
+    return max(0, math.ceil((Decimal(span.stop) - Decimal(span.start)) / Decimal(span.step)))  # as Hydra steps it
+
+
+def _listed(o: Override) -> Iterator[Any]:
+    """A sweep's values, listed only once iterated (Hydra lists a shuffled range whole when asked for them)."""
+    yield from o.sweep_iterator()
 
 
 def _root(key: str) -> str:
@@ -72,10 +93,10 @@ def split_arguments(parsed: Sequence[Override], stage_axes: Sequence[str]) -> Ar
         if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
             raise ConfigError(f"{o.input_line}: glob() picks config group options; list the values: {key}=a,b")
         if o.is_sweep_override():
-            out.axes[key] = list(o.sweep_iterator())
+            out.axes[key], out.sizes[key] = _listed(o), sweep_size(o)
             continue
         if key in stage_axes:
-            out.axes[key] = [o.value()]
+            out.axes[key], out.sizes[key] = [o.value()], 1
             continue
         out.base.append(o.input_line)
         if key != "stage" and _root(key) not in DRIVER_KEYS:
