@@ -146,14 +146,14 @@ def test_zoom_promotes_from_the_runs_the_analysis_tables(tmp_path, data_cache):
     assert sweep(runs, *screen, "model.n_loops=2,4", "trainer.lr=3e-3").returncode == 0
     first = studies(runs, "1")["1"].best_trial.params["model.n_loops"]
     other = 6 - first
-    assert sweep(runs, *screen, f"model.n_loops={first}", "trainer.lr=1e-6").returncode == 0
+    assert sweep(runs, *screen, f"model.n_loops={first}", "trainer.lr=1e-6", "trainer.min_lr=1e-6").returncode == 0
     trials = [t for s in studies(runs, "1").values() for t in s.trials if t.value is not None]
     best = min(trials, key=lambda t: t.value)  # the superseded run: the ledger's best value
     assert best.params["model.n_loops"] == first and "trainer.lr=3e-3" in best.user_attrs["overrides"]
     findings = analysis(runs, tmp_path / "out")
     assert findings["stages"]["1"]["R"] == other
     superseded = [e for e in findings["selection"]["1"]["excluded"] if e["reason"].startswith("superseded")]
-    assert [e["differs"] for e in superseded] == [["trainer.lr 0.003 -> 1e-06"]]
+    assert [e["differs"] for e in superseded] == [["trainer.lr 0.003 -> 1e-06", "trainer.min_lr 0.0003 -> 1e-06"]]
     args = ["stage=2", *TINY, "stage.select=zoom", "model.d_model=256", "seed=42", "plan.format=csv"]
     plan = command(runs, "cart_sweeps.plan", *args)
     assert plan.returncode == 0, plan.stderr

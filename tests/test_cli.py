@@ -123,6 +123,17 @@ def test_a_setting_the_schema_lacks_is_one_line():
         Stage(["stage=1", "scale=tiny", "+trainer.warmup=5"])
 
 
+@pytest.mark.parametrize("scale", ["tiny", "paper"])
+def test_every_shipped_stage_validates_at_either_scale(scale):
+    """The value checks (finite bounds, min_lr <= lr, a warm-up shorter than the run, betas) refuse no run of a
+    shipped training stage: the tiny scale's shrunk warm-ups (100 -> 1 at 20 steps) included, and the ends of the
+    lr search, whose lowest peak is scale=tiny's trainer.min_lr."""
+    for args in (["stage=1"], ["stage=2"], ["stage=parity"], ["stage=ablations"], ["stage=1", "stage.replicates=2"]):
+        assert Stage([*args, f"scale={scale}"]).runs
+    Stage(["stage=lr", f"scale={scale}", "sweep.sampler=tpe", "sweep.n_trials=2"])
+    assert Stage(["stage=1", f"scale={scale}", "model.n_loops=2", "trainer.grad_clip=inf"]).runs  # no clipping
+
+
 def test_shell_completion_completes_both_spellings(tmp_path):
     """`-sc install=bash` from `python -m cart_sweeps`; bash then completes it and `cart-sweeps` alike."""
     script = cli("cart_sweeps", "-sc", "install=bash", runs=tmp_path).stdout

@@ -138,6 +138,32 @@ def test_what_cannot_succeed_is_one_line_before_launch(tmp_path, bad, extra_env,
     assert not (tmp_path / "1").exists()
 
 
+STAGE_1 = GRID[:-1]  # 20 steps at scale=tiny: its recipe's warm-up of 100 is 1
+SEARCH = ["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2"]  # its lowest trainer.lr: 3e-4
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([*STAGE_1, "trainer.lr=inf"], "trainer.lr=inf must be > 0 and finite"),
+        ([*STAGE_1, "trainer.weight_decay=nan"], "trainer.weight_decay=nan must be >= 0 and finite"),
+        ([*STAGE_1, "trainer.min_lr=1e-2"], "trainer.min_lr=0.01 must be <= trainer.lr=0.003: the cosine decays"),
+        ([*STAGE_1, "trainer.warmup_steps=20"], "trainer.warmup_steps=20 must be < trainer.steps=20: a warm-up"),
+        ([*STAGE_1, "trainer.betas=[0.9,1.0]"], "trainer.betas=[0.9, 1.0] must be two numbers in [0, 1)"),
+        ([*SEARCH, "trainer.min_lr=1e-3"], "trainer.min_lr=0.001 must be <= trainer.lr=0.0003"),  # a search's end
+    ],
+)
+def test_a_value_no_run_can_mean_is_one_line_in_plan_and_the_driver(tmp_path, args, says):
+    """Round 4: inf and nan passed their bounds, min_lr above lr and a warm-up as long as the run trained another
+    schedule."""
+    for command in (["cart_sweeps.plan", *args], ["cart_sweeps", "-m", *args]):
+        proc = subprocess.run(
+            [sys.executable, "-m", *command], env=env(tmp_path), capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 2 and not proc.stdout and proc.stderr.startswith(f"error: {says}"), proc.stderr
+        assert len(proc.stderr.splitlines()) == 1 and not list(tmp_path.iterdir()), proc.stderr
+
+
 def test_a_run_that_cannot_succeed_is_rejected_not_retried(tmp_path, data_cache):
     """Item 7: an error only a run can find (its data's vocabulary) is recorded once, not retried."""
     proc = sweep(tmp_path, *GRID, "model.vocab_size=100", "sweep.max_retries=2")

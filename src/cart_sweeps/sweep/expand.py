@@ -129,11 +129,18 @@ class Stage:
                     + ("has none" if not self.search else "has one, so add sweep.n_trials")
                 )
             self.runs: list[Run] = []
+            self._check_search_ends()
         else:  # grid (sweep.sampler is a Sampler: compose refuses anything else)
             if self.search and not self.spec.grid:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
         adaptive.check(self)
+
+    def _check_search_ends(self) -> None:
+        """A search samples its runs as it goes: the runs at the ends of its space are composed and validated
+        now, so a range its runs cannot take (a learning rate below trainer.min_lr) is one line before launch."""
+        for ends in itertools.product(*((d.low, d.high) for d in self.search.values())):
+            self.run(dict(zip(self.search, ends, strict=True)))
 
     def compose(self, overrides: Sequence[str]) -> DictConfig:
         """The config of a run's overrides, as its own process would compose it (group choices cached)."""
