@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
+from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 from cart_sweeps.config import MAX_LOOPS, ConfigError, ModelConfig
 from cart_sweeps.options import ModelName, StageKind
@@ -80,6 +83,25 @@ def check_settings(cfg: DictConfig) -> None:
             close = difflib.get_close_matches(name, known, n=1)
             advice = f"did you mean {parent}.{close[0]}?" if close else "check its spelling (no + to set one)"
             raise ConfigError(f"+{unknown}: {parent} has no such setting; {advice}")
+
+
+_NO_VARIABLE = re.compile(r"Environment variable '([^']*)' not found")
+
+
+def check_interpolations(cfg: DictConfig, keys: Sequence[str] | None = None) -> None:
+    """Every interpolation in `cfg` (or under its `keys`) resolves: one that does not (an unset ${oc.env:X}, a
+    missing key, a value of the wrong type) is one line naming its key and why, before anything reads it: the
+    first reader would be a run, after launch, or the driver, with a traceback."""
+    try:
+        for node in [cfg] if keys is None else [OmegaConf.select(cfg, key) for key in keys]:
+            if OmegaConf.is_config(node):
+                OmegaConf.to_container(node, resolve=True)
+    except (InterpolationResolutionError, GrammarParseError) as err:
+        why = str(err).splitlines()[0]
+        if unset := _NO_VARIABLE.search(why):
+            name = unset.group(1)
+            why = f"the environment variable {name} is not set (set it, or give a default: ${{oc.env:{name},VALUE}})"
+        raise ConfigError(f"{err.full_key}: {why}") from err
 
 
 def check_schedule(t: DictConfig) -> None:

@@ -36,7 +36,7 @@ from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, best_single_run, zoom_candidates
-from cart_sweeps.validate import validate
+from cart_sweeps.validate import check_interpolations, validate
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
 PARITY = "dense_parity"  # a variant key: derive model.n_layers at parity with the point's CART model
@@ -102,6 +102,7 @@ class Stage:
         self._configurations: dict[tuple[str, ...], Configuration] = {}
         self._first_seeds: dict[str, Run] = {}  # a configuration's first run: its other seeds are named from it
         self.base = self._compose(first.base)
+        check_interpolations(self.base)  # whole, once: a run differs from it only in its axes (checked per run)
         self.spec = self.base.stage
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
         self.name: str = self.spec.name
@@ -118,6 +119,7 @@ class Stage:
             **cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True)),
             **self.args.axes,
         }
+        self._interpolating = [k for k, vs in self.args.axes.items() if "${" in repr(vs)]  # resolved per run
         if self.spec.variants:
             self.axes[VARIANT] = list(self.spec.variants)
         self.search = {k: _search_distribution(k, v) for k, v in self.spec.search.items()}
@@ -270,6 +272,7 @@ class Stage:
         if seed is not None and (config := self._configurations.get(key)) is not None:
             return make_run(params, overrides, config, seed)
         cfg = self._compose(overrides)
+        check_interpolations(cfg, self._interpolating)
         if not self.train:  # an evaluation is named by its source's groups, not those composed here
             return make_run(params, overrides, make_configuration(cfg))
         config = make_configuration(cfg, partial(self._compose.identity, overrides))
