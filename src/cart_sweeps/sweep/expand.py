@@ -32,7 +32,7 @@ from cart_sweeps.naming import LABEL_SHOWS, label_parts, run_folder, seeded_labe
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep import adaptive
-from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
+from cart_sweeps.sweep.overrides import Arguments, axis_value, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, best_single_run, zoom_candidates
@@ -115,10 +115,12 @@ class Stage:
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
         self._recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
-        self.axes: dict[str, list[Any]] = {
+        typed: dict[str, list[Any]] = {
             **cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True)),
             **self.args.axes,
         }
+        self.axes: dict[str, list[Any]] = {k: [axis_value(v) for v in vs] for k, vs in typed.items()}  # as params hold
+        self._typed = {(k, axis_value(v)): v for k, vs in typed.items() for v in vs}  # a param's value -> the value
         self._interpolating = [k for k, vs in self.args.axes.items() if "${" in repr(vs)]  # resolved per run
         if self.spec.variants:
             self.axes[VARIANT] = list(self.spec.variants)
@@ -230,6 +232,7 @@ class Stage:
         """The run at a grid point or sampled point (paper numbers), composed and validated. The seeds of a
         configuration share everything but the seed: the first is worked out in full, the others named from it
         (a stage of 64 configurations x 160 seeds works 64 out, not 10,240)."""
+        params = {k: axis_value(v) for k, v in params.items()}  # a ledger's list (an earlier version's) as text
         seed = params.get("seed")
         named_alike = isinstance(seed, int) and "seed" not in self.args.passed  # else the command line's seed wins
         sibling = self._first_seeds.get(_without_seed(params)) if named_alike else None
@@ -243,7 +246,7 @@ class Stage:
 
     def _worked_out(self, params: dict[str, Any]) -> Run:
         paper = dict(self._recipe)
-        paper.update({k: v for k, v in params.items() if k != VARIANT})
+        paper.update({k: self._typed.get((k, v), v) for k, v in params.items() if k != VARIANT})
         if VARIANT in params:
             paper.update(
                 cast(dict[str, Any], OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))

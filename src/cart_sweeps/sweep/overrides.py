@@ -49,6 +49,13 @@ def format_value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def axis_value(value: Any) -> Any:
+    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), so that a
+    table cell (a tuple of params) is hashable and the ledger stores it as Optuna stores a choice (a scalar);
+    a list a ledger of an earlier version holds reads the same."""
+    return format_value(value) if isinstance(value, list | tuple | dict) else value
+
+
 def _root(key: str) -> str:
     return re.split(r"[./@]", key.lstrip("+~"), maxsplit=1)[0]
 
