@@ -213,6 +213,18 @@ def test_a_launch_s_objective_is_its_metric_and_recipe_not_where_or_which_cells(
     assert Stage(["stage=1", "model.d_model=256", "model.n_prelude=2"]).objective() != objective  # scale=paper
 
 
+def test_a_setting_s_value_not_its_spelling_is_its_objective(monkeypatch):
+    """`trainer.lr=3e-3` and `trainer.lr=0.003` (or an interpolation that resolves to it) are one objective, one
+    study; the canonical spelling (as format_value writes it) is recorded as before, so its digest is unchanged."""
+    base = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2"]
+    canonical = Stage([*base, "trainer.lr=0.003", "trainer.decay_all=false"]).objective()
+    assert canonical["passed"] == ["trainer.decay_all=false", "trainer.lr=0.003"]
+    monkeypatch.setenv("CART_SWEEPS_TEST_LR", "3e-3")
+    for spelled in ("3e-3", "3.0e-3", "${oc.env:CART_SWEEPS_TEST_LR}"):
+        assert Stage([*base, f"trainer.lr={spelled}", "trainer.decay_all=False"]).objective() == canonical
+    assert Stage([*base, "trainer.lr=0.001", "trainer.decay_all=false"]).objective() != canonical
+
+
 BETAS = "trainer.betas=[0.9,0.95],[0.9,0.99]"
 BETAS_GRID = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2", "model.n_loops=2", BETAS]
 
@@ -264,6 +276,24 @@ def test_a_list_valued_axis_trains_plans_and_is_tabled_as_is_the_rest_of_its_roo
         findings = analysis(runs, tmp_path / f"out{rewritten}")
         table = pd.read_csv(tmp_path / f"out{rewritten}" / "runs_1.csv")
         assert sorted(table["betas"]) == ["[0.9,0.95]", "[0.9,0.99]"] and findings["selection"]["2"]["runs"] == 1
+
+
+@pytest.mark.slow
+def test_two_spellings_of_a_value_record_in_one_study(tmp_path, data_cache):
+    """A relaunch spelling trainer.lr another way is the same objective: its runs done, no study of its own; a
+    study an earlier version recorded with the setting as typed is found too."""
+    runs = tmp_path / "runs"
+    grid = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2", "model.n_loops=2"]
+    assert sweep(runs, *grid, "trainer.lr=3e-3").returncode == 0
+    study = studies(runs, "1")["1"]
+    objective = study.user_attrs["objective"]
+    assert "trainer.lr=0.003" in objective["passed"]
+    as_typed = [line.replace("trainer.lr=0.003", "trainer.lr=3e-3") for line in objective["passed"]]
+    study.set_user_attr("objective", {**objective, "passed": as_typed})  # as the version before this one wrote it
+    for spelled in ("0.003", "3.0e-3"):
+        done = sweep(runs, *grid, f"trainer.lr={spelled}")
+        assert done.returncode == 0 and "1 done, skipped" in done.stdout, done.stdout + done.stderr
+        assert "a study of its own" not in done.stdout and list(studies(runs, "1")) == ["1"]
 
 
 @pytest.mark.slow

@@ -173,3 +173,17 @@ def test_relaunches_that_change_nothing_add_no_run_ids_to_the_ledger(tmp_path, s
     assert [launch["args"] for launch in launches[-3:]] == [["stage=1"], ["stage=1", "seed=0"], ["stage=1"]]
     stored = len(json.dumps(read.study.user_attrs["launches"]))
     assert stored < 3 * len(json.dumps(grid)) + 100 * 200  # three run sets written out, and 100 launches' times
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_study_recorded_with_a_setting_as_typed_is_found_by_its_value(tmp_path, first):
+    """A ledger of an earlier version recorded the command line's settings as typed (`trainer.lr=1e-3`); a launch
+    now records them by value (`trainer.lr=0.001`): it finds that study, the stage's first or a `1~` one beside it."""
+    typed = {"metric": "ppl", "passed": ["seed=42", "trainer.lr=1e-3"]}
+    if not first:
+        Ledger.open(tmp_path, "1", "sqlite", objective={"metric": "ppl", "passed": []})
+    earlier = Ledger.open(tmp_path, "1", "sqlite", objective=typed).study.study_name
+    now = Ledger.open(tmp_path, "1", "sqlite", objective={**typed, "passed": ["seed=42", "trainer.lr=0.001"]})
+    assert now.study.study_name == earlier and (earlier == "1" if first else earlier.startswith("1~"))
+    other = Ledger.open(tmp_path, "1", "sqlite", objective={**typed, "passed": ["seed=42", "trainer.lr=0.002"]})
+    assert other.study.study_name not in ("1", earlier)  # another value: a study of its own

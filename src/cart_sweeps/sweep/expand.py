@@ -195,9 +195,21 @@ class Stage:
     def objective(self) -> dict[str, Any]:
         """What this launch's ledger values mean: the sweep metric, and the recipe its runs share (the stage's
         recipe, its scale, and the command line's settings of what runs compute), less what the stage varies."""
-        passed = sorted(line for key, line in self.args.passed.items() if _recipe_key(key) and key not in self.varied)
+        passed = sorted(
+            self._setting(k, o) for k, o in self.args.passed.items() if _recipe_key(k) and k not in self.varied
+        )
         recipe = {k: v for k, v in self._recipe.items() if k not in self.varied}
         return {"metric": self.base.sweep.metric, "scale": self.base.scale.name, "recipe": recipe, "passed": passed}
+
+    def _setting(self, key: str, line: str) -> str:
+        """A command-line setting by its value, not its spelling (`trainer.lr=3e-3` and `0.003` alike read
+        `trainer.lr=0.003`, as format_value writes it, and an interpolation its resolved value), so that one
+        value is one objective; a group choice (model=dense) or a deletion as typed."""
+        value = OmegaConf.select(self.base, key, default=line)  # `line` itself: no such value (data/tokenizer=...)
+        if line.startswith("~") or value is line or OmegaConf.is_dict(value):
+            return line
+        plain = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_list(value) else value
+        return f"{key}={format_value(plain)}"
 
     def _overrides(self, values: dict[str, Any]) -> list[str]:
         mine = [f"{k}={format_value(v)}" for k, v in values.items() if k not in self.args.passed]
