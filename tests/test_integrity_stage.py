@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 from stages import env, read_only, small_disk, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
+from test_identity import completed_source
 
 from cart_sweeps.sweep.expand import Stage
 
@@ -141,6 +142,7 @@ def test_what_cannot_succeed_is_one_line_before_launch(tmp_path, bad, extra_env,
 UNSET = "CART_SWEEPS_TEST_UNSET"  # an environment variable no test sets
 STAGE_1 = GRID[:-1]  # 20 steps at scale=tiny: its recipe's warm-up of 100 is 1
 SEARCH = ["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2"]  # its lowest trainer.lr: 3e-4
+VARIABLE_R = ["stage=variable_r", "scale=tiny", "stage.source={source}"]  # a source folder as test_identity's
 
 
 @pytest.mark.parametrize(
@@ -156,11 +158,18 @@ SEARCH = ["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2"]  # 
         ([*STAGE_1, f"trainer.lr=1e-3,${{oc.env:{UNSET}}}"], f"trainer.lr: the environment variable {UNSET}"),
         ([*STAGE_1, f"logger.entity=${{oc.env:{UNSET}}}"], f"logger.entity: the environment variable {UNSET}"),
         ([*STAGE_1, "trainer.lr=${trainer.nope}"], "trainer.lr: Interpolation key 'trainer.nope' not found"),
+        ([*VARIABLE_R, "stage.eval_n_loops=2,20"], "stage.eval_n_loops=20 must be in 1..16 (the loop-index table's"),
     ],
 )
 def test_a_value_no_run_can_mean_is_one_line_in_plan_and_the_driver(tmp_path, args, says):
     """Round 4: inf and nan passed their bounds, min_lr above lr and a warm-up as long as the run trained another
-    schedule, an unset ${oc.env:X} was a 115-line traceback (or a run's failure, after launch)."""
+    schedule, an unset ${oc.env:X} was a 115-line traceback (or a run's failure, after launch), and so was an
+    inference R past the loop-index table."""
+    if any("{source}" in a for a in args):  # a trained run's folder, beside the runs root
+        source = tmp_path.parent / f"{tmp_path.name}-source" / "d48-P6-R6-s42"
+        source.parent.mkdir()
+        completed_source(source)
+        args = [a.format(source=source) for a in args]
     environment = {k: v for k, v in env(tmp_path).items() if k != UNSET}
     for command in (["cart_sweeps.plan", *args], ["cart_sweeps", "-m", *args]):
         proc = subprocess.run(

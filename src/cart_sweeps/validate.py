@@ -52,12 +52,19 @@ def validate_model(m: DictConfig | ModelConfig) -> None:
         raise ConfigError(f"model.d_model={m.d_model} must be a multiple of 4 (the K/V latent is d/4 wide)")
     if not 0 < m.gate_init < 1:
         raise ConfigError(f"model.gate_init={m.gate_init} must be in (0, 1): it is sigmoid(a) at init")
-    if m.n_loops > MAX_LOOPS and not m.disable_lie:
-        raise ConfigError(f"model.n_loops={m.n_loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
+    check_loops(m, m.n_loops, "model.n_loops")
     if m.self_attn_core and not m.unshare_core:
         raise ConfigError("model.self_attn_core=true needs model.unshare_core=true (the paper's ablation)")
     if m.self_attn_core and m.unfreeze_kv:
         raise ConfigError("model.unfreeze_kv=true does nothing with model.self_attn_core=true (no anchor)")
+
+
+def check_loops(m: DictConfig | ModelConfig, loops: int, key: str) -> None:
+    """A CART model run at `loops` loops (trained, or evaluated at another R) as the model allows it."""
+    if loops < 1 or (loops > MAX_LOOPS and not m.disable_lie):
+        raise ConfigError(f"{key}={loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
+    if m.unshare_core and loops != m.n_loops:
+        raise ConfigError(f"{key}={loops} must be model.n_loops={m.n_loops}: an unshared core has one block per loop")
 
 
 def _unknown_key(node: DictConfig, path: str) -> str | None:
@@ -129,6 +136,8 @@ def validate(cfg: DictConfig) -> None:
         check_bounds(cfg[group], group)
     if cfg.stage.kind == StageKind.train:  # an evaluation's trainer is the recipe its source trained with
         check_schedule(cfg.trainer)
+    elif cfg.model.name != ModelName.dense:  # an evaluation runs its source at another R: one it can run
+        check_loops(cfg.model, cfg.stage.eval_n_loops, "stage.eval_n_loops")
     t = cfg.trainer
     if t.seq_len > cfg.model.max_seq_len:
         raise ConfigError(
