@@ -237,6 +237,8 @@ def test_a_list_valued_axis_is_text_in_params_and_labels_without_spaces(tmp_path
     assert [list(r.config.cfg.trainer.betas) for r in stage.runs] == [[0.9, 0.95], [0.9, 0.99]]
     assert [r.label for r in stage.runs] == ["d32-P2-R2-betas0.9_0.95-s42", "d32-P2-R2-betas0.9_0.99-s42"]
     assert stage.dists(stage.runs[0].params)["trainer.betas"].choices == ("[0.9,0.95]", "[0.9,0.99]")
+    quoted = Stage([*BETAS_GRID[:-1], "model.core_update='paper','reference'"])  # was Hydra's QuotedString's repr
+    assert [r.params["model.core_update"] for r in quoted.runs] == ["paper", "reference"]
     plan = command(tmp_path, "cart_sweeps.plan", *BETAS_GRID, "plan.format=csv")
     assert plan.returncode == 0, plan.stderr
     assert sorted(pd.read_csv(StringIO(plan.stdout))["label"]) == [r.label for r in stage.runs]

@@ -79,7 +79,9 @@ def split_arguments(parsed: Sequence[Override], stage_axes: Sequence[str]) -> Ar
         if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
             raise ConfigError(f"{o.input_line}: glob() picks config group options; list the values: {key}=a,b")
         if o.is_sweep_override():
-            out.axes[key] = list(o.sweep_iterator())
+            # the values as Hydra's value() gives them: a quoted one ('paper', [a,'b']) as its text, not a
+            # QuotedString (Override._convert_value: private; hydra-core 1.3.8, pinned)
+            out.axes[key] = list(o.sweep_iterator(transformer=Override._convert_value))
             continue
         if key in stage_axes:
             out.axes[key] = [o.value()]
