@@ -55,6 +55,7 @@ def test_eight_bit_state_engages_on_the_papers_tensors():
 
 def test_tiny_run_keeps_eight_bit_state_in_its_checkpoint_and_resumes_from_it(tmp_path, data_cache):
     args = ["trainer.steps=4", "trainer.ckpt_every=2", "trainer.keep_final_optimizer=true"]  # to extend it
+    args += ["trainer.warmup_steps=1"]  # scale=tiny's 5 would outlast the run
     cfg = compose_config(["scale=tiny", "trainer.optimizer=adamw8bit", *args])
     run_dir = tmp_path / "run"
     assert execute(cfg, run_dir).status == "completed"

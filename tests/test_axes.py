@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from io import StringIO
@@ -146,14 +147,14 @@ def test_zoom_promotes_from_the_runs_the_analysis_tables(tmp_path, data_cache):
     assert sweep(runs, *screen, "model.n_loops=2,4", "trainer.lr=3e-3").returncode == 0
     first = studies(runs, "1")["1"].best_trial.params["model.n_loops"]
     other = 6 - first
-    assert sweep(runs, *screen, f"model.n_loops={first}", "trainer.lr=1e-6").returncode == 0
+    assert sweep(runs, *screen, f"model.n_loops={first}", "trainer.lr=1e-6", "trainer.min_lr=1e-6").returncode == 0
     trials = [t for s in studies(runs, "1").values() for t in s.trials if t.value is not None]
     best = min(trials, key=lambda t: t.value)  # the superseded run: the ledger's best value
     assert best.params["model.n_loops"] == first and "trainer.lr=3e-3" in best.user_attrs["overrides"]
     findings = analysis(runs, tmp_path / "out")
     assert findings["stages"]["1"]["R"] == other
     superseded = [e for e in findings["selection"]["1"]["excluded"] if e["reason"].startswith("superseded")]
-    assert [e["differs"] for e in superseded] == [["trainer.lr 0.003 -> 1e-06"]]
+    assert [e["differs"] for e in superseded] == [["trainer.lr 0.003 -> 1e-06", "trainer.min_lr 0.0003 -> 1e-06"]]
     args = ["stage=2", *TINY, "stage.select=zoom", "model.d_model=256", "seed=42", "plan.format=csv"]
     plan = command(runs, "cart_sweeps.plan", *args)
     assert plan.returncode == 0, plan.stderr
@@ -210,6 +211,91 @@ def test_a_launch_s_objective_is_its_metric_and_recipe_not_where_or_which_cells(
     assert Stage([*base, "trainer.steps=20"]).objective() != objective
     assert Stage([*base, "sweep.metric=ppl_bible"]).objective() != objective
     assert Stage(["stage=1", "model.d_model=256", "model.n_prelude=2"]).objective() != objective  # scale=paper
+
+
+def test_a_setting_s_value_not_its_spelling_is_its_objective(monkeypatch):
+    """`trainer.lr=3e-3` and `trainer.lr=0.003` (or an interpolation that resolves to it) are one objective, one
+    study; the canonical spelling (as format_value writes it) is recorded as before, so its digest is unchanged."""
+    base = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2"]
+    canonical = Stage([*base, "trainer.lr=0.003", "trainer.decay_all=false"]).objective()
+    assert canonical["passed"] == ["trainer.decay_all=false", "trainer.lr=0.003"]
+    monkeypatch.setenv("CART_SWEEPS_TEST_LR", "3e-3")
+    for spelled in ("3e-3", "3.0e-3", "${oc.env:CART_SWEEPS_TEST_LR}"):
+        assert Stage([*base, f"trainer.lr={spelled}", "trainer.decay_all=False"]).objective() == canonical
+    assert Stage([*base, "trainer.lr=0.001", "trainer.decay_all=false"]).objective() != canonical
+
+
+BETAS = "trainer.betas=[0.9,0.95],[0.9,0.99]"
+BETAS_GRID = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2", "model.n_loops=2", BETAS]
+
+
+def test_a_list_valued_axis_is_text_in_params_and_labels_without_spaces(tmp_path):
+    """A list per run (or a dict) is an axis like any other: its params hold it as override text (hashable, a
+    choice Optuna stores), its runs get it as a list, its labels write it without spaces; `plan` lists them."""
+    stage = Stage(BETAS_GRID)
+    assert [r.params["trainer.betas"] for r in stage.runs] == ["[0.9,0.95]", "[0.9,0.99]"]
+    assert [list(r.config.cfg.trainer.betas) for r in stage.runs] == [[0.9, 0.95], [0.9, 0.99]]
+    assert [r.label for r in stage.runs] == ["d32-P2-R2-betas0.9_0.95-s42", "d32-P2-R2-betas0.9_0.99-s42"]
+    assert stage.dists(stage.runs[0].params)["trainer.betas"].choices == ("[0.9,0.95]", "[0.9,0.99]")
+    quoted = Stage([*BETAS_GRID[:-1], "model.core_update='paper','reference'"])  # was Hydra's QuotedString's repr
+    assert [r.params["model.core_update"] for r in quoted.runs] == ["paper", "reference"]
+    plan = command(tmp_path, "cart_sweeps.plan", *BETAS_GRID, "plan.format=csv")
+    assert plan.returncode == 0, plan.stderr
+    assert sorted(pd.read_csv(StringIO(plan.stdout))["label"]) == [r.label for r in stage.runs]
+
+
+def old_ledger(ledger: Path) -> None:
+    """Rewrite a ledger's list-valued params as a version before them recorded them: Optuna's choices as lists."""
+    with sqlite3.connect(ledger) as db:
+        for row_id, dist in db.execute("SELECT param_id, distribution_json FROM trial_params").fetchall():
+            found = json.loads(dist)
+            choices = found["attributes"].get("choices", [])
+            if any(isinstance(c, str) and c.startswith("[") for c in choices):
+                found["attributes"]["choices"] = [json.loads(c) for c in choices]
+                db.execute(
+                    "UPDATE trial_params SET distribution_json = ? WHERE param_id = ?", (json.dumps(found), row_id)
+                )
+
+
+@pytest.mark.slow
+def test_a_list_valued_axis_trains_plans_and_is_tabled_as_is_the_rest_of_its_root(tmp_path, data_cache):
+    """`trainer.betas=[...],[...]` trained, then every plan and analysis of the runs root failed (unhashable
+    type: 'list'). Its stage, and another beside it, plan and are tabled; so they are from a ledger that holds
+    the lists as the version before this one recorded them."""
+    runs = tmp_path / "runs"
+    assert sweep(runs, *BETAS_GRID).returncode == 0
+    other = ["stage=2", *TINY, "model.d_model=256", "model.n_loops=6", "seed=42"]
+    assert sweep(runs, *other).returncode == 0
+    for rewritten in (False, True):
+        if rewritten:
+            old_ledger(runs / "1" / "ledger.db")
+            assert isinstance(studies(runs, "1")["1"].trials[0].params["trainer.betas"], list)
+        for args in (BETAS_GRID, other):
+            plan = command(runs, "cart_sweeps.plan", *args, "plan.format=csv")
+            assert plan.returncode == 0 and set(pd.read_csv(StringIO(plan.stdout))["status"]) == {"completed"}, (
+                plan.stderr
+            )
+        findings = analysis(runs, tmp_path / f"out{rewritten}")
+        table = pd.read_csv(tmp_path / f"out{rewritten}" / "runs_1.csv")
+        assert sorted(table["betas"]) == ["[0.9,0.95]", "[0.9,0.99]"] and findings["selection"]["2"]["runs"] == 1
+
+
+@pytest.mark.slow
+def test_two_spellings_of_a_value_record_in_one_study(tmp_path, data_cache):
+    """A relaunch spelling trainer.lr another way is the same objective: its runs done, no study of its own; a
+    study an earlier version recorded with the setting as typed is found too."""
+    runs = tmp_path / "runs"
+    grid = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2", "model.n_loops=2"]
+    assert sweep(runs, *grid, "trainer.lr=3e-3").returncode == 0
+    study = studies(runs, "1")["1"]
+    objective = study.user_attrs["objective"]
+    assert "trainer.lr=0.003" in objective["passed"]
+    as_typed = [line.replace("trainer.lr=0.003", "trainer.lr=3e-3") for line in objective["passed"]]
+    study.set_user_attr("objective", {**objective, "passed": as_typed})  # as the version before this one wrote it
+    for spelled in ("0.003", "3.0e-3"):
+        done = sweep(runs, *grid, f"trainer.lr={spelled}")
+        assert done.returncode == 0 and "1 done, skipped" in done.stdout, done.stdout + done.stderr
+        assert "a study of its own" not in done.stdout and list(studies(runs, "1")) == ["1"]
 
 
 @pytest.mark.slow

@@ -123,6 +123,28 @@ def test_a_setting_the_schema_lacks_is_one_line():
         Stage(["stage=1", "scale=tiny", "+trainer.warmup=5"])
 
 
+@pytest.mark.parametrize("scale", ["tiny", "paper"])
+def test_every_shipped_stage_validates_at_either_scale(scale):
+    """The value checks (finite bounds, min_lr <= lr, a warm-up shorter than the run, betas) refuse no run of a
+    shipped training stage: the tiny scale's shrunk warm-ups (100 -> 1 at 20 steps) included, and the ends of the
+    lr search, whose lowest peak is scale=tiny's trainer.min_lr."""
+    for args in (["stage=1"], ["stage=2"], ["stage=parity"], ["stage=ablations"], ["stage=1", "stage.replicates=2"]):
+        assert Stage([*args, f"scale={scale}"]).runs
+    Stage(["stage=lr", f"scale={scale}", "sweep.sampler=tpe", "sweep.n_trials=2"])
+    assert Stage(["stage=1", f"scale={scale}", "model.n_loops=2", "trainer.grad_clip=inf"]).runs  # no clipping
+
+
+def test_an_unset_environment_variable_is_one_line(tmp_path):
+    """An unset ${oc.env:X} in an override was a 115-line traceback; the driver's case: test_integrity_stage.py."""
+    unset = "CART_SWEEPS_TEST_UNSET"
+    done = cli("cart_sweeps.plan", "stage=1", "scale=tiny", f"trainer.lr=${{oc.env:{unset}}}", runs=tmp_path)
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: trainer.lr: the environment variable {unset} is not set (set it, or give a default: "
+        f"${{oc.env:{unset},VALUE}})\n",
+    )
+
+
 def test_shell_completion_completes_both_spellings(tmp_path):
     """`-sc install=bash` from `python -m cart_sweeps`; bash then completes it and `cart-sweeps` alike."""
     script = cli("cart_sweeps", "-sc", "install=bash", runs=tmp_path).stdout

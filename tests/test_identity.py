@@ -85,7 +85,7 @@ def current_ids(source: Path) -> dict[str, dict[str, str]]:
     completed_source(source)
     ids["variable_r"] = _stage_ids(["stage=variable_r", "scale=tiny", f"stage.source={source}"])
     search = Stage(["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2", LONGER])
-    ids["lr_search"] = {str(lr): search.run({"trainer.lr": lr}).run_id for lr in (1e-4, 1e-3)}
+    ids["lr_search"] = {str(lr): search.run({"trainer.lr": lr}).run_id for lr in (3e-4, 1e-3)}
     return ids
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 from stages import env, read_only, small_disk, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
+from test_identity import completed_source
 
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.ledger import Ledger
@@ -139,6 +140,46 @@ def test_what_cannot_succeed_is_one_line_before_launch(tmp_path, bad, extra_env,
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-3000:]
     assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout, proc.stderr + proc.stdout  # no log lines
     assert not (tmp_path / "1").exists()
+
+
+UNSET = "CART_SWEEPS_TEST_UNSET"  # an environment variable no test sets
+STAGE_1 = GRID[:-1]  # 20 steps at scale=tiny: its recipe's warm-up of 100 is 1
+SEARCH = ["stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=2"]  # its lowest trainer.lr: 3e-4
+VARIABLE_R = ["stage=variable_r", "scale=tiny", "stage.source={source}"]  # a source folder as test_identity's
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([*STAGE_1, "trainer.lr=inf"], "trainer.lr=inf must be > 0 and finite"),
+        ([*STAGE_1, "trainer.weight_decay=nan"], "trainer.weight_decay=nan must be >= 0 and finite"),
+        ([*STAGE_1, "trainer.min_lr=1e-2"], "trainer.min_lr=0.01 must be <= trainer.lr=0.003: the cosine decays"),
+        ([*STAGE_1, "trainer.warmup_steps=20"], "trainer.warmup_steps=20 must be < trainer.steps=20: a warm-up"),
+        ([*STAGE_1, "trainer.betas=[0.9,1.0]"], "trainer.betas=[0.9, 1.0] must be two numbers in [0, 1)"),
+        ([*SEARCH, "trainer.min_lr=1e-3"], "trainer.min_lr=0.001 must be <= trainer.lr=0.0003"),  # a search's end
+        ([*STAGE_1, f"trainer.lr=${{oc.env:{UNSET}}}"], f"trainer.lr: the environment variable {UNSET} is not set"),
+        ([*STAGE_1, f"trainer.lr=1e-3,${{oc.env:{UNSET}}}"], f"trainer.lr: the environment variable {UNSET}"),
+        ([*STAGE_1, f"logger.entity=${{oc.env:{UNSET}}}"], f"logger.entity: the environment variable {UNSET}"),
+        ([*STAGE_1, "trainer.lr=${trainer.nope}"], "trainer.lr: Interpolation key 'trainer.nope' not found"),
+        ([*VARIABLE_R, "stage.eval_n_loops=2,20"], "stage.eval_n_loops=20 must be in 1..16 (the loop-index table's"),
+    ],
+)
+def test_a_value_no_run_can_mean_is_one_line_in_plan_and_the_driver(tmp_path, args, says):
+    """Round 4: inf and nan passed their bounds, min_lr above lr and a warm-up as long as the run trained another
+    schedule, an unset ${oc.env:X} was a 115-line traceback (or a run's failure, after launch), and so was an
+    inference R past the loop-index table."""
+    if any("{source}" in a for a in args):  # a trained run's folder, beside the runs root
+        source = tmp_path.parent / f"{tmp_path.name}-source" / "d48-P6-R6-s42"
+        source.parent.mkdir()
+        completed_source(source)
+        args = [a.format(source=source) for a in args]
+    environment = {k: v for k, v in env(tmp_path).items() if k != UNSET}
+    for command in (["cart_sweeps.plan", *args], ["cart_sweeps", "-m", *args]):
+        proc = subprocess.run(
+            [sys.executable, "-m", *command], env=environment, capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 2 and not proc.stdout and proc.stderr.startswith(f"error: {says}"), proc.stderr
+        assert len(proc.stderr.splitlines()) == 1 and not list(tmp_path.iterdir()), proc.stderr
 
 
 def test_a_run_that_cannot_succeed_is_rejected_not_retried(tmp_path, data_cache):

@@ -223,3 +223,17 @@ def test_launches_and_trials_are_ordered_by_launch_number_not_by_time(tmp_path):
     (trials,) = merged_attempts(ledgers).values()
     assert [t._trial_id for t in trials] == [earlier._trial_id, later._trial_id]
     assert trials[0].datetime_start > trials[1].datetime_start and trials[1].user_attrs["launch"] == 2
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_study_recorded_with_a_setting_as_typed_is_found_by_its_value(tmp_path, first):
+    """A ledger of an earlier version recorded the command line's settings as typed (`trainer.lr=1e-3`); a launch
+    now records them by value (`trainer.lr=0.001`): it finds that study, the stage's first or a `1~` one beside it."""
+    typed = {"metric": "ppl", "passed": ["seed=42", "trainer.lr=1e-3"]}
+    if not first:
+        Ledger.open(tmp_path, "1", "sqlite", objective={"metric": "ppl", "passed": []})
+    earlier = Ledger.open(tmp_path, "1", "sqlite", objective=typed).study.study_name
+    now = Ledger.open(tmp_path, "1", "sqlite", objective={**typed, "passed": ["seed=42", "trainer.lr=0.001"]})
+    assert now.study.study_name == earlier and (earlier == "1" if first else earlier.startswith("1~"))
+    other = Ledger.open(tmp_path, "1", "sqlite", objective={**typed, "passed": ["seed=42", "trainer.lr=0.002"]})
+    assert other.study.study_name not in ("1", earlier)  # another value: a study of its own

@@ -101,7 +101,8 @@ def check_python(args: list[str], env: dict, root: Path, tmp_path: Path) -> None
             rest += ["scale=tiny", "model.d_model=256,1024"]
         done = python(["-m", "cart_sweeps.plan", *(a for a in rest if a != "-m"), "plan.format=csv"], env)
     elif module == "cart_sweeps":  # one run: a few steps
-        done = python(["-m", "cart_sweeps", *rest, "trainer.steps=2", f"hydra.run.dir={tmp_path / 'one'}"], env)
+        steps = ["trainer.steps=2", "trainer.warmup_steps=1"]
+        done = python(["-m", "cart_sweeps", *rest, *steps, f"hydra.run.dir={tmp_path / 'one'}"], env)
     elif module == "cart_sweeps.bench":
         done = python(["-m", module, *rest, "scale=tiny", "bench.warmup=0", "bench.steps=1"], env)
         assert json.loads(done.stdout)["d_model"] == 1024

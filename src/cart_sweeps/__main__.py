@@ -34,7 +34,7 @@ from cart_sweeps.register import register_configs
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
 from cart_sweeps.text import count
-from cart_sweeps.validate import check_settings
+from cart_sweeps.validate import check_interpolations, check_settings
 
 register_configs()
 SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plugins/cart_sweeps_plugins)
@@ -100,7 +100,8 @@ def adhoc_stage(parsed: list[Override]) -> list[str]:
 
 
 def precheck(parsed: list[Override]) -> None:
-    """Compose the command's config once, so a bad override is one line before Hydra starts anything.
+    """Compose the command's config once, so a bad override (or interpolation) is one line before Hydra starts
+    anything.
 
     Sweep overrides (`a=1,2`) are checked with their first value; interval sweeps are the stage's to name.
     """
@@ -116,6 +117,7 @@ def precheck(parsed: list[Override]) -> None:
     cfg = Composer()(cast(list[str], single))
     check_settings(cfg)
     check_stage_name(cfg.stage.name)  # a single run's folder is under it too: <paths.runs>/<stage.name>/
+    check_interpolations(cfg)
 
 
 def refuse_placement(parsed: list[Override], stage: str) -> None:

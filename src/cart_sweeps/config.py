@@ -51,13 +51,14 @@ ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
 
 
 def at_least(low: float) -> dict[str, float]:
-    """Field metadata: the smallest value the field accepts (`check_bounds`: before anything launches)."""
+    """Field metadata: the smallest value the field accepts, finite (`check_bounds`: before anything launches)."""
     return {"at_least": low}
 
 
-def above(low: float) -> dict[str, float]:
-    """Field metadata: the field must be greater than `low` (`check_bounds`)."""
-    return {"above": low}
+def above(low: float, infinite: bool = False) -> dict[str, float]:
+    """Field metadata: the field must be greater than `low` (`check_bounds`), and finite unless `infinite` (a
+    field for which inf means something)."""
+    return {"above": low} | ({"infinite": True} if infinite else {})
 
 
 @dataclass
@@ -155,7 +156,7 @@ class TrainerConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     weight_decay: float = field(default=0.1, metadata=at_least(0))
     decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
-    grad_clip: float = field(default=1.0, metadata=above(0))
+    grad_clip: float = field(default=1.0, metadata=above(0, infinite=True))  # inf: no clipping
     precision: Precision = Precision.auto
     compile: bool | None = None  # null: compile runs long enough to repay it (train/setup.py, COMPILE_MIN_STEPS)
     device: Device = Device.auto

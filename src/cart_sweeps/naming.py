@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cart_sweeps.config import ABLATION_SWITCHES, ConfigError, ModelConfig
 from cart_sweeps.identity import run_id
@@ -46,7 +46,8 @@ SHORT_KEYS = {"weight_decay": "wd", "warmup_steps": "warmup", "micro_batch_size"
 
 
 def short_value(value: Any) -> str:
-    """A value as a label writes it: 3e-3, 0.5, 32, true (three significant digits for floats)."""
+    """A value as a label writes it: 3e-3, 0.5, 32, true (three significant digits for floats); a list's items
+    joined by _ (0.9_0.95: no spaces or brackets in a folder's name)."""
     if isinstance(value, float) and value != 0 and not 1e-2 <= abs(value) < 1e4:
         mantissa, exponent = f"{value:.2e}".split("e")
         return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
@@ -54,17 +55,25 @@ def short_value(value: Any) -> str:
         return f"{value:.3g}"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, DictConfig):  # a config group chosen per run (data=...): its name
-        return str(value.get("name", "?"))
+    if isinstance(value, DictConfig | dict):  # a config group chosen per run (data=...): its name; else its items
+        return str(value["name"]) if "name" in value else "_".join(f"{k!s}{short_value(v)}" for k, v in value.items())
+    if isinstance(value, ListConfig | list | tuple):
+        return "_".join(short_value(v) for v in value) or "none"
     return str(value)
 
 
+def _numbers(value: Any) -> bool:
+    """Whether a label writes `value` right after its key (lr3e-3, betas0.9_0.95), not after an _."""
+    if isinstance(value, ListConfig | list | tuple):
+        return bool(value) and all(_numbers(v) for v in value)
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def axis_tag(key: str, value: Any) -> str:
-    """One varied key in a label: lr3e-3, gate_init0.5, decay_all_false, data_embedded."""
+    """One varied key in a label: lr3e-3, gate_init0.5, betas0.9_0.95, decay_all_false, data_embedded."""
     name = key.rsplit(".", 1)[-1]
     name = SHORT_KEYS.get(name, name)
-    text = short_value(value)
-    return f"{name}{text}" if isinstance(value, int | float) and not isinstance(value, bool) else f"{name}_{text}"
+    return f"{name}{short_value(value)}" if _numbers(value) else f"{name}_{short_value(value)}"
 
 
 def run_label(cfg: DictConfig) -> str:

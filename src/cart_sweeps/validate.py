@@ -6,18 +6,24 @@ Apart from the schema (cart_sweeps.config, pure data) so that it holds only what
 from __future__ import annotations
 
 import difflib
+import math
+import re
+from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
 from cart_sweeps.config import MAX_LOOPS, ConfigError, ModelConfig
-from cart_sweeps.options import ModelName
+from cart_sweeps.options import ModelName, StageKind
 
 
 def check_bounds(node: Any, path: str) -> None:
     """The bounds the schema declares on a group's fields (`at_least`, `above` metadata): one line for the
-    first value that cannot succeed. One walk for every group, so a bounded field needs no check of its own."""
+    first value that cannot succeed. One walk for every group, so a bounded field needs no check of its own.
+    A bounded value must be finite too (nan compares false both ways; inf passes a lower bound), unless its
+    field declares infinity meaningful (`above(0, infinite=True)`: trainer.grad_clip=inf clips nothing)."""
     schema = type(node) if is_dataclass(node) else OmegaConf.get_type(node)
     if schema is None or not is_dataclass(schema):
         return
@@ -25,10 +31,12 @@ def check_bounds(node: Any, path: str) -> None:
         value = getattr(node, f.name)
         if not isinstance(value, int | float) or isinstance(value, bool):
             continue
-        if (low := f.metadata.get("at_least")) is not None and value < low:
-            raise ConfigError(f"{path}.{f.name}={value} must be >= {low:g}")
-        if (low := f.metadata.get("above")) is not None and not value > low:
-            raise ConfigError(f"{path}.{f.name}={value} must be > {low:g}")
+        meant = math.isfinite(value) or (value == math.inf and f.metadata.get("infinite", False))
+        also = "" if meant else " and finite"
+        if (low := f.metadata.get("at_least")) is not None and not (value >= low and meant):
+            raise ConfigError(f"{path}.{f.name}={value} must be >= {low:g}{also}")
+        if (low := f.metadata.get("above")) is not None and not (value > low and meant):
+            raise ConfigError(f"{path}.{f.name}={value} must be > {low:g}{also}")
 
 
 def validate_model(m: DictConfig | ModelConfig) -> None:
@@ -44,12 +52,19 @@ def validate_model(m: DictConfig | ModelConfig) -> None:
         raise ConfigError(f"model.d_model={m.d_model} must be a multiple of 4 (the K/V latent is d/4 wide)")
     if not 0 < m.gate_init < 1:
         raise ConfigError(f"model.gate_init={m.gate_init} must be in (0, 1): it is sigmoid(a) at init")
-    if m.n_loops > MAX_LOOPS and not m.disable_lie:
-        raise ConfigError(f"model.n_loops={m.n_loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
+    check_loops(m, m.n_loops, "model.n_loops")
     if m.self_attn_core and not m.unshare_core:
         raise ConfigError("model.self_attn_core=true needs model.unshare_core=true (the paper's ablation)")
     if m.self_attn_core and m.unfreeze_kv:
         raise ConfigError("model.unfreeze_kv=true does nothing with model.self_attn_core=true (no anchor)")
+
+
+def check_loops(m: DictConfig | ModelConfig, loops: int, key: str) -> None:
+    """A CART model run at `loops` loops (trained, or evaluated at another R) as the model allows it."""
+    if loops < 1 or (loops > MAX_LOOPS and not m.disable_lie):
+        raise ConfigError(f"{key}={loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
+    if m.unshare_core and loops != m.n_loops:
+        raise ConfigError(f"{key}={loops} must be model.n_loops={m.n_loops}: an unshared core has one block per loop")
 
 
 def _unknown_key(node: DictConfig, path: str) -> str | None:
@@ -77,12 +92,52 @@ def check_settings(cfg: DictConfig) -> None:
             raise ConfigError(f"+{unknown}: {parent} has no such setting; {advice}")
 
 
+_NO_VARIABLE = re.compile(r"Environment variable '([^']*)' not found")
+
+
+def check_interpolations(cfg: DictConfig, keys: Sequence[str] | None = None) -> None:
+    """Every interpolation in `cfg` (or under its `keys`) resolves: one that does not (an unset ${oc.env:X}, a
+    missing key, a value of the wrong type) is one line naming its key and why, before anything reads it: the
+    first reader would be a run, after launch, or the driver, with a traceback."""
+    try:
+        for node in [cfg] if keys is None else [OmegaConf.select(cfg, key) for key in keys]:
+            if OmegaConf.is_config(node):
+                OmegaConf.to_container(node, resolve=True)
+    except (InterpolationResolutionError, GrammarParseError) as err:
+        why = str(err).splitlines()[0]
+        if unset := _NO_VARIABLE.search(why):
+            name = unset.group(1)
+            why = f"the environment variable {name} is not set (set it, or give a default: ${{oc.env:{name},VALUE}})"
+        raise ConfigError(f"{err.full_key}: {why}") from err
+
+
+def check_schedule(t: DictConfig) -> None:
+    """The trainer's values against one another, where a combination cannot succeed or would silently train
+    another schedule than the one asked for (schedule.lr_at)."""
+    if t.min_lr > t.lr:
+        raise ConfigError(
+            f"trainer.min_lr={t.min_lr} must be <= trainer.lr={t.lr}: the cosine decays from lr to min_lr "
+            "(above it, the learning rate would rise after the warm-up); lower trainer.min_lr"
+        )
+    if t.warmup_steps > 1 and t.warmup_steps >= t.steps:  # one warm-up step is none: its first step is at lr
+        raise ConfigError(
+            f"trainer.warmup_steps={t.warmup_steps} must be < trainer.steps={t.steps}: a warm-up must end "
+            "before the run does (it would never decay, or never reach trainer.lr); lower it (0: none)"
+        )
+    if len(t.betas) != 2 or not all(0 <= b < 1 for b in t.betas):
+        raise ConfigError(f"trainer.betas={list(t.betas)} must be two numbers in [0, 1) (AdamW's beta1, beta2)")
+
+
 def validate(cfg: DictConfig) -> None:
     """Checks across the whole composed config that the schema's types cannot express."""
     check_settings(cfg)
     validate_model(cfg.model)
     for group in ("trainer", "data", "harness"):
         check_bounds(cfg[group], group)
+    if cfg.stage.kind == StageKind.train:  # an evaluation's trainer is the recipe its source trained with
+        check_schedule(cfg.trainer)
+    elif cfg.model.name != ModelName.dense:  # an evaluation runs its source at another R: one it can run
+        check_loops(cfg.model, cfg.stage.eval_n_loops, "stage.eval_n_loops")
     t = cfg.trainer
     if t.seq_len > cfg.model.max_seq_len:
         raise ConfigError(

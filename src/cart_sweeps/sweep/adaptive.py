@@ -27,6 +27,7 @@ from optuna.trial import FrozenTrial
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, MOST_SEEDS, POWER, Verdict, best_level, looks, seeds_for_power
 from cart_sweeps.metric import Metric, require
+from cart_sweeps.sweep.overrides import axis_value
 from cart_sweeps.sweep.runset import StageRecord, StageRun, stage_runs
 from cart_sweeps.text import count
 
@@ -103,8 +104,8 @@ def dists(stage: Stage, params: dict[str, Any]) -> dict[str, BaseDistribution]:
 
 
 def cell_of(params: dict[str, Any]) -> Cell:
-    """A run's table cell: its params less the seed (as runset.StageRun.cell)."""
-    return tuple(sorted((k, v) for k, v in params.items() if k != SEED))
+    """A run's table cell: its params less the seed (as runset.StageRun.cell; a list as its text, axis_value)."""
+    return tuple(sorted((k, axis_value(v)) for k, v in params.items() if k != SEED))
 
 
 def earlier(stage: Stage, history: dict[str, list[FrozenTrial]]) -> list[Added]:

@@ -33,11 +33,11 @@ from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_f
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep import adaptive
-from cart_sweeps.sweep.overrides import Arguments, format_value, split_arguments
+from cart_sweeps.sweep.overrides import Arguments, axis_value, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, best_single_run, zoom_candidates
-from cart_sweeps.validate import validate
+from cart_sweeps.validate import check_interpolations, validate
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
 PARITY = "dense_parity"  # a variant key: derive model.n_layers at parity with the point's CART model
@@ -103,6 +103,7 @@ class Stage:
         self._configurations: dict[tuple[str, ...], Configuration] = {}
         self._first_seeds: dict[str, Run] = {}  # a configuration's first run: its other seeds are named from it
         self.base = self._compose(first.base)
+        check_interpolations(self.base)  # whole, once: a run differs from it only in its axes (checked per run)
         self.spec = self.base.stage
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
         self.name: str = check_stage_name(self.spec.name)
@@ -121,10 +122,13 @@ class Stage:
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
         self._recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
-        self.axes: dict[str, list[Any]] = {
+        typed: dict[str, list[Any]] = {
             **grid,
             **{k: [to_paper(k, v, self._scale) for v in vs] for k, vs in self.args.axes.items()},
         }
+        self.axes: dict[str, list[Any]] = {k: [axis_value(v) for v in vs] for k, vs in typed.items()}  # as params hold
+        self._typed = {(k, axis_value(v)): v for k, vs in typed.items() for v in vs}  # a param's value -> the value
+        self._interpolating = [k for k in self.args.axes if "${" in repr(typed[k])]  # resolved per run
         if self.spec.variants:
             self.axes[VARIANT] = list(self.spec.variants)
         self.search = {k: _search_distribution(k, v) for k, v in self.spec.search.items()}
@@ -137,11 +141,18 @@ class Stage:
                 )
             self._check_size({"sweep.n_trials": self.base.sweep.n_trials})
             self.runs: list[Run] = []
+            self._check_search_ends()
         else:  # grid (sweep.sampler is a Sampler: compose refuses anything else)
             if self.search and not self.spec.grid:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
         adaptive.check(self)
+
+    def _check_search_ends(self) -> None:
+        """A search samples its runs as it goes: the runs at the ends of its space are composed and validated
+        now, so a range its runs cannot take (a learning rate below trainer.min_lr) is one line before launch."""
+        for ends in itertools.product(*((d.low, d.high) for d in self.search.values())):
+            self.run(dict(zip(self.search, ends, strict=True)))
 
     def compose(self, overrides: Sequence[str]) -> DictConfig:
         """The config of a run's overrides, as its own process would compose it (group choices cached)."""
@@ -205,9 +216,21 @@ class Stage:
     def objective(self) -> dict[str, Any]:
         """What this launch's ledger values mean: the sweep metric, and the recipe its runs share (the stage's
         recipe, its scale, and the command line's settings of what runs compute), less what the stage varies."""
-        passed = sorted(line for key, line in self.args.passed.items() if _recipe_key(key) and key not in self.varied)
+        passed = sorted(
+            self._setting(k, o) for k, o in self.args.passed.items() if _recipe_key(k) and k not in self.varied
+        )
         recipe = {k: v for k, v in self._recipe.items() if k not in self.varied}
         return {"metric": self.base.sweep.metric, "scale": self.base.scale.name, "recipe": recipe, "passed": passed}
+
+    def _setting(self, key: str, line: str) -> str:
+        """A command-line setting by its value, not its spelling (`trainer.lr=3e-3` and `0.003` alike read
+        `trainer.lr=0.003`, as format_value writes it, and an interpolation its resolved value), so that one
+        value is one objective; a group choice (model=dense) or a deletion as typed."""
+        value = OmegaConf.select(self.base, key, default=line)  # `line` itself: no such value (data/tokenizer=...)
+        if line.startswith("~") or value is line or OmegaConf.is_dict(value):
+            return line
+        plain = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_list(value) else value
+        return f"{key}={format_value(plain)}"
 
     def _overrides(self, values: dict[str, Any]) -> list[str]:
         mine = [f"{k}={format_value(v)}" for k, v in values.items() if k not in self.args.passed]
@@ -242,6 +265,7 @@ class Stage:
         """The run at a grid point or sampled point (paper numbers), composed and validated. The seeds of a
         configuration share everything but the seed: the first is worked out in full, the others named from it
         (a stage of 64 configurations x 160 seeds works 64 out, not 10,240)."""
+        params = {k: axis_value(v) for k, v in params.items()}  # a ledger's list (an earlier version's) as text
         seed = params.get("seed")
         named_alike = isinstance(seed, int) and "seed" not in self.args.passed  # else the command line's seed wins
         sibling = self._first_seeds.get(_without_seed(params)) if named_alike else None
@@ -255,7 +279,7 @@ class Stage:
 
     def _worked_out(self, params: dict[str, Any]) -> Run:
         paper = dict(self._recipe)
-        paper.update({k: v for k, v in params.items() if k != VARIANT})
+        paper.update({k: self._typed.get((k, v), v) for k, v in params.items() if k != VARIANT})
         if VARIANT in params:
             paper.update(
                 cast(dict[str, Any], OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
@@ -284,6 +308,7 @@ class Stage:
         if seed is not None and (config := self._configurations.get(key)) is not None:
             return make_run(params, overrides, config, seed)
         cfg = self._compose(overrides)
+        check_interpolations(cfg, self._interpolating)
         if not self.train:  # an evaluation is named by its source's groups, not those composed here
             return make_run(params, overrides, make_configuration(cfg))
         config = make_configuration(cfg, partial(self._compose.identity, overrides))

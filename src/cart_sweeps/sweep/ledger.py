@@ -42,7 +42,7 @@ from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, Trial, TrialState, create_trial
 
-from cart_sweeps.compose import first_line
+from cart_sweeps.compose import first_line, parse_overrides
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import DEFAULT, metric
 from cart_sweeps.record.summary import RunSummary
@@ -197,16 +197,35 @@ def _create(
 
 def _study_name(storage: BaseStorage, stage: str, objective: dict[str, Any]) -> str:
     """The stage's study whose values mean `objective`: the first (named `stage`) unless it means another
-    metric or recipe, then `<stage>~<digest>`. A first study from before objectives were recorded is
-    taken as meaning `objective` when its named metric agrees."""
-    if not objective or stage not in optuna.get_all_study_names(storage):  # names alone: no trial is read
+    metric or recipe, then `<stage>~<digest>`, or an earlier `<stage>~...` that means it too (its command-line
+    settings recorded as typed: `trainer.lr=3e-3` for `trainer.lr=0.003`). A first study from before objectives
+    were recorded is taken as meaning `objective` when its named metric agrees."""
+    names = optuna.get_all_study_names(storage)  # names alone: no trial is read
+    if not objective or stage not in names:
         return stage
-    # the objective it was created with (None also while its creator has yet to record it)
-    recorded = storage.get_study_user_attrs(storage.get_study_id_from_name(stage)).get(OBJECTIVE)
-    if recorded == objective or (recorded is None and _named_metric(storage, stage) in (None, objective["metric"])):
+    meaning = _meaning(objective)
+    recorded = _objective_of(storage, stage)  # None also while its creator has yet to record it
+    if recorded is None and _named_metric(storage, stage) in (None, objective["metric"]):
+        return stage
+    if recorded is not None and _meaning(recorded) == meaning:
         return stage
     digest = hashlib.sha256(json.dumps(objective, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    return f"{stage}~{digest}"
+    named = f"{stage}~{digest}"
+    if named in names:
+        return named
+    alike = (n for n in names if n.startswith(f"{stage}~") and _meaning(_objective_of(storage, n) or {}) == meaning)
+    return next(alike, named)
+
+
+def _objective_of(storage: BaseStorage, name: str) -> dict[str, Any] | None:
+    return storage.get_study_user_attrs(storage.get_study_id_from_name(name)).get(OBJECTIVE)
+
+
+def _meaning(objective: dict[str, Any]) -> dict[str, Any]:
+    """An objective with its command-line settings as values (`passed`: override lines, as typed in a ledger
+    of an earlier version), so that two spellings of one value mean one thing."""
+    settings = {o.key_or_group: o.value() for o in parse_overrides(objective.get("passed", []))}
+    return {**objective, "passed": settings}
 
 
 def _named_metric(storage: BaseStorage, stage: str) -> str | None:

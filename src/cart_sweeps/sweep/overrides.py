@@ -66,8 +66,17 @@ def sweep_size(o: Override) -> int:
 
 
 def _listed(o: Override) -> Iterator[Any]:
-    """A sweep's values, listed only once iterated (Hydra lists a shuffled range whole when asked for them)."""
-    yield from o.sweep_iterator()
+    """A sweep's values, listed only once iterated (Hydra lists a shuffled range whole when asked for them), as
+    Hydra's value() gives them: a quoted one ('paper', [a,'b']) as its text, not a QuotedString
+    (Override._convert_value: private; hydra-core 1.3.8, pinned)."""
+    yield from o.sweep_iterator(transformer=Override._convert_value)
+
+
+def axis_value(value: Any) -> Any:
+    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), so that a
+    table cell (a tuple of params) is hashable and the ledger stores it as Optuna stores a choice (a scalar);
+    a list a ledger of an earlier version holds reads the same."""
+    return format_value(value) if isinstance(value, list | tuple | dict) else value
 
 
 def _root(key: str) -> str:

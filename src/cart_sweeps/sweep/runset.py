@@ -44,6 +44,7 @@ from cart_sweeps.sweep.ledger import (
     shared,
     trial_order,
 )
+from cart_sweeps.sweep.overrides import axis_value
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
 OWNER = "owner"  # a trial's attr: the stage whose folder holds the run, when another stage trained it
@@ -216,7 +217,7 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
         if holds and summary is not None
         else ("lost" if recorded in (RunStatus.COMPLETED, RunStatus.DIVERGED) else recorded)
     )
-    params = dict(last.params)
+    params = {k: axis_value(v) for k, v in last.params.items()}  # a list (an earlier version's ledger) as text
     config = attrs.get("config_id") or (summary.details.get("config_id") if holds and summary else None)
     if config is None:  # a ledger from before config ids were recorded, and no result yet
         config = json.dumps([o for o in attrs.get("overrides", []) if not o.startswith("seed=")])
