@@ -14,7 +14,7 @@ from stages import env, sweep
 
 from cart_sweeps import plan
 from cart_sweeps.compose import SEARCHPATH_ENV
-from cart_sweeps.naming import LABEL_BYTES, seeded_label
+from cart_sweeps.naming import LABEL_BYTES, axis_tag, seeded_label
 from cart_sweeps.sweep.expand import Stage
 
 NAME_RULE = "use at most 128 letters, digits, '-', '_' and '.'"
@@ -109,6 +109,11 @@ def test_a_label_too_long_for_a_folder_name_is_cut_with_a_hash_of_what_it_cut():
     assert seeded_label(long, 8) == label.replace("-s7-", "-s8-")  # a configuration's seeds share the cut
     wide = seeded_label(("d32-" + "é" * 200, ""), 1)  # cut between characters, never inside one
     assert len(wide.encode()) <= LABEL_BYTES and wide.encode().decode() == wide
+
+
+def test_a_value_with_a_path_separator_is_one_folder_in_a_label():
+    """A string axis whose values hold a `/` (a data file `a/b.jsonl`) nested each run's folder one deeper."""
+    assert axis_tag("data.sources.0.path", "team/a.jsonl") == "path_team_a.jsonl"
 
 
 LONG = {

@@ -70,10 +70,12 @@ def _numbers(value: Any) -> bool:
 
 
 def axis_tag(key: str, value: Any) -> str:
-    """One varied key in a label: lr3e-3, gate_init0.5, betas0.9_0.95, decay_all_false, data_embedded."""
+    """One varied key in a label: lr3e-3, gate_init0.5, betas0.9_0.95, decay_all_false, data_embedded; a path
+    separator in a value becomes `_`, so a label is one folder name (a value `a/b` nested the run's folder)."""
     name = key.rsplit(".", 1)[-1]
     name = SHORT_KEYS.get(name, name)
-    return f"{name}{short_value(value)}" if _numbers(value) else f"{name}_{short_value(value)}"
+    tag = f"{name}{short_value(value)}" if _numbers(value) else f"{name}_{short_value(value)}"
+    return tag.replace("/", "_").replace("\\", "_")
 
 
 def run_label(cfg: DictConfig) -> str:
