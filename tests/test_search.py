@@ -31,6 +31,7 @@ SEARCH = [
     "model.n_loops=1",
     "trainer.steps=30",
     "trainer.eval_every=5",
+    "trainer.min_lr=1e-8",  # below the second trial's lr of 1e-7 (a min_lr above lr is refused)
     "launcher.slots=1",  # one trial at a time: the second is judged against the first
 ]
 
