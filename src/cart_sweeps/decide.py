@@ -9,9 +9,9 @@ comparisons. A stage that adds seeds while a decision is open looks at its data 
 at alpha / looks (Bonferroni over the looks), so the whole sequence, whatever it stops on, is wrong at most at
 alpha.
 
-What a decision cannot know it does not decide: a seed spread at or below the values' resolution (identical
-seeds, values rounded coarser than their noise) is no measured noise, and values that are not finite or not in
-the metric's range (a perplexity <= 1) are no measurements.
+What a decision cannot know it does not decide: a seed spread no larger than rounding to the values' step
+makes (identical seeds, values rounded coarser than their noise) is no measured noise, and values that are not
+finite or not in the metric's range (a perplexity <= 1) are no measurements.
 """
 
 from __future__ import annotations
@@ -73,6 +73,9 @@ class Verdict:
     p_value: float | None = None  # the largest Holm-adjusted p (decided iff <= the look's alpha)
 
 
+DIGITS = 9  # values written to more significant digits than this count as measured to full precision
+
+
 def quantum(values: Sequence[float]) -> float:
     """The step the values are written to: the coarsest power of ten they are all whole multiples of (0.001 for
     41.165 and 41.215), or 0 for values with more than DIGITS significant digits (measured, not rounded)."""
@@ -85,9 +88,6 @@ def quantum(values: Sequence[float]) -> float:
         if all(abs(v / step - round(v / step)) < 1e-6 for v in finite):
             return step
     return 0.0
-
-
-DIGITS = 9  # values written to more significant digits than this count as measured to full precision
 
 
 def resolution(values: Sequence[float], metric: Metric) -> float:
