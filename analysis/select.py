@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cart_sweeps.metric import metric
+from cart_sweeps.record.runfolder import SUMMARY
 from cart_sweeps.sweep.ledger import LEDGER_FILES, LedgerDamaged
 from cart_sweeps.sweep.runset import RECORD, RunSet, StageRecord, StageRun, stage_runs
 
@@ -83,7 +84,7 @@ def stage_folders(root: Path) -> list[str]:
     return sorted(
         p.name
         for p in root.iterdir()
-        if p.is_dir() and (any((p / f).exists() for f in marks) or next(p.rglob("summary.json"), None))
+        if p.is_dir() and (any((p / f).exists() for f in marks) or next(p.rglob(SUMMARY), None))
     )
 
 

@@ -12,9 +12,15 @@ from cart_sweeps.config import ABLATION_SWITCHES, ConfigError, ModelConfig
 from cart_sweeps.model import build_model, dense_parity, param_counts, train_flops_per_token
 from cart_sweeps.model.cart import loop_index_table
 from cart_sweeps.model.layers import Block
-from cart_sweeps.model.params import ffn_width
+from cart_sweeps.modelspec import ffn_width
 
-TINY = ModelConfig(d_model=32, head_dim=8, n_prelude=2, n_loops=3, vocab_size=61, max_seq_len=16)
+
+def model_config(**settings: object) -> ModelConfig:
+    """A model config as a model's file states it (conf/model/*.yaml: its name, head dim, context), then `settings`."""
+    return ModelConfig(**{"name": "cart", "head_dim": 64, "max_seq_len": 1024, **settings})  # type: ignore[arg-type]
+
+
+TINY = model_config(d_model=32, head_dim=8, n_prelude=2, n_loops=3, vocab_size=61, max_seq_len=16)
 SWITCHES = [
     {},
     {"core_update": "paper"},
@@ -58,7 +64,7 @@ def numel(module: torch.nn.Module) -> int:
     ],
 )
 def test_reference_check_values_cart(d: int, loops: int, stored: float, effective: float) -> None:
-    counts = param_counts(ModelConfig(d_model=d, n_prelude=6, n_loops=loops, vocab_size=32000))
+    counts = param_counts(model_config(d_model=d, n_prelude=6, n_loops=loops, vocab_size=32000))
     assert round(counts["stored"] / 1e6, 2) == stored
     assert round(counts["effective"] / 1e6, 2) == effective
     assert counts["non_embedding_effective"] == counts["effective"] - 32000 * d
@@ -66,7 +72,7 @@ def test_reference_check_values_cart(d: int, loops: int, stored: float, effectiv
 
 @pytest.mark.parametrize(("layers", "stored"), [(7, 122.70), (12, 186.93)])
 def test_reference_check_values_dense(layers: int, stored: float) -> None:
-    counts = param_counts(ModelConfig(name="dense", d_model=1024, n_layers=layers, vocab_size=32000))
+    counts = param_counts(model_config(name="dense", d_model=1024, n_layers=layers, vocab_size=32000))
     assert round(counts["stored"] / 1e6, 2) == stored
     assert counts["effective"] == counts["stored"]
 
@@ -77,7 +83,7 @@ def test_ffn_width_is_the_authors_rounding() -> None:
 
 
 def test_dense_parity_reproduces_the_papers_pair() -> None:
-    cart = ModelConfig(d_model=1024, n_prelude=6, n_loops=6, vocab_size=32000)
+    cart = model_config(d_model=1024, n_prelude=6, n_loops=6, vocab_size=32000)
     assert dense_parity(cart, "stored") == 7
     assert dense_parity(cart, "effective") == 12
     assert dense_parity(cart, "effective", rule="nearest") == 11  # 174.09M is nearer to 178.84M
@@ -89,7 +95,7 @@ def test_dense_parity_reproduces_the_papers_pair() -> None:
         replace(TINY, d_model=32, head_dim=8, n_prelude=0, n_loops=1),
         replace(TINY, d_model=64, head_dim=16, n_prelude=2, n_loops=4),
         replace(TINY, d_model=96, head_dim=32, n_prelude=3, n_loops=16),
-        ModelConfig(d_model=256, n_prelude=1, n_loops=2, vocab_size=32000),
+        model_config(d_model=256, n_prelude=1, n_loops=2, vocab_size=32000),
         replace(TINY, name="dense", n_layers=3),
     ]
     + [replace(TINY, **switch) for switch in SWITCHES],
@@ -107,9 +113,9 @@ def test_stored_count_equals_built_numel(cfg: ModelConfig) -> None:
 
 
 def test_train_flops_per_token_formula() -> None:
-    dense = ModelConfig(name="dense", d_model=1024, n_layers=12, vocab_size=32000)
+    dense = model_config(name="dense", d_model=1024, n_layers=12, vocab_size=32000)
     assert train_flops_per_token(dense, 1024) == 6 * param_counts(dense)["stored"] + 12 * 12 * 1024 * 1024
-    cart = ModelConfig(d_model=1024, n_prelude=6, n_loops=6, vocab_size=32000)
+    cart = model_config(d_model=1024, n_prelude=6, n_loops=6, vocab_size=32000)
     attn = 12 * (6 + 6 + 1) * 1024 * 512
     assert train_flops_per_token(cart, 512) == 6 * param_counts(cart)["effective"] + attn
 

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from cart_sweeps.record.runfolder import CONFIG
+
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
@@ -68,7 +70,7 @@ def driver_start(seeds: int, runs: Path, env: dict[str, str]) -> dict[str, float
     t0 = time.perf_counter()
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while not any((runs / "1").glob("*/config.yaml")):
+        while not any((runs / "1").glob(f"*/{CONFIG}")):
             if proc.poll() is not None:
                 sys.exit(f"bench_scale: the driver exited ({proc.returncode}) before its first run")
             time.sleep(0.05)

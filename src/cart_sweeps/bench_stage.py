@@ -29,6 +29,7 @@ import optuna
 
 from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.sweep.ledger import LEDGER_FILES
 from cart_sweeps.sweep.pool import capacity
 
 DEFAULT = ["stage=1", "scale=tiny", "launcher.slots=2"]
@@ -46,7 +47,7 @@ def measure(overrides: list[str], runs: Path) -> dict[str, float]:
     wall = time.time() - started
     if done.returncode != 0:
         sys.exit(f"bench_stage: the stage failed (exit {done.returncode}); see its output above")
-    storage = f"sqlite:///{runs / stage.name / 'ledger.db'}"
+    storage = f"sqlite:///{runs / stage.name / LEDGER_FILES['sqlite']}"
     trials = optuna.load_study(study_name=stage.name, storage=storage).trials
     timings = []
     for trial in trials:

@@ -25,7 +25,6 @@ from cart_sweeps.options import (
     Device,
     LoggerMode,
     LoggerName,
-    ModelName,
     Optimizer,
     PlanFormat,
     Precision,
@@ -63,14 +62,19 @@ def above(low: float, infinite: bool = False) -> dict[str, float]:
 
 @dataclass
 class ModelConfig:
-    name: ModelName = ModelName.cart
-    d_model: int = field(default=1024, metadata=at_least(1))
-    head_dim: int = field(default=64, metadata=at_least(2))
+    """A model's settings. Every model's file (conf/model/<name>.yaml) states the MISSING ones; the defaults here
+    are the values no model file states: each model carries every field, whether it applies or not (its run id
+    hashes them all), so a shape key of one model (n_prelude, n_loops: CART's; n_layers: dense's) is stated here
+    once, not in its model's file."""
+
+    name: str = MISSING  # a model registered in cart_sweeps/modelspec.py (SPECS)
+    d_model: int = field(default=MISSING, metadata=at_least(1))
+    head_dim: int = field(default=MISSING, metadata=at_least(2))
     n_prelude: int = field(default=6, metadata=at_least(0))
     n_loops: int = field(default=6, metadata=at_least(1))
     n_layers: int = field(default=12, metadata=at_least(1))  # dense only
-    vocab_size: int = field(default=32000, metadata=at_least(2))
-    max_seq_len: int = field(default=1024, metadata=at_least(1))
+    vocab_size: int = field(default=MISSING, metadata=at_least(2))
+    max_seq_len: int = field(default=MISSING, metadata=at_least(1))
     norm_eps: float = field(default=1e-6, metadata=above(0))
     rope_base: float = field(default=10000.0, metadata=above(0))
     init_std: float = field(default=0.02, metadata=at_least(0))
@@ -119,9 +123,9 @@ class ValSetConfig:
 
 @dataclass
 class TokenizerConfig:
-    kind: TokenizerKind = TokenizerKind.hub  # hub: a pretrained tokenizer by name; bpe: trained on the sources
-    name: str = "NousResearch/Llama-2-7b-hf"
-    vocab_size: int = 32000  # hub: must equal the tokenizer's; bpe: the size to train (at most 65,536: uint16 bins)
+    kind: TokenizerKind = MISSING  # hub: a pretrained tokenizer by name; bpe: trained on the sources
+    name: str = MISSING
+    vocab_size: int = MISSING  # hub: must equal the tokenizer's; bpe: the size to train (at most 65,536: uint16 bins)
     bos_token: str = "<s>"
     eos_token: str = "</s>"
     train_docs: int | None = None  # bpe: train on at most this many documents of each source (None: all)
@@ -133,9 +137,9 @@ class DataConfig:
     name: str = MISSING
     cache_dir: str = "${cache_home:}/data"
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    sources: list[SourceConfig] = field(default_factory=list)
-    validation: list[ValSetConfig] = field(default_factory=list)
-    chunk_tokens: int = field(default=1024, metadata=at_least(1))
+    sources: list[SourceConfig] = MISSING
+    validation: list[ValSetConfig] = MISSING
+    chunk_tokens: int = field(default=MISSING, metadata=at_least(1))
     train_tokens: int | None = None  # stop the interleave here (None: when a source runs out)
     streaming: bool = True
 
@@ -145,28 +149,31 @@ IN_STEPS = {"in_steps": True}  # field metadata: a count of steps, shrunk with t
 
 @dataclass
 class TrainerConfig:
-    steps: int = field(default=30_500, metadata=IN_STEPS | at_least(1))
-    seq_len: int = field(default=1024, metadata=at_least(1))
-    micro_batch_size: int = field(default=8, metadata=at_least(1))
-    grad_accum: int = field(default=4, metadata=at_least(1))
-    optimizer: Optimizer = MISSING  # the trainer group states it (conf/trainer/paper.yaml: the paper's AdamW8bit)
-    lr: float = field(default=3e-4, metadata=above(0))
-    min_lr: float = field(default=3e-5, metadata=at_least(0))
-    warmup_steps: int = field(default=100, metadata=IN_STEPS | at_least(0))
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    weight_decay: float = field(default=0.1, metadata=at_least(0))
-    decay_all: bool = True  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
-    grad_clip: float = field(default=1.0, metadata=above(0, infinite=True))  # inf: no clipping
-    precision: Precision = Precision.auto
+    """The training recipe. The trainer group's file (conf/trainer/paper.yaml: the paper's) states the MISSING
+    ones, as a launcher's file states its settings; the defaults here are the values no trainer file states."""
+
+    steps: int = field(default=MISSING, metadata=IN_STEPS | at_least(1))
+    seq_len: int = field(default=MISSING, metadata=at_least(1))
+    micro_batch_size: int = field(default=MISSING, metadata=at_least(1))
+    grad_accum: int = field(default=MISSING, metadata=at_least(1))
+    optimizer: Optimizer = MISSING
+    lr: float = field(default=MISSING, metadata=above(0))
+    min_lr: float = field(default=MISSING, metadata=at_least(0))
+    warmup_steps: int = field(default=MISSING, metadata=IN_STEPS | at_least(0))
+    betas: list[float] = MISSING
+    weight_decay: float = field(default=MISSING, metadata=at_least(0))
+    decay_all: bool = MISSING  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
+    grad_clip: float = field(default=MISSING, metadata=above(0, infinite=True))  # inf: no clipping
+    precision: Precision = MISSING
     compile: bool | None = None  # null: compile runs long enough to repay it (train/setup.py, COMPILE_MIN_STEPS)
     device: Device = Device.auto
     threads: int = field(default=0, metadata=at_least(0))  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
-    eval_every: int = field(default=500, metadata=IN_STEPS | at_least(1))
-    eval_windows: int = field(default=50, metadata=at_least(1))
-    eval_batch_size: int = field(default=8, metadata=at_least(1))
-    log_every: int = field(default=50, metadata=IN_STEPS | at_least(1))
-    ckpt_every: int = field(default=5000, metadata=IN_STEPS | at_least(1))
+    eval_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1))
+    eval_windows: int = field(default=MISSING, metadata=at_least(1))
+    eval_batch_size: int = field(default=MISSING, metadata=at_least(1))
+    log_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1))
+    ckpt_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1))
     keep_checkpoints: int = field(default=2, metadata=at_least(0))  # newest checkpoints kept per run; 0 keeps all
     # A finished run keeps its final weights alone (a d=1024 run: 0.5 GB, not up to 1.5 GB more of AdamW state);
     # true keeps the optimizer's state and the checkpoints before, for a run you mean to train further.

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from cart_sweeps.options import StageRole
+from cart_sweeps.record.runfolder import SUMMARY
 from cart_sweeps.roles import stage_of, stage_roles
 
 STAGE = ["-m", "cart_sweeps", "-m", "scale=tiny", "launcher.slots=2"]
@@ -38,7 +39,7 @@ def variable_r_source(runs: Path, quick: bool) -> Path:
 
     confirm = Stage([f"stage={stage_of(StageRole.confirm)}", *stage_args(StageRole.confirm, quick)])
     run = next((r for r in confirm.runs if VARIABLE_R_SOURCE.items() <= r.params.items()), None)
-    if run is None or not (run.run_dir / "summary.json").exists():
+    if run is None or not (run.run_dir / SUMMARY).exists():
         sys.exit(f"demo: Stage 2 has no run at {VARIABLE_R_SOURCE} to evaluate; run the Stage 2 step first")
     return run.run_dir
 

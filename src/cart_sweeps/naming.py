@@ -15,7 +15,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cart_sweeps.config import ABLATION_SWITCHES, ConfigError, ModelConfig
 from cart_sweeps.identity import run_id
-from cart_sweeps.options import CoreUpdate, ModelName
+from cart_sweeps.modelspec import SHAPE_KEYS, spec_of
+from cart_sweeps.options import CoreUpdate
 
 
 def variant(model: DictConfig | ModelConfig) -> str:
@@ -33,9 +34,7 @@ LABEL_SHOWS = frozenset(
         "model",
         "model.name",
         "model.d_model",
-        "model.n_prelude",
-        "model.n_loops",
-        "model.n_layers",
+        *(f"model.{key}" for key in SHAPE_KEYS),
         "model.core_update",
         "stage.eval_n_loops",
         "stage.num_fewshot",
@@ -89,12 +88,10 @@ def label_parts(cfg: DictConfig) -> tuple[str, str]:
     """`run_label` around its seed: what comes before `-s<seed>` and after (a stage names the seeds of one
     configuration from these)."""
     m = cfg.model
-    if m.name == ModelName.dense:
-        before = f"dense-d{m.d_model}-L{m.n_layers}"
-    else:
-        before = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
-        if variant(m) != "base":
-            before += f"-{variant(m)}"
+    spec = spec_of(m)
+    before = spec.label(m)
+    if spec.ablations and variant(m) != "base":
+        before += f"-{variant(m)}"
     for key in cfg.stage.get("varied") or ():
         if key not in LABEL_SHOWS:
             before += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"

@@ -12,11 +12,6 @@ from enum import StrEnum
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
 
 
-class ModelName(StrEnum):
-    cart = "cart"
-    dense = "dense"
-
-
 class CoreUpdate(StrEnum):
     reference = "reference"  # the author's code: h = (1 + sigmoid(a)) h_in + delta
     paper = "paper"  # the paper's equation: h = sigmoid(a) h_in + delta

@@ -22,13 +22,14 @@ from rich.console import Console
 
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
+from cart_sweeps.modelspec import SHAPE_KEYS, spec_of
 from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.register import stage_paths
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
-from cart_sweeps.sweep.driver import Held, Results, Standing, standing
+from cart_sweeps.sweep.driver import LOCK, Held, Results, Standing, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.sweep.pool import capacity
@@ -61,9 +62,7 @@ COLUMNS = [
     "label",
     "model.name",
     "model.d_model",
-    "model.n_prelude",
-    "model.n_loops",
-    "model.n_layers",
+    *(f"model.{key}" for key in SHAPE_KEYS),  # each model's shape keys (cart_sweeps.modelspec)
     "seed",
     "variant",
     "paper",
@@ -78,7 +77,7 @@ COLUMNS = [
 
 def driver_running(sweep_dir: Path) -> bool:
     """Whether a driver holds the stage's lock (then RUNNING trials are running, not cut off)."""
-    lock = FileLock(sweep_dir / ".driver.lock")
+    lock = FileLock(sweep_dir / LOCK)
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -193,13 +192,11 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
 
 def configuration_columns(stage: Stage, cfg: DictConfig) -> dict[str, Any]:
     """The columns every seed of a configuration shares: its model, and each other key the stage varies."""
-    m, dense = cfg.model, cfg.model.name == "dense"
+    m, applies = cfg.model, spec_of(cfg.model).shape_keys
     return {
         "model.name": m.name,
         "model.d_model": m.d_model,
-        "model.n_prelude": None if dense else m.n_prelude,
-        "model.n_loops": None if dense else m.n_loops,
-        "model.n_layers": m.n_layers if dense else None,
+        **{f"model.{key}": m[key] if key in applies else None for key in SHAPE_KEYS},
         **{k: OmegaConf.select(cfg, k) for k in stage.varied if k not in LABEL_SHOWS},
     }
 

@@ -26,6 +26,7 @@ from cart_sweeps.identity import run_id
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.naming import run_label
 from cart_sweeps.record.runfolder import (
+    CONFIG,
     METRICS,
     atomic_write,
     base_summary,
@@ -74,7 +75,7 @@ def execute(cfg: DictConfig, run_dir: Path, expected_id: str | None = None) -> R
         if held is not None and held.status == RunStatus.COMPLETED:
             print(f"{run_label(cfg)}: already completed at step {held.step} in {run_dir}; nothing to do")
             return held
-        atomic_write(run_dir / "config.yaml", lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
+        atomic_write(run_dir / CONFIG, lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
         if cfg.stage.kind == "evaluate":
             return evaluate_run(cfg, run_dir)
         return Trainer(cfg, run_dir).run()
@@ -85,7 +86,7 @@ def _held_run(run_dir: Path) -> RunSummary | None:
     if (summary := read_summary(run_dir)) is not None:
         return summary
     try:
-        saved = cast(DictConfig, OmegaConf.load(run_dir / "config.yaml"))
+        saved = cast(DictConfig, OmegaConf.load(run_dir / CONFIG))
         return RunSummary(RunStatus.RUNNING, run_id=run_id(saved), label=run_label(saved))
     except Exception:  # missing or damaged: the checkpoints' meta names the run too
         pass

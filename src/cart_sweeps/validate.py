@@ -15,8 +15,9 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 
-from cart_sweeps.config import MAX_LOOPS, ConfigError, ModelConfig
-from cart_sweeps.options import ModelName, StageKind
+from cart_sweeps.config import ConfigError, ModelConfig
+from cart_sweeps.modelspec import spec_of
+from cart_sweeps.options import StageKind
 
 
 def check_bounds(node: Any, path: str) -> None:
@@ -40,31 +41,14 @@ def check_bounds(node: Any, path: str) -> None:
 
 
 def validate_model(m: DictConfig | ModelConfig) -> None:
-    """Value checks on a model config, one clear line per problem."""
+    """Value checks on a model config, one clear line per problem: those every model shares, then its spec's."""
+    spec = spec_of(m)
     check_bounds(m, "model")
     if m.d_model % m.head_dim:
         raise ConfigError(f"model.d_model={m.d_model} must be a positive multiple of model.head_dim={m.head_dim}")
     if m.head_dim % 2:
         raise ConfigError(f"model.head_dim={m.head_dim} must be even (RoPE rotates half of each head)")
-    if m.name == ModelName.dense:
-        return
-    if m.d_model % 4:
-        raise ConfigError(f"model.d_model={m.d_model} must be a multiple of 4 (the K/V latent is d/4 wide)")
-    if not 0 < m.gate_init < 1:
-        raise ConfigError(f"model.gate_init={m.gate_init} must be in (0, 1): it is sigmoid(a) at init")
-    check_loops(m, m.n_loops, "model.n_loops")
-    if m.self_attn_core and not m.unshare_core:
-        raise ConfigError("model.self_attn_core=true needs model.unshare_core=true (the paper's ablation)")
-    if m.self_attn_core and m.unfreeze_kv:
-        raise ConfigError("model.unfreeze_kv=true does nothing with model.self_attn_core=true (no anchor)")
-
-
-def check_loops(m: DictConfig | ModelConfig, loops: int, key: str) -> None:
-    """A CART model run at `loops` loops (trained, or evaluated at another R) as the model allows it."""
-    if loops < 1 or (loops > MAX_LOOPS and not m.disable_lie):
-        raise ConfigError(f"{key}={loops} must be in 1..{MAX_LOOPS} (the loop-index table's rows)")
-    if m.unshare_core and loops != m.n_loops:
-        raise ConfigError(f"{key}={loops} must be model.n_loops={m.n_loops}: an unshared core has one block per loop")
+    spec.check(m)
 
 
 def _unknown_key(node: DictConfig, path: str) -> str | None:
@@ -82,7 +66,9 @@ def _unknown_key(node: DictConfig, path: str) -> str | None:
 
 
 def check_settings(cfg: DictConfig) -> None:
-    """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in) is one line, before anything reads it."""
+    """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in), or a model no spec registers
+    (`model.name=dens`), is one line, before anything reads it (a run's folder name does)."""
+    spec_of(cfg.model)
     for group in ("model", "data", "trainer"):
         if unknown := _unknown_key(cfg[group], group):
             parent, _, name = unknown.rpartition(".")
@@ -136,7 +122,7 @@ def validate(cfg: DictConfig) -> None:
         check_bounds(cfg[group], group)
     if cfg.stage.kind == StageKind.train:  # an evaluation's trainer is the recipe its source trained with
         check_schedule(cfg.trainer)
-    elif cfg.model.name != ModelName.dense:  # an evaluation runs its source at another R: one it can run
+    elif (check_loops := spec_of(cfg.model).check_loops) is not None:  # an evaluation at another R: one it can run
         check_loops(cfg.model, cfg.stage.eval_n_loops, "stage.eval_n_loops")
     t = cfg.trainer
     if t.seq_len > cfg.model.max_seq_len:

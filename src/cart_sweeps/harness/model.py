@@ -26,7 +26,7 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.model.cart import CART
 from cart_sweeps.model.dense import Dense
-from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.record.runfolder import CONFIG, read_summary
 from cart_sweeps.train.checkpoint import load_trained
 from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.loop import autocast
@@ -37,7 +37,7 @@ DEFAULT_MAX_GEN_TOKS = 64  # generate_until's length when a task names none (lm-
 
 def saved_config(run_dir: Path) -> DictConfig:
     """The run's own config.yaml (written before its first step), or a one-line ConfigError."""
-    path = run_dir / "config.yaml"
+    path = run_dir / CONFIG
     if not path.is_file():
         raise ConfigError(f"run_dir={run_dir} holds no config.yaml; point it at a trained run's folder")
     cfg = OmegaConf.load(path)

@@ -1,4 +1,5 @@
-"""The models by `model.name`, built on first use, plus their parameter counts and FLOPs by formula.
+"""The models by `model.name` (each one's spec: cart_sweeps.modelspec), built on first use, plus their parameter
+counts and FLOPs by formula.
 
 `model_cfg` may be a DictConfig or a `config.ModelConfig`: only attribute access is used. The package
 imports no torch (the driver and `plan` count parameters with it); `build_model` imports the model's module.
@@ -10,23 +11,19 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cart_sweeps.entry import load
 from cart_sweeps.model.params import dense_parity, param_counts, train_flops_per_token
-from cart_sweeps.options import ModelName
+from cart_sweeps.modelspec import spec_of
 from cart_sweeps.validate import validate_model
 
 if TYPE_CHECKING:
     from cart_sweeps.model.cart import CART
     from cart_sweeps.model.dense import Dense
 
-    LanguageModel = CART | Dense  # what build_model returns: the classes MODELS names
+    LanguageModel = CART | Dense  # what build_model returns: the classes the specs name
 
-__all__ = ["MODELS", "build_model", "dense_parity", "param_counts", "train_flops_per_token"]
-
-# The class each model.name builds, by path (cart_sweeps.entry; a new model: its module, a ModelName member,
-# a line here, its counts).
-MODELS = {ModelName.cart: "cart_sweeps.model.cart.CART", ModelName.dense: "cart_sweeps.model.dense.Dense"}
+__all__ = ["build_model", "dense_parity", "param_counts", "train_flops_per_token"]
 
 
 def build_model(model_cfg: Any) -> LanguageModel:
     """Validate the config (one clear ConfigError per problem), then build the model on the CPU."""
     validate_model(model_cfg)
-    return cast("LanguageModel", load(MODELS[ModelName(model_cfg.name)], "model.name")(model_cfg))
+    return cast("LanguageModel", load(spec_of(model_cfg).cls, "model.name")(model_cfg))

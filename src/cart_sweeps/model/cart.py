@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from cart_sweeps.config import MAX_LOOPS
 from cart_sweeps.model.layers import Block, LatentKV, RMSNorm, RotaryTable, init_weights
-from cart_sweeps.model.params import HC_TAPS, LIE_DIM
+from cart_sweeps.modelspec import HC_TAPS, LIE_DIM
 
 
 def loop_index_table(rows: int = MAX_LOOPS, dim: int = LIE_DIM) -> Tensor:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cart_sweeps.model.params import ffn_width
+from cart_sweeps.modelspec import ffn_width
 
 Rope = tuple[Tensor, Tensor]  # (cos, sin), each [T, head_dim], fp32
 

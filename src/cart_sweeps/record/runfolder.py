@@ -22,6 +22,7 @@ from cart_sweeps.naming import run_label, variant
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 
+CONFIG = "config.yaml"  # the run's composed config, resolved (written by run.py, read by a resume and evaluations)
 SUMMARY = "summary.json"
 CKPT_DIR = "checkpoints"
 METRICS = (
@@ -153,7 +154,7 @@ def with_source(cfg: DictConfig) -> DictConfig:
     source = cfg.stage.source
     if not source:
         raise ConfigError("an evaluate stage needs the trained run: stage.source=<run folder>")
-    saved = Path(source) / "config.yaml"
+    saved = Path(source) / CONFIG
     if not saved.exists():
         raise ConfigError(f"stage.source={source} holds no config.yaml; point it at a trained run's folder")
     if cfg.stage.eval_n_loops is None:

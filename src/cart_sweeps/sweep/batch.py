@@ -11,7 +11,7 @@ from cart_sweeps.composer import Composer
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.sweep.driver import PoolFactory
 from cart_sweeps.sweep.expand import Run, make_configuration, make_run
-from cart_sweeps.sweep.pool import Task
+from cart_sweeps.sweep.pool import JOBS, Task
 
 
 def run_batch(job_overrides: Sequence[Sequence[str]], make_pool: PoolFactory) -> list[tuple[Run, RunSummary]]:
@@ -21,7 +21,7 @@ def run_batch(job_overrides: Sequence[Sequence[str]], make_pool: PoolFactory) ->
     if not runs:
         return []
     first = runs[0].config.cfg
-    pool = make_pool(first, Path(first.paths.runs) / first.stage.name / ".submitit")
+    pool = make_pool(first, Path(first.paths.runs) / first.stage.name / JOBS)
     results: dict[int, RunSummary]
     pending, results = deque(range(len(runs))), {}
 

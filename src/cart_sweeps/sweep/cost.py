@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
 from cart_sweeps.model import param_counts, train_flops_per_token
+from cart_sweeps.modelspec import spec_of
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 
@@ -130,7 +131,7 @@ def memory_need_bytes(cfg: DictConfig) -> int:
     """
     m, t = cfg.model, cfg.trainer
     tokens = t.micro_batch_size * t.seq_len
-    blocks = m.n_layers if m.name == "dense" else m.n_prelude + m.n_loops + 1
+    blocks = spec_of(m).blocks(m)
     state = 16 * param_counts(m)["stored"]
     activations = 34 * tokens * m.d_model * blocks
     logits = 2 * 2 * tokens * m.vocab_size

@@ -12,7 +12,6 @@ import signal
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import optuna
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig
 from optuna.distributions import FloatDistribution, IntDistribution
-from optuna.trial import FrozenTrial, Trial, TrialState
+from optuna.trial import FrozenTrial, Trial
 
 from cart_sweeps import interrupt
 from cart_sweeps.collector import long_lived
@@ -33,14 +32,16 @@ from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
 from cart_sweeps.sweep.ledger import Ledger, check_storage, last_number, ledger_path, status_of, writing
-from cart_sweeps.sweep.pool import Pool, Task
+from cart_sweeps.sweep.pool import JOBS, Pool, Task
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
 from cart_sweeps.sweep.runset import OWNER, StageRecord, recorded_folder, stage_ledgers
+from cart_sweeps.sweep.standing import Standing, stand
 from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
 
 PoolFactory = Callable[[DictConfig, Path], Pool[Any]]
+LOCK = ".driver.lock"  # a stage folder's lock: held by its one driver (plan reads it: a driver runs now)
 
 
 @dataclass
@@ -140,40 +141,13 @@ def _folders_in(path: Path) -> list[Path]:
         return []
 
 
-class Standing(StrEnum):
-    """Where a run stands before a launch, from its trials in the ledger and its run folder: the one rule the
-    driver acts on and `python -m cart_sweeps.plan` shows."""
-
-    NEW = "new"  # no trial and no result
-    RECOVERED = "recovered"  # no trial, but its folder holds a result: the ledger lacks it
-    REFERENCED = "referenced"  # no result of its own, but another stage's folder holds it: recorded, not trained
-    CUT_OFF = "cut off"  # its newest trial is running: its driver died (or runs now)
-    DONE = "done"  # its newest trial is a result, and its folder still holds it
-    LOST = "lost"  # the ledger says done, but the run folder that held the result is gone
-    RETRY = "retry"  # failed, interrupted, cancelled, rejected before: a launch tries again
-    MOVED = "moved"  # its result is in a folder of another name: trained again only once that folder is gone
-    OCCUPIED = "occupied"  # to train, but its folder holds another run: trained once that is moved aside
-
-
 def standing(
     run: Run, trials: Sequence[FrozenTrial], held: Held | None, occupant: RunSummary | None = None
 ) -> Standing:
-    """Where `run` stands, from its trials, `held`, where its result is (`Results.held`), and `occupant`, another
-    run's summary in its folder (`Results.occupants`)."""
-    last = trials[-1] if trials else None
-    if held is not None and held.scanned:
-        return Standing.REFERENCED
-    if held is not None and held.moved:
-        return Standing.MOVED
-    if last is not None and last.state == TrialState.RUNNING:
-        return Standing.CUT_OFF
-    if held is None and occupant is not None:
-        return Standing.OCCUPIED
-    if last is None:
-        return Standing.RECOVERED if held is not None else Standing.NEW
-    if status_of(last).is_result:
-        return Standing.DONE if held is not None else Standing.LOST
-    return Standing.RETRY
+    """Where `run` stands (sweep/standing.py), from its trials, `held`, where its result is (`Results.held`), and
+    `occupant`, another run's summary in its folder (`Results.occupants`)."""
+    scanned, moved = (held.scanned, held.moved) if held is not None else (False, False)
+    return stand(trials[-1] if trials else None, held is not None, scanned, moved, occupant is not None)
 
 
 def put_right(run: Run, held: Held | None, occupant: RunSummary | None) -> str:
@@ -430,7 +404,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
         )
     preflight(stage)
     stage.sweep_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(stage.sweep_dir / ".driver.lock")
+    lock = FileLock(stage.sweep_dir / LOCK)
     try:
         lock.acquire(timeout=0)
     except Timeout as err:
@@ -461,7 +435,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 search=not stage.runs,
                 looks=adaptive.recorded_looks(stage),
             ).write(stage.sweep_dir)
-            pool = make_pool(stage.base, stage.sweep_dir / ".submitit")
+            pool = make_pool(stage.base, stage.sweep_dir / JOBS)
             after = last_number(stage_ledgers(stage.sweep_dir, stage.name, recorded, skip=storage)[0])  # other files
             return StageDriver(stage, ledger, pool, arguments, after).launch()
     finally:

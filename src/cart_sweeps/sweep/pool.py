@@ -32,6 +32,8 @@ from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.validate import check_bounds
 
+JOBS = ".submitit"  # a stage folder's folder of its pool's job files (submitit's logs, pickles)
+
 Item = TypeVar("Item")
 _LOW_DISK_BYTES = 64 * 2**20  # less free space than this beside a dead run: the disk is the likely cause
 

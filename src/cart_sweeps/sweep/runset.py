@@ -32,7 +32,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.record.runfolder import SUMMARY, read_summary
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.ledger import (
@@ -45,6 +45,7 @@ from cart_sweeps.sweep.ledger import (
     trial_order,
 )
 from cart_sweeps.sweep.overrides import axis_value
+from cart_sweeps.sweep.standing import stand, status_at
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
 OWNER = "owner"  # a trial's attr: the stage whose folder holds the run, when another stage trained it
@@ -211,12 +212,8 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
     folder = recorded_folder(root, stage, attrs)
     summary = read_summary(folder)
     holds = summary is not None and summary.run_id == run_id
-    recorded = str(attrs.get("status", RunStatus.RUNNING if last.state.name == "RUNNING" else RunStatus.FAILED))
-    status = (
-        str(summary.status)
-        if holds and summary is not None
-        else ("lost" if recorded in (RunStatus.COMPLETED, RunStatus.DIVERGED) else recorded)
-    )
+    result = summary if holds and summary is not None and summary.is_result else None
+    status = status_at(stand(last, result is not None), last, result)  # as the driver classifies it
     params = {k: axis_value(v) for k, v in last.params.items()}  # a list (an earlier version's ledger) as text
     config = attrs.get("config_id") or (summary.details.get("config_id") if holds and summary else None)
     if config is None:  # a ledger from before config ids were recorded, and no result yet
@@ -281,7 +278,7 @@ UNREADABLE = "unreadable"
 def _folders(root: Path, stage: str) -> list[tuple[Path, RunSummary | None]]:
     """Every folder under the stage's folder holding a summary.json, with it (None: it does not parse)."""
     base = root / stage
-    return [(p.parent, read_summary(p.parent)) for p in sorted(base.rglob("summary.json"))] if base.is_dir() else []
+    return [(p.parent, read_summary(p.parent)) for p in sorted(base.rglob(SUMMARY))] if base.is_dir() else []
 
 
 def _folders_only(root: Path, stage: str, basis: str) -> RunSet:
