@@ -1,7 +1,7 @@
 """One registry style: a choice (a model, a logger, a launcher's pool) names its class by a dotted path,
 "module.Class", imported on first use, so that nothing a run does not choose is imported (torch, W&B, submitit).
 
-The paths live in one place each: MODELS (cart_sweeps.model), LOGGERS (cart_sweeps.train.logger), and a
+The paths live in one place each: each model's spec (cart_sweeps.modelspec), LOGGERS (cart_sweeps.train.logger), and a
 launcher config's `_target_` (cart_sweeps.config, conf/launcher/).
 """
 

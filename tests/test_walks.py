@@ -1,0 +1,289 @@
+"""The README's extension walks ("Extending it"), each done in a copy of the repository: the edits the README
+names, then the real command run against the copy, and the files the walk touched counted against the number
+the README states (read from README.md, so the two cannot drift apart)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TREES = ("src", "conf", "sweeps", "analysis", "tests")
+SKIP = shutil.ignore_patterns("__pycache__", "out", "*.egg-info", ".pytest_cache")
+
+
+def stated_count(walk: str) -> int:
+    """The file count README.md's bullet `- **<walk>**` states ("..., 3 files: ...")."""
+    text = (REPO / "README.md").read_text()
+    bullet = re.search(rf"^- \*\*{re.escape(walk)}\*\*(.*?)(?=^- |^\S|\Z)", text, re.M | re.S)
+    assert bullet, f"README.md has no extension walk `- **{walk}**`"
+    count = re.search(r"(\d+) files?\b", bullet.group(1))
+    assert count, f"README.md's walk `{walk}` states no file count"
+    return int(count.group(1))
+
+
+class Copy:
+    """A copy of the repository's code and configs, edited as a walk says and run as a user runs it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        for tree in TREES:
+            shutil.copytree(REPO / tree, root / tree, symlinks=True, ignore=SKIP)
+        shutil.copy(REPO / "README.md", root)
+        self.runs = root.parent / "runs"
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def write(self, rel: str, text: str) -> None:
+        self.path(rel).parent.mkdir(parents=True, exist_ok=True)
+        self.path(rel).write_text(text)
+
+    def edit(self, rel: str, old: str, new: str) -> None:
+        """Replace `old` (once in the file) by `new`."""
+        text = self.path(rel).read_text()
+        assert text.count(old) == 1, f"{rel}: the walk's anchor {old!r} is not there once"
+        self.path(rel).write_text(text.replace(old, new))
+
+    def touched(self) -> list[str]:
+        """The files that differ from the repository's, or are new."""
+        out = []
+        for tree in TREES:
+            for p in sorted((self.root / tree).rglob("*")):
+                if p.is_symlink() or not p.is_file() or "__pycache__" in p.parts:
+                    continue
+                rel = p.relative_to(self.root)
+                if not (REPO / rel).is_file() or (REPO / rel).read_bytes() != p.read_bytes():
+                    out.append(str(rel))
+        return out
+
+    def run(self, *command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{self.root / 'src'}{os.pathsep}{self.root}",
+            "CART_SWEEPS_RUNS": str(self.runs),
+        }
+        done = subprocess.run(
+            [sys.executable, *command], cwd=self.root, env=env, capture_output=True, text=True, timeout=600
+        )
+        if check:
+            assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+
+def plan_rows(done: subprocess.CompletedProcess[str]) -> list[dict[str, str]]:
+    """`plan plan.format=csv`'s rows (its makespan line after them aside)."""
+    return [row for row in csv.DictReader(io.StringIO(done.stdout)) if row["label"] is not None]
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Copy:
+    return Copy(tmp_path / "repo")
+
+
+def test_a_stage_with_its_own_axes(copy: Copy) -> None:
+    """One stage file: its runs are labelled and planned by the keys it varies, with no code changed."""
+    copy.write(
+        "sweeps/wd.yaml",
+        "name: wd\ngrid:\n  trainer.weight_decay: [0.0, 0.1]\nrecipe:\n  model.d_model: 256\n  trainer.steps: 3000\n",
+    )
+    assert len(copy.touched()) == stated_count("A stage with its own axes")
+    rows = plan_rows(copy.run("-m", "cart_sweeps.plan", "stage=wd", "scale=tiny", "plan.format=csv"))
+    assert [r["label"] for r in rows] == ["d32-P2-R4-wd0-s42", "d32-P2-R4-wd0.1-s42"]
+
+
+def test_a_stage_with_its_own_paper_table(copy: Copy) -> None:
+    """The stage file with its role, and its record in analysis/registry.py: the analysis lists its table."""
+    copy.write("sweeps/warmup.yaml", "name: warmup\nrole: warmup\ngrid:\n  trainer.warmup_steps: [0, 100]\n")
+    copy.edit(
+        "analysis/registry.py",
+        "TABLES: dict[str, Table] = {\n",
+        'TABLES: dict[str, Table] = {\n    "warmup_grid": Table(reads=("warmup",), build=lambda rows, metric: rows),\n',
+    )
+    assert len(copy.touched()) == stated_count("A stage with its own paper table")
+    copy.run("-m", "analysis", "--readme-tables")
+    assert "warmup_grid" in copy.path("README.md").read_text()
+    rows = plan_rows(copy.run("-m", "cart_sweeps.plan", "stage=warmup", "scale=tiny", "plan.format=csv"))
+    assert len(rows) == 2
+
+
+SERIAL_POOL = '''"""One run at a time on this machine, GPUs or not: the README's launcher walk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING, DictConfig
+
+from cart_sweeps.config import at_least
+from cart_sweeps.sweep.pools.local import LocalLauncherConfig, LocalPool
+
+
+@dataclass
+class SerialLauncherConfig(LocalLauncherConfig):
+    niceness: int = field(default=MISSING, metadata=at_least(0))
+
+
+class SerialPool(LocalPool):
+    settings = SerialLauncherConfig
+
+    @staticmethod
+    def capacity_of(launcher: DictConfig) -> int:
+        return 1
+'''
+
+
+def test_a_launcher(copy: Copy) -> None:
+    """A pool module with its settings and a launcher file: `plan` costs the stage on its one slot, and a
+    setting out of its bounds is one line."""
+    copy.write("src/cart_sweeps/sweep/pools/serial.py", SERIAL_POOL)
+    local = copy.path("conf/launcher/local.yaml").read_text()
+    copy.write(
+        "conf/launcher/serial.yaml",
+        local.replace("pools.local.LocalPool", "pools.serial.SerialPool") + "niceness: 5\n",
+    )
+    assert len(copy.touched()) == stated_count("A launcher")
+    stage = ["-m", "cart_sweeps.plan", "stage=1", "scale=tiny", "launcher=serial", "launcher.slots=4"]
+    assert "on 1 slot" in copy.run(*stage).stdout
+    refused = copy.run(*stage, "launcher.niceness=-1", check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: launcher.niceness=-1 must be >= 0"
+    ], refused.stderr
+
+
+BIGRAM = '''"""A bigram baseline: the tied embedding and a final norm, no layers (the README's model walk)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+from cart_sweeps.model.layers import RMSNorm, init_weights
+
+
+class Bigram(nn.Module):
+    def __init__(self, cfg: Any) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        init_weights(self, cfg.init_std)
+
+    def forward(self, tokens: Tensor, n_loops: int | None = None) -> Tensor:
+        return self.norm(self.embed(tokens)) @ self.embed.weight.T
+
+    def rho(self) -> None:
+        return None
+
+    def no_decay_names(self) -> set[str]:
+        return {"norm.weight"}
+'''
+
+BIGRAM_SPEC = """    "bigram": ModelSpec(
+        cls="cart_sweeps.model.bigram.Bigram",
+        shape=(),
+        blocks=lambda m: 0,
+        counts=lambda m: dict.fromkeys(("stored", "effective"), m.vocab_size * m.d_model + m.d_model) | {"core": 0},
+        prefix="bigram-",
+    ),
+}
+"""
+
+BUILT = """
+import json
+from cart_sweeps.compose import compose_config
+from cart_sweeps.model import build_model, param_counts
+cfg = compose_config(["scale=tiny", "model=bigram"])
+model = build_model(cfg.model)
+print(json.dumps([sum(p.numel() for p in model.parameters()), param_counts(cfg.model)["stored"]]))
+"""
+
+
+def test_a_model(copy: Copy) -> None:
+    """Its spec, its module and its file: `plan` labels and counts it, its built parameters are its formula's,
+    and a name no spec registers is one line."""
+    copy.write("src/cart_sweeps/model/bigram.py", BIGRAM)
+    copy.edit("src/cart_sweeps/modelspec.py", "    ),\n}\n", "    ),\n" + BIGRAM_SPEC)
+    dense = copy.path("conf/model/dense.yaml").read_text()
+    copy.write("conf/model/bigram.yaml", "name: bigram\n" + dense.split("name: dense\n", 1)[1])
+    assert len(copy.touched()) == stated_count("A model")
+    stored = 4096 * 64 + 64  # the embedded corpus's vocabulary at scale=tiny's width, and the norm
+    plan = ["-m", "cart_sweeps.plan", "stage=adhoc", "scale=tiny"]
+    (row,) = plan_rows(copy.run(*plan, "model=bigram", "plan.format=csv"))
+    assert (row["label"], row["model.n_loops"], row["model.n_layers"], row["params_stored"]) == (
+        "bigram-d64-s42", "", "", str(stored)
+    )  # fmt: skip
+    assert json.loads(copy.run("-c", BUILT).stdout) == [stored, stored]  # built as its formula counts it
+    refused = copy.run(*plan, "model.name=bigrm", check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "model.name=bigrm: no such model (known: cart, dense, bigram)" in refused.stderr
+
+
+def test_an_ablation_switch(copy: Copy) -> None:
+    """A switch (the final norm left out): `plan` labels its variant and counts its parameters, and the tests
+    the README names pass in the copy (the switch built as counted, its default pinned)."""
+    copy.edit(
+        "src/cart_sweeps/config.py",
+        "    disable_lie: bool = field(default=False, metadata=ABLATION)\n",
+        "    disable_lie: bool = field(default=False, metadata=ABLATION)\n"
+        "    disable_norm: bool = field(default=False, metadata=ABLATION)\n",
+    )
+    copy.edit(
+        "src/cart_sweeps/model/cart.py",
+        "self.norm = RMSNorm(d, eps)",
+        "self.norm = nn.Identity() if cfg.disable_norm else RMSNorm(d, eps)",
+    )
+    copy.edit("src/cart_sweeps/modelspec.py", "+ core + d + extras", "+ core + (0 if m.disable_norm else d) + extras")
+    copy.edit(
+        "sweeps/ablations.yaml",
+        "  disable_lie: {model.disable_lie: true}\n",
+        "  disable_lie: {model.disable_lie: true}\n  disable_norm: {model.disable_norm: true}\n",
+    )
+    copy.edit(
+        "tests/test_model.py",
+        '    {"disable_lie": True},\n',
+        '    {"disable_lie": True},\n    {"disable_norm": True},\n',
+    )
+    copy.edit(
+        "tests/test_identity.py",
+        "LATER_DEFAULTS: dict[str, dict[str, object]] = {\n",
+        'LATER_DEFAULTS: dict[str, dict[str, object]] = {\n    "ModelConfig": {"disable_norm": False},\n',
+    )
+    assert len(copy.touched()) == stated_count("An ablation switch")
+    rows = plan_rows(copy.run("-m", "cart_sweeps.plan", "stage=ablations", "scale=tiny", "plan.format=csv"))
+    stored = {r["label"]: int(r["params_stored"]) for r in rows}
+    assert stored["d96-P6-R6-disable_norm-s42"] == stored["d96-P6-R6-s42"] - 96  # the final norm's weight
+    tests = ["tests/test_model.py", "-k", "boolean or stored_count", "tests/test_identity.py", "-k", "later_fields"]
+    copy.run("-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", *tests)
+
+
+@pytest.mark.slow  # trains a run
+def test_a_metric(copy: Copy) -> None:
+    """A per-set metric (bits per token): its kind and its value; its runs'
+    summaries carry it for every validation set, and a stage takes it as its metric (sweep.metric)."""
+    copy.edit(
+        "src/cart_sweeps/metric.py",
+        "KINDS = (\n",
+        'KINDS = (\n    Kind("bpt", "bits per token", "bits/token", higher_is_better=False, low=0.0),\n',
+    )
+    copy.edit(
+        "src/cart_sweeps/train/loop.py",
+        '"bpb": mean_ce / math.log(2) / bytes_per_token}',
+        '"bpb": mean_ce / math.log(2) / bytes_per_token, "bpt": mean_ce / math.log(2)}',
+    )
+    assert len(copy.touched()) == stated_count("A metric")
+    tiny = ["scale=tiny", "model.d_model=32", "trainer.steps=4", "trainer.warmup_steps=0", "trainer.eval_every=4"]
+    copy.run("-m", "cart_sweeps", "stage=adhoc", *tiny, "sweep.metric=bpt_austen")
+    (summary,) = (json.loads(p.read_text()) for p in copy.runs.glob("*/*/summary.json"))
+    assert summary["status"] == "completed"
+    for name in ("austen", "bible", "shakespeare"):
+        assert summary[f"bpt_{name}"] == pytest.approx(summary[f"ce_{name}"] / 0.6931471805599453)
