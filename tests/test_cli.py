@@ -10,7 +10,6 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -272,30 +271,3 @@ def test_a_command_leaves_what_is_alive_at_exit_to_the_os_and_still_runs_its_exi
         for mode in ("plain", "command")
     }
     assert outputs == {"plain": "exit handler ran\ncollected at exit\n", "command": "exit handler ran\n"}
-
-
-def test_a_stage_composes_its_config_once_through_hydra_and_still_runs_as_a_multirun(tmp_path, monkeypatch):
-    """Hydra composes a command's config once only to read hydra.mode, then again to run it. A stage always runs
-    with -m, so it skips the read (0.1 s of a relaunch); the config it runs is a multirun's, as before."""
-    from hydra._internal.hydra import Hydra
-    from hydra.types import RunMode
-
-    from cart_sweeps.__main__ import main
-
-    composed = []  # (the mode each composition is for, hydra.mode in what it composed): Hydra drops the node later
-    compose, read_mode = Hydra.compose_config, Hydra.get_mode
-
-    def recorded(self: Hydra, *args: object, **kwargs: Any):
-        cfg = compose(self, *args, **kwargs)
-        composed.append((kwargs["run_mode"], cfg.hydra.mode))
-        return cfg
-
-    monkeypatch.setattr(Hydra, "compose_config", recorded)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["cart_sweeps", "stage=1", "scale=tiny", "hydra/launcher=basic"])
-    with pytest.raises(SystemExit) as ended:  # the sweeper refuses another launcher, once Hydra has composed
-        main()
-    assert ended.value.code == 2  # the command's check composed as a single run would, then Hydra to run the stage
-    assert composed == [(RunMode.RUN, None), (RunMode.MULTIRUN, RunMode.MULTIRUN)]
-    assert Hydra.get_mode is read_mode  # a single run in the same process reads hydra.mode again

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import os
 import re
@@ -31,15 +32,22 @@ T = TypeVar("T")
 # (local and SLURM jobs inherit the driver's environment).
 SEARCHPATH_ENV = "CART_SWEEPS_SEARCHPATH"
 CONFIG_NAME_ENV = "CART_SWEEPS_CONFIG_NAME"
+_PARSER = OverridesParser.create()
 
 
 def parse_overrides(overrides: Sequence[str]) -> list[Override]:
-    """Hydra's parse of a command line's overrides (`stage=1` quoted: quote_stage); a mistake is one line.
-    A command parses its overrides once and hands the parse on."""
+    """Hydra's parse of a command line's overrides (`stage=1` quoted: quote_stage); a mistake is one line."""
     try:
-        return OverridesParser.create().parse_overrides(quote_stage(overrides))
+        return [parse_override(o) for o in quote_stage(overrides)]
     except HydraException as err:
         raise ConfigError(describe(err)) from err
+
+
+@functools.cache
+def parse_override(text: str) -> Override:
+    """One override through Hydra's grammar, once per process: its readers (the command's checks, the stage's
+    expansion, every composition of its runs) only read an Override, so the same text shares one parse."""
+    return _PARSER.parse_overrides([text])[0]
 
 
 def use_config_sources(config_dir: str | None, config_name: str | None, parsed: Sequence[Override]) -> None:
