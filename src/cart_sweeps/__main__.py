@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -35,7 +36,6 @@ from cart_sweeps.sweep.command import run_stage_command
 from cart_sweeps.text import count
 from cart_sweeps.validate import check_interpolations, check_settings
 
-register_configs()
 PLUGINS = "cart_sweeps"  # the name of the project's sweeper and launcher in hydra/sweeper, hydra/launcher
 
 
@@ -111,16 +111,29 @@ def precheck(parsed: list[Override]) -> None:
     single = [
         o.input_line for o in parsed if not o.is_sweep_override() and not o.get_key_element().startswith("hydra.")
     ]
-    single += [
-        f"{o.get_key_element()}={next(o.sweep_string_iterator())}"
+    sweeps = {
+        f"{o.get_key_element()}={next(o.sweep_string_iterator())}": o
         for o in parsed
         if o.is_sweep_override() and o.value_type not in (ValueType.INTERVAL_SWEEP, ValueType.GLOB_CHOICE_SWEEP)
-    ]
-    # the parser records every override's text; the composer keeps the base for the stage to find
-    cfg = Composer()(cast(list[str], single))
+    }
+    try:  # the parser records every override's text; the composer keeps the base for the stage to find
+        cfg = Composer()(cast(list[str], [*single, *sweeps]))
+    except ConfigError as err:
+        raise ConfigError(as_typed(str(err), sweeps)) from err
     check_settings(cfg)
     check_stage_name(cfg.stage.name)  # a single run's folder is under it too: <paths.runs>/<stage.name>/
     check_interpolations(cfg)
+
+
+def as_typed(message: str, sweeps: dict[str, Override]) -> str:
+    """A sweep's key was checked at its first value (`n_loops=2` of `n_loops=2,4`): advice on that key
+    (did you mean model.n_loops=2?) shows the values as typed."""
+    for line, o in sweeps.items():
+        key, _, first = line.partition("=")
+        if message.startswith(f"{key}: "):
+            typed = f"={cast(str, o.input_line).partition('=')[2]}"
+            return re.sub(rf"={re.escape(first)}(?=\?| or )", typed.replace("\\", "\\\\"), message)
+    return message
 
 
 def refuse_placement(parsed: list[Override], stage: str) -> None:
@@ -176,6 +189,7 @@ def show_stage(ns: argparse.Namespace) -> None:
 def main() -> None:
     collector.skip_final_collection()
     try:
+        register_configs()  # before Hydra's own flags read the config store; a stage file's mistake is one line
         ns = parse(sys.argv[1:])  # the command's one argparse pass: its overrides as typed
         if ns.shell_completion:
             if (script := completion.script(ns.overrides)) is not None:
