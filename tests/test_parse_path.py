@@ -21,6 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from cart_sweeps.compose import CONFIG_NAME_ENV, SEARCHPATH_ENV, parse_override
 from cart_sweeps.composer import Composer
+from cart_sweeps.register import register_configs
 from cart_sweeps.sweep.driver import StageDriver
 
 MARK = "launcher.slots=2"  # the override followed: a driver setting, so no run's own config carries it
@@ -113,6 +114,7 @@ def test_hydras_own_multirun_reaches_the_same_entry_through_the_plugin(monkeypat
     monkeypatch.setattr(sys, "argv", ["cart_sweeps", "-m", "stage='1'", "model.n_loops=2", *TINY])
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
     monkeypatch.chdir(tmp_path)
+    register_configs()  # what an app does before Hydra composes (main() does it first)
     _run()
     assert entered == [["stage='1'", "model.n_loops=2", *TINY]]
     assert [(s.name, len(s.runs)) for s in launched] == [("1", 1)]
