@@ -7,10 +7,10 @@ import io
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -274,28 +274,131 @@ def test_a_command_leaves_what_is_alive_at_exit_to_the_os_and_still_runs_its_exi
     assert outputs == {"plain": "exit handler ran\ncollected at exit\n", "command": "exit handler ran\n"}
 
 
-def test_a_stage_composes_its_config_once_through_hydra_and_still_runs_as_a_multirun(tmp_path, monkeypatch):
-    """Hydra composes a command's config once only to read hydra.mode, then again to run it. A stage always runs
-    with -m, so it skips the read (0.1 s of a relaunch); the config it runs is a multirun's, as before."""
-    from hydra._internal.hydra import Hydra
-    from hydra.types import RunMode
-
+def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """`python -m cart_sweeps ARGS` through the real main() in this process: exit code, stdout, stderr."""
     from cart_sweeps.__main__ import main
 
-    composed = []  # (the mode each composition is for, hydra.mode in what it composed): Hydra drops the node later
-    compose, read_mode = Hydra.compose_config, Hydra.get_mode
-
-    def recorded(self: Hydra, *args: object, **kwargs: Any):
-        cfg = compose(self, *args, **kwargs)
-        composed.append((kwargs["run_mode"], cfg.hydra.mode))
-        return cfg
-
-    monkeypatch.setattr(Hydra, "compose_config", recorded)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
-    monkeypatch.setattr(sys, "argv", ["cart_sweeps", "stage=1", "scale=tiny", "hydra/launcher=basic"])
-    with pytest.raises(SystemExit) as ended:  # the sweeper refuses another launcher, once Hydra has composed
+    monkeypatch.setenv(SEARCHPATH_ENV, "[]")  # main() records its config sources in the environment: restored
+    monkeypatch.setenv(CONFIG_NAME_ENV, "config")
+    monkeypatch.setattr(sys, "argv", ["cart_sweeps", *args])
+    try:
         main()
-    assert ended.value.code == 2  # the command's check composed as a single run would, then Hydra to run the stage
-    assert composed == [(RunMode.RUN, None), (RunMode.MULTIRUN, RunMode.MULTIRUN)]
-    assert Hydra.get_mode is read_mode  # a single run in the same process reads hydra.mode again
+        code = 0
+    except SystemExit as ended:
+        code = int(ended.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        (
+            "typo",
+            "name: typo\ngrid: {model.n_loops: [2, 3]}\nreicpe: {seed: 7}\n",
+            "reicpe is no setting; did you mean recipe?",
+        ),
+        (
+            "one",
+            "name: one\ngrid: {model.n_loops: 2}\n",
+            "grid.model.n_loops: 2 is one value where a list is wanted: write [2]",
+        ),
+    ],
+)
+def test_a_mistake_inside_a_stage_file_is_one_line_naming_the_file_the_key_and_the_fix(
+    tmp_path, monkeypatch, capsys, name, text, says
+):
+    """Hydra's own line was "ConfigKeyError raised while composing config:", with nothing after the colon."""
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "stage" / f"{name}.yaml").write_text(text)
+    done = run_main(monkeypatch, capsys, "--config-dir", str(tmp_path), f"stage={name}", "scale=tiny")
+    assert done == (2, "", f"error: {tmp_path / 'stage' / name}.yaml: {says}\n")
+
+
+def test_a_mistake_inside_a_shipped_stage_file_is_one_line(tmp_path):
+    """sweeps/*.yaml are read before any composition (register_configs): a typo there was a traceback."""
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "1.yaml").write_text("name: '1'\nreicpe: {seed: 7}\n")
+    code = (
+        "import pathlib, sys\nimport cart_sweeps.register as register\n"
+        "register.SWEEPS_DIR = pathlib.Path(sys.argv[1])\nsys.argv[1:] = ['stage=1']\n"
+        "from cart_sweeps.__main__ import main\nmain()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(sweeps)], env=env(tmp_path), capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: {sweeps / '1.yaml'}: reicpe is no setting; did you mean recipe?\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["lr=1e-3"], "lr: the config has no setting lr; did you mean trainer.lr=1e-3?"),
+        (["stage=1", "lr=1e-3"], "lr: the config has no setting lr; did you mean trainer.lr=1e-3?"),
+        (["stage=1", "n_loops=2,4"], "n_loops: the config has no setting n_loops; did you mean model.n_loops=2,4?"),
+        (["model.lr=3e-4"], "model.lr: model has no setting lr; did you mean trainer.lr=3e-4?"),
+    ],
+)
+def test_a_setting_named_by_its_last_part_gets_its_full_name(monkeypatch, capsys, args, says):
+    assert run_main(monkeypatch, capsys, "scale=tiny", *args) == (2, "", f"error: {says}\n")
+
+
+def test_a_stage_not_found_names_the_stages_and_the_config_folder(tmp_path, monkeypatch, capsys, user_configs):
+    listing = "available: 1, 2, ablations, adhoc, benchmarks, lr, parity, variable_r"
+    assert run_main(monkeypatch, capsys, "stage=mystage") == (
+        2,
+        "",
+        f"error: In 'config': Could not find 'stage/mystage'; {listing}; a stage of your own: "
+        "DIR/stage/mystage.yaml, found with --config-dir DIR\n",
+    )
+    code, _, err = run_main(monkeypatch, capsys, "--config-dir", str(user_configs), "stage=mystage")
+    assert code == 2 and err.endswith(f"; no stage/mystage.yaml in {user_configs} either\n") and "mine" in err
+
+
+def test_an_adhoc_multiruns_plan_command_runs_as_printed(tmp_path, monkeypatch, capsys):
+    """The printed command named no stage (the ad-hoc stage is the command's own): plan refused it."""
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    code, out, _ = run_main(monkeypatch, capsys, "-m", "model.n_loops=2,4", "scale=tiny", "--cfg", "job")
+    command = out.splitlines()[-1].removeprefix("# cost and ledger status: ")
+    assert code == 0 and re.fullmatch(
+        r"python -m cart_sweeps.plan model.n_loops=2,4 scale=tiny stage=adhoc "
+        r"stage.name=adhoc-\w{8}",
+        command,
+    ), command
+    planned = subprocess.run(
+        [sys.executable, *shlex.split(command)[1:]], env=env(tmp_path), capture_output=True, text=True, cwd=tmp_path
+    )
+    assert planned.returncode == 0 and re.search(r"stage adhoc-\w{8} at scale=tiny: 2 runs\s", planned.stdout), (
+        planned.stderr
+    )
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_help_shows_the_torch_version_it_installs():
+    shown = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
+    assert "$(" not in shown and re.search(r"make setup +create \.venv: torch \d+\.\d+\.\d+ unless", shown), shown
+
+
+def test_what_configs_and_code_point_at_lies_inside_the_repository():
+    """conf/model/cart.yaml pointed at ../shared/REFERENCE.md, outside any clone: a pointer to a markdown file
+    names one in the repository."""
+    pointers = re.compile(r"(?:\.\./)+[\w./-]+\.md|\bdocs/[\w./-]+\.md")
+    found = {
+        (path.relative_to(REPO), ref)
+        for top in ("conf", "sweeps", "src")
+        for path in (REPO / top).rglob("*")
+        if path.suffix in (".yaml", ".py") and path.is_file()
+        for ref in pointers.findall(path.read_text())
+    }
+    assert ("conf/model/cart.yaml", "docs/reference.md") in {(str(p), r) for p, r in found}
+    assert [
+        (p, r)
+        for p, r in found
+        if not (REPO / p).parent.joinpath(r).resolve().is_relative_to(REPO)
+        or not ((REPO / r).is_file() or (REPO / p).parent.joinpath(r).is_file())
+    ] == []

@@ -1,25 +1,24 @@
 """`python -m cart_sweeps [overrides]` trains one run; `python -m cart_sweeps stage=<name>` runs a stage.
 
-A single run writes to hydra.run.dir (default runs/single/<label>) and resumes there when relaunched.
-Naming a stage makes the command a Hydra multirun (with or without -m): Hydra hands the overrides to the
-project's sweeper (hydra_plugins/cart_sweeps_plugins). A multirun naming no stage runs the anonymous stage
-`adhoc` over the keys it sweeps (sweeps/adhoc.yaml), with a ledger like any stage. Hydra's own flags
-(--config-dir, --config-name, --cfg, --info, -sc) work as in any Hydra app.
+A single run goes through `@hydra.main`: it writes to hydra.run.dir (default runs/single/<label>) and resumes there
+when relaunched. Naming a stage (with or without -m) runs it straight from this command's one parse: the stage
+driver's entry (cart_sweeps.sweep.command), which Hydra's own multirun reaches through the project's sweeper
+plugin (hydra_plugins/cart_sweeps_plugins). A multirun naming no stage runs the anonymous stage `adhoc` over the
+keys it sweeps (sweeps/adhoc.yaml), with a ledger like any stage. Hydra's own flags (--config-dir, --config-name,
+--cfg, --info, -sc) work as in any Hydra app.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import shlex
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import NoReturn, cast
 
 import hydra
-from hydra._internal.hydra import Hydra
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override, ValueType
@@ -33,11 +32,11 @@ from cart_sweeps.naming import check_stage_name
 from cart_sweeps.register import register_configs
 from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
+from cart_sweeps.sweep.command import run_stage_command
 from cart_sweeps.text import count
 from cart_sweeps.validate import check_interpolations, check_settings
 
-register_configs()
-SWEEPER = "cart_sweeps"  # the stage sweeper's name in hydra/sweeper (hydra_plugins/cart_sweeps_plugins)
+PLUGINS = "cart_sweeps"  # the name of the project's sweeper and launcher in hydra/sweeper, hydra/launcher
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -69,20 +68,24 @@ def parse(args: list[str]) -> argparse.Namespace:
     return parser.parse_intermixed_args(args)
 
 
-def flags_first(args: list[str], overrides: list[str]) -> list[str]:
-    """The command line in the order Hydra's own parse needs: its flags, then the overrides."""
+def hydra_argv(args: list[str], overrides: list[str]) -> list[str]:
+    """The command line as Hydra's own parse of sys.argv reads it: its flags first, then the overrides (`stage=1`
+    quoted: quote_stage)."""
     pending = list(overrides)
     flags = [a for a in args if not (pending and a == pending[0] and pending.pop(0))]
-    return [*flags, *overrides]
+    return [*flags, *quote_stage(overrides)]
 
 
 def named_stage(parsed: list[Override]) -> str | None:
-    """The stage the overrides name (`stage=1`), if any: naming one runs it as a multirun (with our sweeper)."""
+    """The stage the overrides name (`stage=1`), if any: naming one runs it through the stage driver, which runs
+    its jobs on the `launcher` group's pools, never on another Hydra sweeper or launcher."""
     names = [o.value() for o in parsed if o.key_or_group == "stage" and not o.is_delete()]
     stage = str(names[-1]) if names and names[-1] is not None else None
-    sweepers = [str(o.value()) for o in parsed if o.key_or_group == "hydra/sweeper"]
-    if stage is not None and sweepers and sweepers[-1] != SWEEPER:  # another would run it without a ledger
-        raise ConfigError(f"hydra/sweeper={sweepers[-1]}: a stage runs through the {SWEEPER} sweeper; drop it")
+    for group, does in (("hydra/sweeper", "a stage runs through the"), ("hydra/launcher", "a stage's jobs run on the")):
+        chosen = [str(o.value()) for o in parsed if o.key_or_group == group]
+        if stage is not None and chosen and chosen[-1] != PLUGINS:  # another would run it without a ledger
+            what = "sweeper" if group.endswith("sweeper") else "launcher (launcher=local|slurm)"
+            raise ConfigError(f"{group}={chosen[-1]}: {does} {PLUGINS} {what}; drop it")
     return stage
 
 
@@ -108,16 +111,29 @@ def precheck(parsed: list[Override]) -> None:
     single = [
         o.input_line for o in parsed if not o.is_sweep_override() and not o.get_key_element().startswith("hydra.")
     ]
-    single += [
-        f"{o.get_key_element()}={next(o.sweep_string_iterator())}"
+    sweeps = {
+        f"{o.get_key_element()}={next(o.sweep_string_iterator())}": o
         for o in parsed
         if o.is_sweep_override() and o.value_type not in (ValueType.INTERVAL_SWEEP, ValueType.GLOB_CHOICE_SWEEP)
-    ]
-    # the parser records every override's text; the composer keeps the base for the stage to find
-    cfg = Composer()(cast(list[str], single))
+    }
+    try:  # the parser records every override's text; the composer keeps the base for the stage to find
+        cfg = Composer()(cast(list[str], [*single, *sweeps]))
+    except ConfigError as err:
+        raise ConfigError(as_typed(str(err), sweeps)) from err
     check_settings(cfg)
     check_stage_name(cfg.stage.name)  # a single run's folder is under it too: <paths.runs>/<stage.name>/
     check_interpolations(cfg)
+
+
+def as_typed(message: str, sweeps: dict[str, Override]) -> str:
+    """A sweep's key was checked at its first value (`n_loops=2` of `n_loops=2,4`): advice on that key
+    (did you mean model.n_loops=2?) shows the values as typed."""
+    for line, o in sweeps.items():
+        key, _, first = line.partition("=")
+        if message.startswith(f"{key}: "):
+            typed = f"={cast(str, o.input_line).partition('=')[2]}"
+            return re.sub(rf"={re.escape(first)}(?=\?| or )", typed.replace("\\", "\\\\"), message)
+    return message
 
 
 def refuse_placement(parsed: list[Override], stage: str) -> None:
@@ -132,7 +148,8 @@ def refuse_placement(parsed: list[Override], stage: str) -> None:
 
 
 def plan_command(ns: argparse.Namespace) -> str:
-    """`python -m cart_sweeps.plan` with this command's config sources and overrides, quoted to run as printed."""
+    """`python -m cart_sweeps.plan` with this command's config sources and overrides (as typed: stage=1, not
+    stage='1'; an ad-hoc multirun's with the stage it names), quoted to run as printed."""
     flags = [*(["--config-dir", ns.config_dir] if ns.config_dir else [])]
     flags += ["--config-name", ns.config_name] if ns.config_name else []
     return shlex.join(["python", "-m", "cart_sweeps.plan", *flags, *ns.overrides])
@@ -166,44 +183,25 @@ def show_stage(ns: argparse.Namespace) -> None:
     else:
         trials = stage.base.sweep.n_trials
         print(f"# a search: sweep.n_trials={trials}: {count(trials, 'run')}, sampled as the stage runs")
-    print(f"# cost and ledger status: {plan_command(parse(sys.argv[1:]))}")  # as typed: stage=1, not stage='1'
-
-
-@contextmanager
-def multirun_mode_unread() -> Iterator[None]:
-    """Hydra composes a command's whole config twice: once only to read `hydra.mode` (Hydra.get_mode), then to
-    run it. A stage always runs with -m, and with -m Hydra runs a multirun whatever that read finds, setting
-    hydra.mode=MULTIRUN as it does when the read finds nothing; so a stage skips the read (0.1 s of a relaunch).
-    Hydra's private class: checked against hydra-core 1.3.8, pinned in pyproject."""
-
-    def unread(self: Hydra, config_name: str | None, overrides: list[str]) -> Any:
-        return None
-
-    read = Hydra.get_mode
-    Hydra.get_mode = unread  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Hydra.get_mode = read  # type: ignore[method-assign]
+    print(f"# cost and ledger status: {plan_command(ns)}")
 
 
 def main() -> None:
     collector.skip_final_collection()
-    args = quote_stage(sys.argv[1:])
     try:
-        ns = parse(args)
+        register_configs()  # before Hydra's own flags read the config store; a stage file's mistake is one line
+        ns = parse(sys.argv[1:])  # the command's one argparse pass: its overrides as typed
         if ns.shell_completion:
             if (script := completion.script(ns.overrides)) is not None:
                 print(script)
                 return
             completion.name_the_program_once()
-        parsed = parse_overrides(ns.overrides)  # once: each check below reads this parse
+        parsed = parse_overrides(ns.overrides)  # each override through the grammar once: every reader shares it
         use_config_sources(ns.config_dir, ns.config_name, parsed)
         stage = named_stage(parsed)
         if stage is None and ns.multirun:
             anonymous = adhoc_stage(parsed)
             ns.overrides += anonymous
-            args += anonymous
             parsed += parse_overrides(anonymous)
             stage = named_stage(parsed)
         if stage is not None:
@@ -217,12 +215,13 @@ def main() -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    multirun = ns.multirun
-    if stage is not None and not (ns.multirun or ns.cfg or ns.info or ns.shell_completion or ns.hydra_help):
-        args, multirun = ["-m", *args], True  # naming a stage runs it: a Hydra multirun through the stage sweeper
-    sys.argv[1:] = flags_first(args, ns.overrides)
-    with multirun_mode_unread() if multirun else nullcontext():
-        _run()
+    if stage is not None and not (ns.cfg or ns.info or ns.shell_completion or ns.hydra_help):
+        # naming a stage runs it, -m or not: the driver takes the overrides Hydra would hand its sweeper
+        if code := run_stage_command([cast(str, o.input_line) for o in parsed if not o.is_hydra_override()]):
+            sys.exit(code)
+        return
+    sys.argv[1:] = hydra_argv(sys.argv[1:], ns.overrides)  # a single run, or Hydra's own view of the command
+    _run()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cart_sweeps import collector
 from cart_sweeps.config import CONF_DIR, ConfigError
+from cart_sweeps.config_errors import file_mistake
 from cart_sweeps.register import register_configs
 
 T = TypeVar("T")
@@ -31,15 +33,22 @@ T = TypeVar("T")
 # (local and SLURM jobs inherit the driver's environment).
 SEARCHPATH_ENV = "CART_SWEEPS_SEARCHPATH"
 CONFIG_NAME_ENV = "CART_SWEEPS_CONFIG_NAME"
+_PARSER = OverridesParser.create()
 
 
 def parse_overrides(overrides: Sequence[str]) -> list[Override]:
-    """Hydra's parse of a command line's overrides (`stage=1` quoted: quote_stage); a mistake is one line.
-    A command parses its overrides once and hands the parse on."""
+    """Hydra's parse of a command line's overrides (`stage=1` quoted: quote_stage); a mistake is one line."""
     try:
-        return OverridesParser.create().parse_overrides(quote_stage(overrides))
+        return [parse_override(o) for o in quote_stage(overrides)]
     except HydraException as err:
         raise ConfigError(describe(err)) from err
+
+
+@functools.cache
+def parse_override(text: str) -> Override:
+    """One override through Hydra's grammar, once per process: its readers (the command's checks, the stage's
+    expansion, every composition of its runs) only read an Override, so the same text shares one parse."""
+    return _PARSER.parse_overrides([text])[0]
 
 
 def use_config_sources(config_dir: str | None, config_name: str | None, parsed: Sequence[Override]) -> None:
@@ -111,8 +120,9 @@ def _unknown_setting(err: BaseException, overrides: Sequence[str]) -> str | None
     if not (match := _NOT_OVERRIDDEN.search(str(err))):
         return None
     key = match.group(1)
+    given = [o for o in overrides if re.match(rf"^[+~]*{re.escape(key)}=", o)]
     try:
-        node = compose_config([o for o in overrides if not re.match(rf"^[+~]*{re.escape(key)}=", o)])
+        node = root = compose_config([o for o in overrides if o not in given])
     except ConfigError:
         return None
     parts = key.split(".")
@@ -124,6 +134,10 @@ def _unknown_setting(err: BaseException, overrides: Sequence[str]) -> str | None
         if part in names:  # a value, not a node: nothing can be set under it
             return f"{key}: {'.'.join(parts[: i + 1])} is a value, not a group of settings"
         where = ".".join(parts[:i])
+        if ending := _ending_in(root, parts[i:]):  # `lr=1e-3`: the setting is trainer.lr
+            value = given[-1].partition("=")[2] if given else None
+            spelt = " or ".join(f"{m}={value}" if value is not None else m for m in ending[:3])
+            return f"{key}: {where or 'the config'} has no setting {part}; did you mean {spelt}?"
         if close := difflib.get_close_matches(part, names, n=1):
             meant = ".".join([*parts[:i], close[0], *parts[i + 1 :]])
             return f"{key}: {where or 'the config'} has no setting {part}; did you mean {meant}?"
@@ -134,22 +148,57 @@ def _unknown_setting(err: BaseException, overrides: Sequence[str]) -> str | None
     return None
 
 
+def _ending_in(node: DictConfig, tail: list[str]) -> list[str]:
+    """The settings of `node` whose key ends in the parts `tail` (`lr` -> trainer.lr), shallowest first."""
+    found = [key for key in _keys(node) if key.split(".")[-len(tail) :] == tail and key.count(".") >= len(tail)]
+    return sorted(found, key=lambda key: key.count("."))
+
+
+def _keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """Every setting under `node`, dotted: the schema's keys, not the entries of a free-form mapping (a stage's
+    grid, a scale's paper values) nor of a node unset or None."""
+    if OmegaConf.get_type(node) in (dict, None) or node._is_none() or node._is_missing():
+        return []
+    keys: list[str] = []
+    for name in map(str, node.keys()):
+        keys.append(key := f"{prefix}{name}")
+        if isinstance(child := node._get_node(name), DictConfig):
+            keys += _keys(child, f"{key}.")
+    return keys
+
+
 def _option_advice(text: str, options: list[str]) -> str:
     """`stage=paritty` -> `did you mean stage=parity?`, then every option of the group."""
     listing = "available: " + ", ".join(options)
     if not (missing := re.search(r"Could not find '(?:.*/)?([^'/]+)/([^'/]+)'", text)):
         return listing
     group, name = missing.groups()
-    close = difflib.get_close_matches(name, options, n=1)
-    return f"did you mean {group}={close[0]}? ({listing})" if close else listing
+    if close := difflib.get_close_matches(name, options, n=1):
+        return f"did you mean {group}={close[0]}? ({listing})"
+    if mine := config_dirs()[1:]:
+        return f"{listing}; no {group}/{name}.yaml in {', '.join(map(str, mine))} either"
+    return f"{listing}; a {group} of your own: DIR/{group}/{name}.yaml, found with --config-dir DIR"
 
 
 def first_line(err: BaseException) -> str:
     return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
 
 
+_COMPOSING = re.compile(r"^In '([^']+)': \w+ raised while composing config:\s*\n(.*)", re.DOTALL)
+
+
+def _config_file(name: str) -> str:
+    """Where the config `name` (`stage/mine`, `config`) is read from: its file in a config folder, else its name."""
+    found = (folder / f"{name}.yaml" for folder in config_dirs())
+    return str(next((path for path in found if path.is_file()), f"'{name}'"))
+
+
 def describe(err: BaseException) -> str:
-    """One line from Hydra's multi-line errors: what failed, why (the root cause), what is allowed."""
+    """One line from Hydra's multi-line errors: what failed, why (the root cause), what is allowed; a config
+    file's mistake (a misspelt key, one value where a list goes) names the file, the key and the fix."""
+    if composing := _COMPOSING.match(str(err)):
+        name, complaint = composing.groups()
+        return file_mistake(complaint, _config_file(name), package=name.rpartition("/")[0].replace("/", "."))
     parts = [first_line(err)]
     root = err
     while root.__cause__ is not None:

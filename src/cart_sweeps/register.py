@@ -12,8 +12,10 @@ from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from cart_sweeps.config import SWEEPS_DIR, Config, StageConfig
+from cart_sweeps.config import SWEEPS_DIR, Config, ConfigError, StageConfig
+from cart_sweeps.config_errors import file_mistake
 from cart_sweeps.naming import run_dir
 from cart_sweeps.parse_cache import install as install_parse_cache
 
@@ -29,7 +31,10 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for path in stage_paths():
-        stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
+        try:
+            stage = OmegaConf.merge(OmegaConf.structured(StageConfig), OmegaConf.load(path))
+        except OmegaConfBaseException as err:  # a misspelt key, one value where a list goes: one line
+            raise ConfigError(file_mistake(str(err), str(path))) from err
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
     OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
     install_parse_cache()

@@ -1,7 +1,9 @@
-"""The Hydra Sweeper for `python -m cart_sweeps -m stage=<name> ...`: a thin wrapper over the stage driver.
+"""The Hydra Sweeper of cart_sweeps: a stage run by Hydra's own multirun (`hydra/sweeper=cart_sweeps` in any
+Hydra app), handed to the stage driver's one entry (cart_sweeps.sweep.command), which `python -m cart_sweeps
+stage=<name>` calls straight from its own parse.
 
-Hydra hands it the command line; the driver expands the stage, keeps the Optuna ledger and runs each
-run through the Hydra launcher (ours, which owns the submitit pools).
+Hydra hands it the command's overrides; the driver expands the stage, keeps the Optuna ledger and runs each
+run on the pool of the `launcher` group (the Hydra launcher must be ours: it owns no other settings).
 """
 
 # No `from __future__ import annotations`: Hydra's plugin scan runs this module before it is in
@@ -35,19 +37,13 @@ class CartSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from cart_sweeps.collector import long_lived
-        from cart_sweeps.config import ConfigError
-
-        with long_lived():  # the driver's modules last the process
-            from cart_sweeps.sweep.driver import run_stage
+        from cart_sweeps.sweep.command import run_stage_command
         from hydra_plugins.cart_sweeps_plugins.launcher import CartLauncher
 
-        try:
-            if not isinstance(self.launcher, CartLauncher):
-                raise ConfigError("the cart_sweeps sweeper runs through its own launcher: drop hydra/launcher=...")
-            code = run_stage(arguments, self.launcher.make_pool)
-        except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
+        if not isinstance(self.launcher, CartLauncher):
+            print(
+                "error: the cart_sweeps sweeper runs through its own launcher: drop hydra/launcher=...", file=sys.stderr
+            )
             sys.exit(2)
-        if code:
+        if code := run_stage_command(arguments):
             sys.exit(code)

@@ -1,0 +1,48 @@
+"""OmegaConf's complaint about what a config file holds, as the one line a user reads: the file, the key, the fix.
+
+OmegaConf says "Key 'reicpe' not in 'StageConfig'" or "Value 2 (int) is incompatible with type hint
+'typing.List[typing.Any]'" over several lines, and Hydra's composition keeps only its heading ("ConfigKeyError
+raised while composing config:"). Both are read here from their text: Hydra passes on no more of the error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+
+from cart_sweeps import config
+
+_UNKNOWN = re.compile(r"^Key '([^']+)' not in '(\w+)'")
+_ONE_VALUE = re.compile(r"^Value (.+) \(\w+\) is incompatible with type hint '[\w.]*List\b")
+_MAPPING = re.compile(r"^'DictConfig' is incompatible with type hint '[\w.]*List\b")
+_FULL_KEY = re.compile(r"^\s*full_key: (\S+)", re.MULTILINE)
+
+
+def settings_of(schema: str) -> list[str]:
+    """The settings of the schema dataclass named `schema` (cart_sweeps.config); none for another type."""
+    found = getattr(config, schema, None)
+    return [f.name for f in dataclasses.fields(found)] if dataclasses.is_dataclass(found) else []
+
+
+def file_mistake(text: str, where: str, package: str = "") -> str:
+    """One line for OmegaConf's error `text` about the file `where`, whose content sits at `package` of the
+    config (its keys are named as the file writes them)."""
+    message = next((line.strip() for line in text.splitlines() if line.strip()), text)
+    full = _FULL_KEY.search(text)
+    key = full.group(1).removeprefix(f"{package}.") if full else None
+    if unknown := _UNKNOWN.match(message):
+        name, schema = unknown.groups()
+        parent = key.rpartition(".")[0] if key else ""
+        known = settings_of(schema)
+        if close := difflib.get_close_matches(name, known, n=1):
+            fix = f"did you mean {'.'.join(filter(None, [parent, close[0]]))}?"
+        else:
+            fix = f"the settings there: {', '.join(known)}" if known else "check its spelling"
+        return f"{where}: {key or name} is no setting; {fix}"
+    if key and (one := _ONE_VALUE.match(message)):
+        return f"{where}: {key}: {one.group(1)} is one value where a list is wanted: write [{one.group(1)}]"
+    if key and _MAPPING.match(message):
+        axis = " (a grid axis is one dotted key: model.n_loops: [2, 4])" if key.startswith("grid.") else ""
+        return f"{where}: {key}: a mapping where a list is wanted{axis}"
+    return f"{where}: {key}: {message}" if key else f"{where}: {message}"
