@@ -1,4 +1,5 @@
-"""`python -m analysis`: regenerate the study's tables, figures and findings from runs or a CSV."""
+"""`python -m cart_sweeps.analysis` (from a checkout also `python -m analysis`, the same package): regenerate
+the study's tables, figures and findings from runs or a CSV."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def error_rate(text: str) -> float:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m analysis",
+        prog="python -m cart_sweeps.analysis",
         description="Regenerate the CART study's tables (CSV, Markdown, LaTeX), figures (PNG), "
         "findings.json and a summary from run folders or a results CSV.",
     )

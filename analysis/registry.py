@@ -2,7 +2,7 @@
 dashboard (cart_sweeps/dashboard.py) build, from which stages' runs, and what each says in its caption.
 
 A new paper table is its record here (its builder may live in any analysis module); README.md lists them
-between its `tables` markers, written from this list by `python -m analysis --readme-tables`.
+between its `tables` markers, written from this list by `python -m cart_sweeps.analysis --readme-tables`.
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ def check_roles() -> None:
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-README_START, README_END = "<!-- tables:start (python -m analysis --readme-tables) -->", "<!-- tables:end -->"
+README_START = "<!-- tables:start (python -m cart_sweeps.analysis --readme-tables) -->"
+README_END = "<!-- tables:end -->"
 
 
 def readme_tables() -> str:

@@ -45,8 +45,8 @@ def command(runs: Path, module: str, *args: str) -> subprocess.CompletedProcess[
 
 
 def analysis(runs: Path, out: Path) -> dict:
-    """`python -m analysis` on `runs`: its findings (each stage's own table lands in out/runs_<stage>.csv)."""
-    done = command(runs, "analysis", "--runs", str(runs), "--out", str(out))
+    """`python -m cart_sweeps.analysis` on `runs`: its findings (each stage's own table lands in out/runs_<stage>.csv)."""
+    done = command(runs, "cart_sweeps.analysis", "--runs", str(runs), "--out", str(out))
     assert done.returncode == 0, done.stderr
     return json.loads((out / "findings.json").read_text())
 
