@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 
 from . import stage_tables
-from .claims import decide
 from .csv_input import ROW, unmeasured
 from .decisions import ALPHA
 from .errors import LeftOut
@@ -74,7 +73,7 @@ def run(
                     tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
                 else:
                     table = TABLES[name].of(study, final, metric)
-                    tables[name], claims = decide(name, table, every, metric, alpha)
+                    tables[name], claims = TABLES[name].decide(table, every, metric, alpha)
                     decisions += claims
                 caption = TABLES[name].caption if name in TABLES else None
                 report.written += write_table(tables[name], folder, name, runs_used(study, name), metric, caption)
