@@ -73,7 +73,8 @@ def decision_table(findings: Path) -> str:
         where = " ".join(f"{k}={v}" for k, v in d["cell"].items())
         p = "-" if d["p_value"] is None else f"{d['p_value']:.2g}"
         yes = "yes" if d["decided"] else "no"
-        lines.append(f"| {d['claim']} | {d['stage']} | {where} | {d['choice']} | {yes} | {p} | {d['why']} |")
+        choice = "-" if d["choice"] is None else d["choice"]  # an undecided verdict has none (its `leaning`)
+        lines.append(f"| {d['claim']} | {d['stage']} | {where} | {choice} | {yes} | {p} | {d['why']} |")
     return "\n".join(lines)
 
 
