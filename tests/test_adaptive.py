@@ -13,16 +13,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from optuna.trial import TrialState
+from stages import sweep, trials
 
-from cart_sweeps.analysis.__main__ import main
 from cart_sweeps import plan
+from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
 from cart_sweeps.metric import require
 from cart_sweeps.sweep.adaptive import plan_lines
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.zoom import promoted, sentinels
-from tests.stages import sweep, trials
 
 STUDIES = 600
 R = (6, 8, 10)

@@ -71,7 +71,8 @@ def test_the_readme_lists_the_registrys_tables():
     from cart_sweeps.analysis.registry import readme_with_tables
 
     text = README.read_text()
-    assert readme_with_tables(text) == text, "README.md's table list is stale: run python -m cart_sweeps.analysis --readme-tables"
+    stale = "README.md's table list is stale: run python -m cart_sweeps.analysis --readme-tables"
+    assert readme_with_tables(text) == text, stale
 
 
 def test_every_readme_command_runs(demo_env, tmp_path):

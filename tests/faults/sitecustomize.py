@@ -11,8 +11,8 @@ points   queue   the driver: a run's trial is started in the ledger, its job not
          task    a job's task process (a warm worker) starting, before it imports submitit or the project
          step    a run, before its n-th training step in this process (n defaults to 1)
          save    a run, with its n-th checkpoint written to the temp file, not yet renamed into place
-         build   `python -m cart_sweeps.analysis`, its tables and findings.json written beside OUT, report.md not yet
-         swap    `python -m cart_sweeps.analysis`, the new folder swapped in for OUT, the old one beside it not yet settled
+         build   the analysis, its tables and findings.json written beside OUT, report.md not yet
+         swap    the analysis, the new folder swapped in for OUT, the old one beside it not yet settled
          clock   every process of the stage, from its start: a host whose clock is behind (datetime's now)
 actions  pause   write this process's pid to $CART_FAULT_MARK, then sleep until killed
          raise   raise RuntimeError("injected fault ...") (step only)
