@@ -42,7 +42,7 @@ lint: setup ## ruff (lint, format), mypy and the layers (lint-imports); pre-comm
 	$(VENV)/bin/lint-imports --no-cache
 
 tables: setup ## regenerate tables, figures and findings from the runs under runs/
-	$(PY) -m analysis
+	$(PY) -m cart_sweeps.analysis
 
 clean: ## remove runs, caches and analysis outputs (not .venv)
 	rm -rf runs .cache analysis/out

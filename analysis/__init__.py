@@ -4,8 +4,17 @@ Reads what runs wrote (summary.json, metrics.jsonl) or a tidy CSV with pandas. B
 layers (pyproject's [tool.importlinter]): it reads runs through cart_sweeps's run record (cart_sweeps.record),
 run set and ledger (cart_sweeps.sweep.runset, .ledger: optuna), and types through its schema and stage roles;
 it imports no torch.
+
+One package under one name, the one the wheel ships: cart_sweeps.analysis. A checkout's `python -m cart_sweeps.analysis`
+finds this folder under the top-level name `analysis` too; there the name stands for cart_sweeps.analysis and
+each of its modules (analysis/alias.py), so no module is ever loaded twice.
 """
 
-from .load import AnalysisError, Study, load_csv, load_runs
+if __name__ == "analysis":  # the checkout's top-level name: another name of the one package
+    from cart_sweeps.analysis.alias import install
 
-__all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]
+    install()
+else:
+    from .load import AnalysisError, Study, load_csv, load_runs
+
+    __all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]

@@ -1,4 +1,5 @@
-"""`python -m analysis`: regenerate the study's tables, figures and findings from runs or a CSV."""
+"""`python -m cart_sweeps.analysis` (from a checkout also `python -m analysis`, the same package): regenerate
+the study's tables, figures and findings from runs or a CSV."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ from .registry import README, readme_with_tables
 from .report import run
 
 CURRENT = "current"
+OUT = Path("analysis/out")
+
+
+def default_out(source: Path) -> Path:
+    """A folder per input, named for it (runs -> analysis/out/runs, paper_results.csv -> .../paper_results), so
+    analysing one input never replaces another's tables."""
+    return OUT / (source.resolve().stem if source.suffix.lower() == ".csv" else source.resolve().name)
 
 
 def launch_choice(text: str) -> int | None:
@@ -37,7 +45,7 @@ def error_rate(text: str) -> float:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m analysis",
+        prog="python -m cart_sweeps.analysis",
         description="Regenerate the CART study's tables (CSV, Markdown, LaTeX), figures (PNG), "
         "findings.json and a summary from run folders or a results CSV.",
     )
@@ -47,7 +55,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     source.add_argument("--from-csv", type=Path, metavar="FILE", help="a results CSV, one row per run (and step)")
     parser.add_argument(
-        "--out", type=Path, metavar="DIR", default=Path("analysis/out"), help="output folder (default: analysis/out)"
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help=f"output folder (default: {OUT}/<input name>, e.g. {OUT}/runs, {OUT}/paper_results: one per input)",
     )
     parser.add_argument(
         "--metric",
@@ -100,15 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         README.write_text(readme_with_tables(README.read_text()))
         print(f"wrote {README}")
         return 0
+    source = args.from_csv or args.runs or Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
     try:
         if args.from_csv:
             if args.where or args.launch is not None:
                 raise AnalysisError("--where and --launch choose among run folders; a results CSV is tabled whole")
-            study = load_csv(args.from_csv)
+            study = load_csv(source)
         else:
-            root = args.runs or Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
-            study = load_runs(root, args.launch, args.where)
-        report = run(study, args.out, args.metric, args.only, args.alpha)
+            study = load_runs(source, args.launch, args.where)
+        report = run(study, args.out or default_out(source), args.metric, args.only, args.alpha)
     except AnalysisError as error:
         print(f"analysis: {error}", file=sys.stderr)
         return 2

@@ -1,11 +1,12 @@
 """The study's claims, one builder per table that makes one (the best R per stage and width, the reversal,
 the P ordering, each ablation, parity, the best inference R), and the marks those tables carry: a table
-says what its claim's record says, so an undecided claim reads as undecided there too."""
+says what its claim's record says, so an undecided claim reads as undecided there too. Which table makes which
+claim and carries which mark is its record's fields (analysis/registry.py), one place."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Any
 
@@ -34,11 +35,43 @@ from .sentences import SIDES
 from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from .tables import CONFIG, ablation_runs, inference_runs, p_reference, parity_cart, rows_of, select
 
-Claims = Callable[[pd.DataFrame, pd.DataFrame, str, float], list[Decision]]
-Mark = Callable[[pd.DataFrame, list[Decision]], pd.DataFrame]
+Make = Callable[[pd.DataFrame, pd.DataFrame, str, float], list[Decision]]  # (table, final rows, metric, alpha)
+Apply = Callable[[pd.DataFrame, list[Decision]], pd.DataFrame]
 
 
-def _best_r(stage: str) -> Claims:
+@dataclass(frozen=True)
+class Claims:
+    """The claims a table makes (a field of its record in analysis/registry.py): each a Decision made from the
+    table's rows and every run's final row; `reads` names the table's columns it reads (tested against them)."""
+
+    make: Make
+    reads: tuple[str, ...] = ()
+
+    def __call__(self, table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float) -> list[Decision]:
+        _has(table, self.reads, "claims")
+        return self.make(table, final, metric, alpha)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How a table carries its claims (a field of its record): the columns it reads and the ones it adds."""
+
+    apply: Apply
+    reads: tuple[str, ...]
+    adds: tuple[str, ...]
+
+    def __call__(self, table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
+        _has(table, self.reads, "mark")
+        return self.apply(table, claims)
+
+
+def _has(table: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
+    """A claim or mark reading a column its table lacks is the registry's mistake, said at once."""
+    if missing := [c for c in columns if c not in table.columns]:
+        raise KeyError(f"the table's {what} reads {missing}, which it lacks (have {list(table.columns)})")
+
+
+def _best_r(stage: str) -> Make:
     """Per row (d, P) of a stage's best table: is its R the best of the stage's R at that d and P?"""
 
     def claims(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float) -> list[Decision]:
@@ -195,17 +228,6 @@ def trained_r_best(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha:
     )
 
 
-CLAIMS: dict[str, Claims] = {
-    "stage1_best": _best_r(SCREEN),
-    "stage1_p_ordering": p_ordering,
-    "stage2_best": _best_r(CONFIRM),
-    "reversal": reversal,
-    "parity": parity,
-    "ablations": ablation,
-    "variable_r": trained_r_best,
-}
-
-
 def undecided(decision: Decision) -> str:
     """A claim's mark where it is not decided."""
     return (unmeasured(decision.noise) or "undecided") if decision.method == "none" else "undecided"
@@ -234,7 +256,7 @@ def _mark_ordering(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
     return table.assign(holds=marks, p_value=[c.p_value for c in at])
 
 
-def _mark_pair(keys: dict[str, str], names: dict[str, str]) -> Mark:
+def _mark_pair(keys: dict[str, str], names: dict[str, str]) -> Apply:
     """verdict per row (keys: the claim's cell keys -> the table's columns): the better side where decided,
     else why not."""
 
@@ -247,16 +269,27 @@ def _mark_pair(keys: dict[str, str], names: dict[str, str]) -> Mark:
     return mark
 
 
-MARKS: dict[str, Mark] = {
-    "stage1_best": _mark_best,
-    "stage2_best": _mark_best,
-    "reversal": _mark_reversal,
-    "stage1_p_ordering": _mark_ordering,
-    "ablations": _mark_pair({"variant": "variant", "metric": "metric"}, {"hurts": "hurts", "helps": "helps"}),
-    "parity": _mark_pair(
-        {"d_model": "d", "n_layers": "L", "metric": "metric"}, {k: f"{v} better" for k, v in SIDES.items()}
-    ),
-}
+BEST_R = ("decided", "tied", "p_value")
+SCREEN_BEST = Claims(_best_r(SCREEN), ("d", "P"))
+CONFIRM_BEST = Claims(_best_r(CONFIRM), ("d", "P"))
+REVERSAL = Claims(reversal, ("d", "P", "stage1_R"))
+P_ORDERING = Claims(p_ordering)
+ABLATION = Claims(ablation)
+PARITY_SIDE = Claims(parity, ("d", "L", "metric", "parity"))
+TRAINED_R_BEST = Claims(trained_r_best)
+MARK_BEST = Mark(_mark_best, ("d", "P"), BEST_R)
+MARK_REVERSAL = Mark(_mark_reversal, (), ("reversed", "gap_pct", "p_value", "note"))
+MARK_ORDERING = Mark(_mark_ordering, ("d", "R"), ("holds", "p_value"))
+MARK_ABLATION = Mark(
+    _mark_pair({"variant": "variant", "metric": "metric"}, {"hurts": "hurts", "helps": "helps"}),
+    ("variant", "metric"),
+    ("verdict", "p_value"),
+)
+MARK_PARITY = Mark(
+    _mark_pair({"d_model": "d", "n_layers": "L", "metric": "metric"}, {k: f"{v} better" for k, v in SIDES.items()}),
+    ("d", "L", "metric"),
+    ("verdict", "p_value"),
+)
 
 
 def _named(claim: Decision, stage: str) -> Decision:
@@ -268,13 +301,13 @@ def _named(claim: Decision, stage: str) -> Decision:
 
 
 def decide(
-    name: str, table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float
+    claims: Claims | None, mark: Mark | None, table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float
 ) -> tuple[pd.DataFrame, list[Decision]]:
-    """The claims a table makes, and the table with their marks (unchanged where it makes none). A claim
-    names its stage: the stage playing the role the claim reads."""
-    if name not in CLAIMS:
+    """The claims a table makes (its record's `claims`), and the table with their marks (its `mark`; unchanged
+    where it makes none). A claim names its stage: the stage playing the role the claim reads."""
+    if claims is None:
         return table, []
     stages = dict(zip(final["role"], final["stage"], strict=True)) if "role" in final else {}
-    made = CLAIMS[name](table, final, metric, alpha)  # each names the role it reads as its stage
-    claims = [_named(c, stages.get(c.stage, c.stage)) for c in made]
-    return (MARKS[name](table, claims) if name in MARKS else table), claims
+    made = claims(table, final, metric, alpha)  # each names the role it reads as its stage
+    named = [_named(c, stages.get(c.stage, c.stage)) for c in made]
+    return (mark(table, named) if mark else table), named

@@ -28,6 +28,7 @@ from .errors import AnalysisError
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "eval_n_loops": "R", "R": "R", "n_layers": "L"}
 NO_SPREAD = "no seed spread"
 NO_MEASURABLE = "no measurable seed spread"
+VERDICTS = ("reversal", "p_ordering", "ablation", "parity")  # claims whose choice is a verdict word, not an option
 
 
 def unmeasured(noise: Noise | None) -> str | None:
@@ -72,9 +73,15 @@ class Decision:
         return self.cell.get("d_model")
 
     def as_json(self) -> dict[str, Any]:
+        """The record as findings.json holds it. A verdict word (hurts, reversed, holds, dense: VERDICTS) is its
+        `choice` only where decided; undecided, `choice` is None and `leaning` says where the point estimates
+        lean, so no reader takes it for a finding. A best-of-k choice is an option (R=4), its point pick."""
         out = {"claim": self.claim, "stage": self.stage, "d": _plain(self.d), **asdict(self)}
         out["cell"] = {k: _plain(v) for k, v in self.cell.items()}
         out["choice"], out["tied"] = _plain(self.choice), [_plain(t) for t in self.tied]
+        out["leaning"] = out["choice"]
+        if self.claim in VERDICTS and not self.decided:
+            out["choice"] = None
         if self.margin:
             out["margin"] = {**out["margin"], "over": _plain(self.margin.over), "ci_pct": list(self.margin.ci_pct)}
         return out

@@ -49,8 +49,9 @@ def save(draw: Draw, stem: Path) -> list[Path]:
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             labelled.setdefault(label, handle)
-    if labelled:
-        fig.legend(list(labelled.values()), list(labelled), loc="outside lower center", ncols=min(6, len(labelled)))
+    if not labelled:  # every figure says what its lines are
+        raise ValueError(f"figure {stem.name} has no labelled line: give its lines a label")
+    fig.legend(list(labelled.values()), list(labelled), loc="outside lower center", ncols=min(6, len(labelled)))
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     for path in paths:
         fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.1)
@@ -59,14 +60,20 @@ def save(draw: Draw, stem: Path) -> list[Path]:
 
 def stage1_ppl_vs_r(study: Study, metric: str) -> Figure:
     """Stage-1 metric against R, one panel per width, one line per P (the paper's P-vs-R picture). Each width
-    has its own y axis: the widths' perplexities differ by factors, the R and P effects within one by percent."""
+    has its own y axis: the widths' perplexities differ by factors, the R and P effects within one by percent.
+    Where cells' seed counts differ (a screen's replicates), a cell averaged over n seeds is ringed, "mean of n
+    seeds" in the legend; the others are one seed each."""
     cells = stage1_cells(study.final(), metric, "stage1_ppl_vs_R")
     widths = sorted(cells["d"].unique())
     fig, axes = _panels(widths, metric_label(metric), "Stage 1: the screen's metric at its last step", sharey=False)
     fig.set_layout_engine("constrained")
+    several = cells["seeds"].nunique() > 1  # a screen's replicates beside one-seed cells: marked apart
     for ax, d in zip(axes, widths, strict=True):
         for p, g in cells[cells["d"] == d].sort_values("R").groupby("P"):
             ax.plot(g["R"], g[metric], marker="o", label=f"P = {p}", color=f"C{int(p) % 10}")
+            if several:
+                for n, at in g[g["seeds"] > 1].groupby("seeds"):
+                    ax.plot(at["R"], at[metric], "s", ms=11, mfc="none", color="k", label=f"mean of {n} seeds")
         ax.set_xlabel("R (loop count)")
     return fig
 
@@ -91,16 +98,23 @@ def curves(study: Study, stage: str, column: str) -> Figure:
     for ax, d in zip(axes, widths, strict=True):
         recipes = set()
         runs = rows[rows["d_model"] == d].sort_values("step").groupby("label")
-        for label, run in runs:  # labelled without the width, so one legend serves every panel
-            config = str(label).replace(f"d{d}-", "", 1)
+        for label, run in runs:  # one colour and legend entry per configuration (its seeds alike), across panels
+            config = _configuration(str(label), d)
             colour = colours.setdefault(config, f"C{len(colours) % 10}")
-            ax.plot(run["step"], run[column], lw=1, color=colour, label=config if runs.ngroups <= 12 else None)
+            ax.plot(run["step"], run[column], lw=1, color=colour, label=config)
             recipes.add(recipe_of(run.iloc[-1]))
         if column == "rho":
             for recipe in sorted(recipes, key=lambda r: r.steps):
                 ax.plot(wd_only_rho(recipe), "k--", lw=1, label=f"weight decay only ({recipe.steps} steps)")
         ax.set_xlabel("training step")
     return fig
+
+
+def _configuration(label: str, d: int) -> str:
+    """A run's label less its width, seed and id (d32-P2-R4-s1-3f2a -> P2-R4): what its seeds share."""
+    parts = label.replace(f"d{d}-", "", 1).split("-")
+    seed = next((i for i, part in enumerate(parts) if part[:1] == "s" and part[1:].isdigit()), len(parts))
+    return "-".join(parts[:seed]) or label
 
 
 def screen_vs_step(study: Study, metric: str) -> Figure:

@@ -11,10 +11,11 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from cart_sweeps.decide import best
 from cart_sweeps.metric import metric as metric_record
+from cart_sweeps.metric import require
 
 from . import sentences
-from .load import rank_values
 from .screen import shortest_screen
 from .stages import CONFIRM, SCREEN
 from .stats import spearman
@@ -130,38 +131,47 @@ def rho(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
     }
 
 
-def variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
-    """Per width: the trained R, the best inference R per set, and whether the trained R is that best."""
-    if "variable_r" not in tables:
-        return {}
+def _best_r(g: pd.DataFrame, column: str) -> tuple[Any, list[Any]]:
+    """(the best inference R by the study's one rule, None where several R tie exactly; the tied R, or [])."""
+    found = best({r: [v] for r, v in zip(g["R"], g[column], strict=True) if pd.notna(v)}, require(column))
+    if found is None:
+        return None, []
+    tied = sorted([found.choice, *found.tied]) if found.tied else []
+    return (None if tied else plain(found.choice)), [plain(r) for r in tied]
+
+
+def _by_inference_r(table: pd.DataFrame, sets: list[str]) -> Findings:
+    """Per width: the trained R, the best inference R per set (None where R tie exactly: `tied_R` names them), and
+    whether the trained R is (or ties for) that best."""
     out: Findings = {}
-    for d, g in tables["variable_r"].groupby("d"):
-        sets = [c for c in g.columns if c.startswith("ppl_")]
-        best = {s: plain(g.loc[rank_values(g[s], s).idxmin(), "R"]) for s in sets}
+    for d, g in table.groupby("d"):
         trained = plain(g["trained_R"].dropna().iloc[0]) if g["trained_R"].notna().any() else None
+        picks = {s: _best_r(g, s) for s in sets if s in g}
         out[str(plain(d))] = {
             "trained_R": trained,
-            "best_R": best,
-            "trained_is_best": {s: r == trained for s, r in best.items()},
+            "best_R": {s: r for s, (r, _) in picks.items()},
+            "tied_R": {s: tied for s, (_, tied) in picks.items() if tied},
+            "trained_is_best": {s: r == trained or trained in tied for s, (r, tied) in picks.items()},
+            "every_R_tied": {s: len(tied) == g["R"].nunique() for s, (_, tied) in picks.items() if tied},
         }
     return out
 
 
+def variable_r(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
+    """Per width: the trained R, the best inference R per set, and whether the trained R is that best."""
+    if "variable_r" not in tables:
+        return {}
+    table = tables["variable_r"]
+    return _by_inference_r(table, [c for c in table.columns if c.startswith("ppl_")])
+
+
 def variable_r_bench(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
-    """Per width: the best inference R for each lm-eval task metric, and whether it is the trained R."""
+    """Per width: the best inference R for each lm-eval task metric (in the score's own direction), and whether
+    it is the trained R; a score every R ties on is said tied, never a pick."""
     if "variable_r_bench" not in tables:
         return {}
-    out: Findings = {}
-    for d, g in tables["variable_r_bench"].groupby("d"):
-        trained = plain(g["trained_R"].dropna().iloc[0]) if g["trained_R"].notna().any() else None
-        best, trained_is_best = {}, {}
-        for s in (c for c in g.columns if c.startswith("bench_") and metric_record(c) is not None):
-            ranked = rank_values(g[s], s)  # in the score's own direction: an accuracy rises, a perplexity falls
-            at_top = g.loc[ranked == ranked.min(), "R"]
-            best[s] = plain(at_top.min())  # the smallest R reaching the best score
-            trained_is_best[s] = trained in set(at_top.tolist())  # a tie with another R counts
-        out[str(plain(d))] = {"trained_R": trained, "best_R": best, "trained_is_best": trained_is_best}
-    return out
+    table = tables["variable_r_bench"]
+    return _by_inference_r(table, [c for c in table.columns if c.startswith("bench_") and metric_record(c)])
 
 
 def screen(tables: dict[str, pd.DataFrame], metric: str) -> Findings:
@@ -256,8 +266,7 @@ def words(f: Findings, notes: list[str]) -> str:
     parts += _ablation_words(f, claims.get("ablation", []))
     parts += [_inference_words(c, metric) for c in claims.get("trained_R_best", [])]
     for d, v in f.get("variable_r_bench", {}).items():
-        best = ", ".join(f"{s.removeprefix('bench_')} at R={r}" for s, r in v["best_R"].items())
-        parts.append(f"On the benchmarks at d={d} (trained R={v['trained_R']}), each is best: {best}.")
+        parts.append(f"On the benchmarks at d={d} (trained R={v['trained_R']}): {_bench_words(v)}.")
     if "rho" in f:
         lo, hi = f["rho"]["final_range"]
         wlo, whi = f["rho"]["wd_only_range"]
@@ -272,7 +281,8 @@ def _parity_words(f: Findings, claims: list[Findings]) -> list[str]:
     parts = []
     for name, p in f.get("parity", {}).items():
         gaps = ", ".join(
-            f"{m} {g:+.1f}% " + sentences.verdict(by[(name, m)], f"{sentences.SIDES[by[(name, m)]['choice']]} better")
+            f"{m} {g:+.1f}% "
+            + sentences.verdict(by[(name, m)], f"{sentences.SIDES.get(by[(name, m)]['choice'])} better")
             for m, g in p["gap_pct"].items()
             if g is not None
         )
@@ -294,12 +304,28 @@ def _ablation_words(f: Findings, claims: list[Findings]) -> list[str]:
     return [f"Ablations on {metric}: {'; '.join(said) or 'none'}."]
 
 
+def _bench_words(v: Findings) -> str:
+    """Each score's best inference R at one width, a tie said as a tie: 'cart_lastword_acc best at R=4;
+    cart_nextpassage_acc tied at every R'."""
+    said = []
+    for s, r in v["best_R"].items():
+        name, tied = s.removeprefix("bench_"), v["tied_R"].get(s, [])
+        if v["every_R_tied"].get(s):
+            said.append(f"{name} tied at every R")
+        elif tied:
+            said.append(f"{name} tied best at R={', '.join(map(str, tied))}")
+        else:
+            said.append(f"{name} best at R={r}")
+    return "; ".join(said)
+
+
 def _inference_words(claim: Findings, metric: str) -> str:
-    """The best inference R at one width, and whether it is the trained R."""
+    """The best inference R at one width, and whether it is the trained R; an undecided one names no best."""
     trained, best = claim["cell"]["trained_R"], claim["choice"]
+    if not claim["decided"]:
+        return f"Varying inference R at d={claim['d']} (trained R={trained}): undecided for {metric}, {claim['why']}."
     said = "the trained R" if best == trained else f"not the trained R={trained}"
-    how = f"decided, {sentences.evidence(claim)}" if claim["decided"] else f"undecided, {claim['why']}"
-    return f"Varying inference R at d={claim['d']}: {metric} is best at R={best} ({said}); {how}."
+    return f"Varying inference R at d={claim['d']}: {metric} is best at R={best} ({said}); {sentences.evidence(claim)}."
 
 
 def _best_words(records: list[Findings]) -> list[str]:

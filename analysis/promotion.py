@@ -2,7 +2,8 @@
 well do the screen's and Stage 2's rankings agree, pair by pair?
 
 Per width: the screen's configurations (R, P) ranked by mean metric, the ones the zoom rule promotes
-(cart_sweeps.sweep.zoom.promoted: the best and its neighbours), and Stage 2's winner (best mean). Whether
+(cart_sweeps.sweep.zoom.promoted: the best and its neighbours), and Stage 2's winner (best mean; both by the
+study's one rule, cart_sweeps.decide.ranked). Whether
 the cutoff missed the winner can be told only where the screen ran the winner and Stage 2 also ran
 configurations below the cutoff (sentinels, `stage.sentinels=K`, or the paper's fixed candidates). The
 pairwise agreement is the share of pairs of configurations run in both stages that the two rankings order
@@ -18,6 +19,8 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
+from cart_sweeps.decide import ranked
+from cart_sweeps.metric import require as require_metric
 from cart_sweeps.sweep.zoom import promoted
 
 from .load import AnalysisError, last_steps, rank_values
@@ -35,6 +38,12 @@ def _values(rows: pd.DataFrame, metric: str) -> dict[tuple[int, int], np.ndarray
     return {
         (int(r), int(p)): group["ranked"].to_numpy(float) for (r, p), group in rows.groupby(["n_loops", "n_prelude"])
     }
+
+
+def _order(values: dict[tuple[int, int], np.ndarray], metric: str) -> list[tuple[int, int]]:
+    """The configurations best first by the study's one rule, from their oriented values (`_values`)."""
+    record = require_metric(metric)
+    return [r.option for r in ranked({c: (record.sign * v).tolist() for c, v in values.items()}, record)]
 
 
 def _concordance(one: np.ndarray, two: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
@@ -78,9 +87,9 @@ def screen_promotion(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
     for d in widths:
         screen, confirm = (_values(rows_[rows_["d_model"] == d], metric) for rows_ in (one, two))
         by_d = ({(d, *c): v for c, v in screen.items()}, {(d, *c): v for c, v in confirm.items()})
-        ranked = sorted(screen, key=lambda c: screen[c].mean())
-        cut = set(promoted(ranked))
-        winner = min(confirm, key=lambda c: confirm[c].mean())
+        order = _order(screen, metric)  # the one rule, as zoom ranks (cart_sweeps.decide.ranked)
+        cut = set(promoted(order))
+        winner = _order(confirm, metric)[0]  # Stage 2's best, as its table names it (tables.best_cells)
         below = [c for c in confirm if c not in cut]
         pairs, share, low, high = agreement(*by_d, rng)
         for side, values in zip(everywhere, by_d, strict=True):
@@ -89,7 +98,7 @@ def screen_promotion(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
             {
                 "d": d,
                 "winner": f"R={winner[0]} P={winner[1]}",
-                "winner_screen_rank": ranked.index(winner) + 1 if winner in screen else None,
+                "winner_screen_rank": order.index(winner) + 1 if winner in screen else None,
                 "promoted": len(cut & set(confirm)),
                 "below_cutoff": len(below),
                 "cutoff_missed_winner": (winner not in cut) if below and winner in screen else None,

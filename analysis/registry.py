@@ -2,7 +2,7 @@
 dashboard (cart_sweeps/dashboard.py) build, from which stages' runs, and what each says in its caption.
 
 A new paper table is its record here (its builder may live in any analysis module); README.md lists them
-between its `tables` markers, written from this list by `python -m analysis --readme-tables`.
+between its `tables` markers, written from this list by `python -m cart_sweeps.analysis --readme-tables`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import claims as claim
 from . import findings as found
 from . import promotion, screen, tables
 from .decisions import Decision
@@ -31,10 +32,22 @@ class Table:
     caption: str | None = None  # what it shows, in a sentence (None: its name); its metric is named in its headers
     every_step: bool = False  # built from every evaluation (Study.evals), not from each run's last (Study.final())
     findings: Section | None = None  # what findings.json says of it (present only where its tables were built)
+    claims: claim.Claims | None = None  # the claims it makes (findings.json's decisions), from its columns
+    mark: claim.Mark | None = None  # how it carries them: columns it adds (decided, verdict, ...)
+
+    def __post_init__(self) -> None:
+        if self.mark is not None and self.claims is None:
+            raise ValueError("a table's mark carries its claims: give it claims too")
 
     def of(self, study: Study, final: pd.DataFrame, metric: str) -> pd.DataFrame:
         """The table from `study` (`final`: its runs' last evaluations, computed once by the caller)."""
         return self.build(study.evals if self.every_step else final, metric)
+
+    def decide(
+        self, table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float
+    ) -> tuple[pd.DataFrame, list[Decision]]:
+        """Its claims over `final` (every run's last row) and the table with their marks."""
+        return claim.decide(self.claims, self.mark, table, final, metric, alpha)
 
 
 TABLES: dict[str, Table] = {
@@ -49,6 +62,8 @@ TABLES: dict[str, Table] = {
         build=tables.stage1_best,
         caption="Stage 1: the best $(P, R)$ per width, handed to Stage 2.",
         findings=("stage1", found.stage1),
+        claims=claim.SCREEN_BEST,
+        mark=claim.MARK_BEST,
     ),
     "stage1_r_benefit": Table(
         reads=(SCREEN,),
@@ -59,6 +74,8 @@ TABLES: dict[str, Table] = {
         reads=(SCREEN,),
         build=tables.stage1_p_ordering,
         caption="Stage 1: whether the ranking of prelude depths $P$ holds at every $R$ and width.",
+        claims=claim.P_ORDERING,
+        mark=claim.MARK_ORDERING,
     ),
     "stage1_variance": Table(
         reads=(SCREEN,),
@@ -75,12 +92,16 @@ TABLES: dict[str, Table] = {
         build=tables.stage2_best,
         caption="Stage 2: the best $R$ per width (mean over seeds).",
         findings=("stage2", found.stage2),
+        claims=claim.CONFIRM_BEST,
+        mark=claim.MARK_BEST,
     ),
     "reversal": Table(
         reads=(SCREEN, CONFIRM),
         build=tables.reversal,
         caption="Whether Stage 2 reverses or confirms Stage 1's choice of $R$, tested over Stage 2's seeds.",
         findings=("reversal", found.reversal),
+        claims=claim.REVERSAL,
+        mark=claim.MARK_REVERSAL,
     ),
     "reversal_cells": Table(
         reads=(SCREEN, CONFIRM),
@@ -92,18 +113,23 @@ TABLES: dict[str, Table] = {
         build=tables.parity,
         caption="Dense baselines at parameter parity with CART (stored and effective parameters).",
         findings=("parity", found.parity),
+        claims=claim.PARITY_SIDE,
+        mark=claim.MARK_PARITY,
     ),
     "ablations": Table(
         reads=(ABLATIONS, CONFIRM, PARITY),
         build=tables.ablations,
         caption="Ablations against the base model, with the seed noise of the base.",
         findings=("ablations", found.ablations),
+        claims=claim.ABLATION,
+        mark=claim.MARK_ABLATION,
     ),
     "variable_r": Table(
         reads=(VARIABLE_R,),
         build=tables.variable_r,
         caption="The metric at inference loop counts $R$ other than the trained one.",
         findings=("variable_r", found.variable_r),
+        claims=claim.TRAINED_R_BEST,
     ),
     "variable_r_bench": Table(
         reads=(VARIABLE_R,),
@@ -168,7 +194,8 @@ def check_roles() -> None:
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-README_START, README_END = "<!-- tables:start (python -m analysis --readme-tables) -->", "<!-- tables:end -->"
+README_START = "<!-- tables:start (python -m cart_sweeps.analysis --readme-tables) -->"
+README_END = "<!-- tables:end -->"
 
 
 def readme_tables() -> str:

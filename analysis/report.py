@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 
 from . import stage_tables
-from .claims import decide
 from .csv_input import ROW, unmeasured
 from .decisions import ALPHA
 from .errors import LeftOut
@@ -74,7 +73,7 @@ def run(
                     tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
                 else:
                     table = TABLES[name].of(study, final, metric)
-                    tables[name], claims = decide(name, table, every, metric, alpha)
+                    tables[name], claims = TABLES[name].decide(table, every, metric, alpha)
                     decisions += claims
                 caption = TABLES[name].caption if name in TABLES else None
                 report.written += write_table(tables[name], folder, name, runs_used(study, name), metric, caption)
@@ -178,8 +177,8 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> li
 
 
 def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str) -> str:
-    """The runs used, every table and figure on one page, then the findings in words."""
-    parts = ["# CART study: regenerated tables\n"]
+    """The findings in words first, then the runs used and every table and figure on one page."""
+    parts = ["# CART study: regenerated tables\n", f"## Findings\n\n{report.summary}\n"]
     if study.selection:
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
@@ -190,5 +189,4 @@ def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Stu
         for name, table in tables.items()
     ]
     parts += [f"![{p.stem}]({p.name})\n" for p in report.written if p.suffix == ".png"]
-    parts.append(f"## Summary\n\n{report.summary}\n")
     return "\n".join(parts)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from cart_sweeps.decide import best_per
 from cart_sweeps.metric import require as require_metric
 
 from .load import VARIANT_AXIS, AnalysisError, bench_sets, ppl_sets, rank_values, require
@@ -49,31 +50,56 @@ def matching(rows: pd.DataFrame, config: pd.Series) -> pd.DataFrame:
 
 
 def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.DataFrame:
-    """Stage-1 metric per (d, P, R), averaged over seeds where a cell has several."""
+    """Stage-1 metric per (d, P, R), averaged over seeds where a cell has several, with its seed count
+    (`seeds`: a screen's replicates are means of several seeds beside one-seed cells)."""
     rows = rows_of(final, (SCREEN,), table)
     require(rows, [*CONFIG, metric], table)
-    return rows.groupby(CONFIG)[metric].mean().reset_index().rename(columns=SHORT)
+    cells = rows.dropna(subset=[metric]).groupby(CONFIG)[metric].agg(["mean", "count"]).reset_index()
+    return cells.rename(columns={**SHORT, "mean": metric, "count": "seeds"})
 
 
-def best_seed_mean(cells: pd.DataFrame, by: list[str], column: str, metric: str) -> pd.DataFrame:
-    """The tables' "best": per `by` group, the cell (one config, its seeds averaged) whose `column` (a value of
-    `metric`) is best in the metric's direction. The stage selection's is another rule, for another use
-    (cart_sweeps.sweep.zoom.best_single_run)."""
-    ranked = rank_values(cells[column], metric).dropna()  # a cell without a value is no candidate
-    return cells.loc[ranked.groupby([cells.loc[ranked.index, k] for k in by]).idxmin()]
+def best_cells(rows: pd.DataFrame, by: list[str], options: list[str], metric: str) -> pd.DataFrame:
+    """The tables' "best": per `by` group of runs `rows` (a width), the configuration (values of `options`) with the
+    best seed mean of `metric`, by the study's one rule (cart_sweeps.decide.best_per: exact ties go to the
+    smallest configuration, and `exact_tie` names the configurations tied with it; zoom, the promotion audit and
+    the benchmarks stage use the same rule). Columns in the tables' short names (d, P, R)."""
+    rows = rows.dropna(subset=[metric])
+    groups = zip(*(rows[k].tolist() for k in by), strict=True)
+    configs = zip(*(rows[k].tolist() for k in options), strict=True)
+    chosen = best_per(zip(groups, configs, rows[metric].astype(float).tolist(), strict=True), require_metric(metric))
+    names = [SHORT.get(k, k) for k in [*by, *options]]
+    return pd.DataFrame(
+        [
+            {**dict(zip(names, (*group, *top.choice), strict=True)), "exact_tie": _configs(options, top.tied)}
+            for group, top in chosen.items()
+        ],
+        columns=[*names, "exact_tie"],
+    )
+
+
+def _configs(keys: list[str], configs: tuple[tuple, ...]) -> str:
+    """Configurations as text: 'R=4 P=2, R=4 P=6' ('' for none)."""
+    return ", ".join(" ".join(f"{SHORT.get(k, k)}={v}" for k, v in zip(keys, c, strict=True)) for c in configs)
 
 
 def stage1_grid(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The full Stage-1 grid: per width, rows P, columns R."""
-    grid = stage1_cells(final, metric, "stage1_grid").pivot(index=["d", "P"], columns="R", values=metric)
+    """The full Stage-1 grid: per width, rows P, columns R; where the cells' seed counts differ (a screen's
+    replicates beside one-seed cells), each R's seed counts beside it (`seeds R=<r>`)."""
+    cells = stage1_cells(final, metric, "stage1_grid")
+    grid = cells.pivot(index=["d", "P"], columns="R", values=metric)
     grid.columns = [f"R={r}" for r in grid.columns]
+    if cells["seeds"].nunique() > 1:
+        seeds = cells.pivot(index=["d", "P"], columns="R", values="seeds")
+        for r in seeds.columns:
+            grid.insert(grid.columns.get_loc(f"R={r}") + 1, f"seeds R={r}", seeds[r].astype("Int64"))
     return grid.reset_index()
 
 
 def stage1_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The best (P, R) per width (best seed mean): what Stage 1 hands to Stage 2."""
+    """The best (P, R) per width (best seed mean): what Stage 1 hands to Stage 2, with its seed count."""
     cells = stage1_cells(final, metric, "stage1_best")
-    return best_seed_mean(cells, ["d"], metric, metric)[["d", "P", "R", metric]].reset_index(drop=True)
+    best = best_cells(rows_of(final, (SCREEN,), "stage1_best"), ["d_model"], ["n_loops", "n_prelude"], metric)
+    return best.merge(cells, on=["d", "P", "R"])[["d", "P", "R", metric, "seeds", "exact_tie"]]
 
 
 def stage1_r_benefit(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -154,8 +180,9 @@ def stage2_seeds(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 def stage2_best(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The best R per width (best seed mean of the metric)."""
     table = stage2_seeds(final, metric)
-    best = best_seed_mean(table, ["d"], f"{metric}_mean", metric)
-    return best[["d", "P", "R", "seeds", f"{metric}_mean", f"{metric}_std"]].reset_index(drop=True)
+    best = best_cells(rows_of(final, (CONFIRM,), "stage2_best"), ["d_model"], ["n_loops", "n_prelude"], metric)
+    columns = ["d", "P", "R", "seeds", f"{metric}_mean", f"{metric}_std", "exact_tie"]
+    return best.merge(table, on=["d", "P", "R"])[columns]
 
 
 def reversal(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -163,8 +190,9 @@ def reversal(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     or confirms the pick, over its seeds, is the `reversal` claim's (analysis.claims marks it here)."""
     rows_of(final, (CONFIRM,), "reversal")
     best2 = stage2_best(final, metric)[["d", "P", "R"]].rename(columns={"R": "stage2_R"})
-    cells1 = stage1_cells(final, metric, "reversal")
-    picks = best_seed_mean(cells1, ["d", "P"], metric, metric)[["d", "P", "R"]].rename(columns={"R": "stage1_R"})
+    screen = rows_of(final, (SCREEN,), "reversal")
+    picks = best_cells(screen, ["d_model", "n_prelude"], ["n_loops"], metric)[["d", "P", "R"]]
+    picks = picks.rename(columns={"R": "stage1_R"})
     return best2.merge(picks, on=["d", "P"], how="left")[["d", "P", "stage1_R", "stage2_R"]]
 
 

@@ -1,6 +1,6 @@
 """Adding seeds while a decision is open (stage.max_seeds), tested by simulation with a known truth through
 the decision the driver acts on after each round (cart_sweeps.decide.best_level at alpha / looks) and the
-analysis's word on the final data (`python -m analysis --from-csv`): decided claims are wrong at most at
+analysis's word on the final data (`python -m cart_sweeps.analysis --from-csv`): decided claims are wrong at most at
 alpha under the sequential rule, clear winners get decided, and `plan`'s seeds for 80% power deliver it."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from optuna.trial import TrialState
+from stages import sweep, trials
 
-from analysis.__main__ import main
 from cart_sweeps import plan
+from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
 from cart_sweeps.metric import require
 from cart_sweeps.sweep.adaptive import plan_lines
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.zoom import promoted, sentinels
-from tests.stages import sweep, trials
 
 STUDIES = 600
 R = (6, 8, 10)
@@ -105,7 +105,7 @@ def test_plans_seeds_for_power_deliver_it():
 
 
 def test_the_analysis_decides_the_final_data_as_the_driver_did(ended, tmp_path):
-    """The stage's final runs through `python -m analysis --from-csv` (its `looks` column): the best-R
+    """The stage's final runs through `python -m cart_sweeps.analysis --from-csv` (its `looks` column): the best-R
     claims match the driver's last decisions, study for study."""
     ppl, final = ended["two_tied"]
     rows = [

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
-from analysis.__main__ import main
-from analysis.figures import curves, save, screen_vs_step, stage1_ppl_vs_r
-from analysis.load import Study, load_csv, load_runs
-from analysis.registry import TABLES
-from analysis.report import run
-from analysis.stats import Recipe, wd_only_rho
+from cart_sweeps.analysis.__main__ import main
+from cart_sweeps.analysis.figures import curves, save, screen_vs_step, stage1_ppl_vs_r
+from cart_sweeps.analysis.load import Study, load_csv, load_runs
+from cart_sweeps.analysis.registry import TABLES
+from cart_sweeps.analysis.report import run
+from cart_sweeps.analysis.stats import Recipe, wd_only_rho
 
 PAPER = Path(__file__).parent / "fixtures" / "paper_results.csv"
 RECIPE = {"steps": 40, "lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 5, "weight_decay": 0.1, "decay_all": True}
@@ -271,7 +271,7 @@ def test_missing_column_is_one_clear_line(tmp_path, capsys):
 
 
 def test_cli_imports_no_torch():
-    code = "import sys, analysis.__main__; sys.exit('torch' in sys.modules)"
+    code = "import sys, cart_sweeps.analysis.__main__; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1]).returncode == 0
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])

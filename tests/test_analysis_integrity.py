@@ -17,8 +17,8 @@ import pytest
 from stages import read_only, small_disk, wait_for, with_fault
 from test_analysis import write_run
 
-from analysis.__main__ import main
-from analysis.load import load_csv
+from cart_sweeps.analysis.__main__ import main
+from cart_sweeps.analysis.load import load_csv
 
 PAPER = Path(__file__).parent / "fixtures" / "paper_results.csv"
 ROOT = Path(__file__).parents[1]
@@ -230,7 +230,7 @@ def test_an_analysis_killed_at_any_point_leaves_a_whole_one(tmp_path):
     """Killed (kill -9) while building, OUT holds the old analysis; killed after the swap, the new one; the next
     run settles what was left beside OUT and gives back the user's file."""
     out, mark = tmp_path / "out", tmp_path / "mark"
-    command = [sys.executable, "-m", "analysis", "--from-csv", str(PAPER), "--out", str(out), "--only"]
+    command = [sys.executable, "-m", "cart_sweeps.analysis", "--from-csv", str(PAPER), "--out", str(out), "--only"]
     assert subprocess.run([*command, "stage1_best"], cwd=ROOT, capture_output=True).returncode == 0
     (out / "notes.md").write_text("mine")
     old = contents(out)

@@ -1,6 +1,6 @@
 """The analysis tables each stage from the runs it should: a stage relaunched with another trainer.lr (which
 supersedes the cells it re-ran) and a run started by hand in the same folder, all made by the real commands,
-then `python -m analysis`."""
+then `python -m cart_sweeps.analysis`."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def cart_sweeps(runs: Path, *args: str, env: dict[str, str] | None = None) -> No
 
 
 def analysis(runs: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "analysis", "--runs", str(runs), "--out", str(out), *args]
+    command = [sys.executable, "-m", "cart_sweeps.analysis", "--runs", str(runs), "--out", str(out), *args]
     return subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).parents[1])
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+from stages import env, sweep
 
 from cart_sweeps.sweep.expand import Stage
-from tests.stages import env, sweep
 
 REPO = Path(__file__).parents[1]
 TINY = ["scale=tiny", "trainer.steps=4"]
@@ -45,8 +45,8 @@ def command(runs: Path, module: str, *args: str) -> subprocess.CompletedProcess[
 
 
 def analysis(runs: Path, out: Path) -> dict:
-    """`python -m analysis` on `runs`: its findings (each stage's own table lands in out/runs_<stage>.csv)."""
-    done = command(runs, "analysis", "--runs", str(runs), "--out", str(out))
+    """The analysis of `runs`: its findings (each stage's own table lands in out/runs_<stage>.csv)."""
+    done = command(runs, "cart_sweeps.analysis", "--runs", str(runs), "--out", str(out))
     assert done.returncode == 0, done.stderr
     return json.loads((out / "findings.json").read_text())
 

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.load import load_runs
-from analysis.report import run
+from cart_sweeps.analysis.load import load_runs
+from cart_sweeps.analysis.report import run
 
 SETS = ("ppl_austen", "ppl_bible")
 BASE = {"d": 48, "p": 6, "r": 6}

@@ -1,5 +1,5 @@
 """How sure a finding is, tested by simulation with a known truth through the real entry point
-(`python -m analysis --from-csv`): decided claims are wrong at most at the nominal rate, and clear
+(`python -m cart_sweeps.analysis --from-csv`): decided claims are wrong at most at the nominal rate, and clear
 winners are decided. Each simulated study is one width of a CSV (4 options x 3 seeds, normal seed noise
 on the perplexity), so one run of the analysis decides hundreds of independent studies."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.__main__ import main
-from analysis.decisions import ALPHA
+from cart_sweeps.analysis.__main__ import main
+from cart_sweeps.analysis.decisions import ALPHA
 from cart_sweeps.decide import holm
 
 STUDIES = 400  # per truth; the error-rate bound below allows 2.5 binomial s.d. over alpha
@@ -46,7 +46,7 @@ def simulate(truth: tuple[float, ...], path: Path, seed: int) -> Path:
 
 @pytest.fixture(scope="module")
 def decided(tmp_path_factory) -> dict[str, list[dict]]:
-    """Every truth's claims, as findings.json holds them after `python -m analysis --from-csv`."""
+    """Every truth's claims, as findings.json holds them after `python -m cart_sweeps.analysis --from-csv`."""
     tmp = tmp_path_factory.mktemp("sim")
     out = {}
     for seed, (name, truth) in enumerate(TRUTHS.items()):

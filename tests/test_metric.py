@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.__main__ import main
+from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.metric import DEFAULT, metric, require
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,7 +109,8 @@ def test_a_new_metric_is_one_kind_in_one_file(tmp_path):
     frame = pd.DataFrame(rows()).rename(columns={ACC: "top1_austen"})
     frame.to_csv(tmp_path / "results.csv", index=False)
     env = {**os.environ, "PYTHONPATH": f"{copy / 'src'}{os.pathsep}{copy}"}
-    command = [sys.executable, "-m", "analysis", "--from-csv", str(tmp_path / "results.csv"), "--metric", "top1_austen"]
+    command = [sys.executable, "-m", "cart_sweeps.analysis", "--from-csv", str(tmp_path / "results.csv")]
+    command += ["--metric", "top1_austen"]
     done = subprocess.run([*command, "--out", str(tmp_path / "out")], cwd=copy, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(tmp_path / "out" / "stage2_best.csv")["R"].tolist() == [8]

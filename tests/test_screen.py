@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.load import load_csv
-from analysis.report import run
+from cart_sweeps.analysis.load import load_csv
+from cart_sweeps.analysis.report import run
 
 STAGE1_SETTLES, STAGE2_SETTLES = 1500, 10000
 

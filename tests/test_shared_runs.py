@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from stages import sweep, trials
 
-from analysis.load import load_runs
 from cart_sweeps import plan
+from cart_sweeps.analysis.load import load_runs
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.runset import stage_runs
 

@@ -266,9 +266,9 @@ def test_dashboard_offline_prints_the_workspace_it_would_create(compose, capsys)
 
 def test_dashboard_report_carries_the_stage_tables(compose):
     """The report object, built offline as `logger.mode=online` would save it: panels, then each table."""
-    from analysis.load import load_csv
-    from analysis.render import markdown
-    from analysis.tables import stage1_best, stage1_grid
+    from cart_sweeps.analysis.load import load_csv
+    from cart_sweeps.analysis.render import markdown
+    from cart_sweeps.analysis.tables import stage1_best, stage1_grid
 
     final = load_csv(Path(__file__).parent / "fixtures" / "paper_results.csv").final()
     tables = {"stage1_grid": stage1_grid(final, "ppl_wiki"), "stage1_best": stage1_best(final, "ppl_wiki")}

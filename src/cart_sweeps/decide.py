@@ -17,8 +17,9 @@ finite or not in the metric's range (a perplexity <= 1) are no measurements.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -199,3 +200,75 @@ def seeds_for_power(margin: float, sd: float, alpha: float, k: int, target: floa
         mid = (low + high) // 2
         low, high = (mid + 1, high) if power(mid, margin, sd, alpha, k) < target else (low, mid)
     return low
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One option of a "best" by seed mean: its mean `metric` over its seeds, and how many seeds."""
+
+    option: Any
+    mean: float
+    seeds: int
+
+
+def seed_mean(values: Sequence[float]) -> float:
+    """The mean of an option's seeds, the same whatever order its seeds come in (sorted, exact sum)."""
+    return math.fsum(sorted(values)) / len(values)
+
+
+def ranked(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Ranked]:
+    """The options best first: the one "best" of the study, for zoom, the tables, the promotion audit and the
+    benchmarks stage alike. Best is the best seed mean of `metric` in its direction (`seed_mean`); options whose
+    means are exactly equal are in the options' own ascending order (the smallest R, then P, first), so the first
+    of a tie stands for it (`best` names the others). A value that is not finite is no measurement; an option
+    without one is no candidate."""
+    finite = {option: [x for x in v if math.isfinite(x)] for option, v in values.items()}
+    means = [Ranked(option, seed_mean(v), len(v)) for option, v in finite.items() if v]
+    return sorted(means, key=lambda r: (metric.sign * r.mean, _order(r.option)))
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best option by `ranked`'s rule, and the options whose seed mean equals its mean exactly (a full tie:
+    every other option), which a table or sentence then says are tied rather than naming a pick."""
+
+    choice: Any
+    mean: float
+    seeds: int
+    tied: tuple[Any, ...] = ()
+    options: int = 1  # how many options competed
+
+    @property
+    def full_tie(self) -> bool:
+        """Every option has the same mean (at least two options)."""
+        return bool(self.tied) and self.options == len(self.tied) + 1
+
+
+def best(values: Mapping[Any, Sequence[float]], metric: Metric) -> Best | None:
+    """The first of `ranked`, with its ties; None where no option has a value."""
+    order = ranked(values, metric)
+    if not order:
+        return None
+    top = order[0]
+    tied = tuple(r.option for r in order[1:] if r.mean == top.mean)
+    return Best(top.option, top.mean, top.seeds, tied, len(order))
+
+
+def best_per(rows: Iterable[tuple[Any, Any, float]], metric: Metric) -> dict[Any, Best]:
+    """Per group (a width), the best option by `ranked`'s rule, from (group, option, value) rows: one value per
+    run, each run once. Groups in ascending order."""
+    grouped: dict[Any, dict[Any, list[float]]] = {}
+    for group, option, value in rows:
+        grouped.setdefault(group, {}).setdefault(option, []).append(value)
+    out: dict[Any, Best] = {}
+    for group in sorted(grouped, key=_order):
+        if (found := best(grouped[group], metric)) is not None:
+            out[group] = found
+    return out
+
+
+def _order(option: Any) -> tuple[Any, ...]:
+    """The options' own order: numbers as numbers, anything else by its text (a mix stays comparable)."""
+    if isinstance(option, tuple):  # a configuration: ((key, value), ...) or (R, P), part by part
+        return tuple(_order(part) for part in option)
+    return (0, option, "") if isinstance(option, Real) and not isinstance(option, bool) else (1, 0, str(option))

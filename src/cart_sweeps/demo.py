@@ -11,7 +11,6 @@ pieces tested.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -64,7 +63,7 @@ def steps(runs: Path, out: Path, quick: bool) -> list[tuple[str, list[str]]]:
         ("Ablations: the seven switches and the baseline", stage(StageRole.ablations)),
         ("Variable-R inference of Stage 2's widest R=6 model", [*stage(StageRole.variable_r), SOURCE]),
         ("Benchmarks (lm-eval): each width's best Stage-2 run, 0- and 5-shot", stage(StageRole.benchmarks)),
-        ("Analysis: tables, figures, findings", ["-m", "analysis", "--runs", str(runs), "--out", str(out)]),
+        ("Analysis: tables, figures, findings", ["-m", "cart_sweeps.analysis", "--runs", str(runs), "--out", str(out)]),
     ]
 
 
@@ -75,7 +74,8 @@ def decision_table(findings: Path) -> str:
         where = " ".join(f"{k}={v}" for k, v in d["cell"].items())
         p = "-" if d["p_value"] is None else f"{d['p_value']:.2g}"
         yes = "yes" if d["decided"] else "no"
-        lines.append(f"| {d['claim']} | {d['stage']} | {where} | {d['choice']} | {yes} | {p} | {d['why']} |")
+        choice = "-" if d["choice"] is None else d["choice"]  # an undecided verdict has none (its `leaning`)
+        lines.append(f"| {d['claim']} | {d['stage']} | {where} | {choice} | {yes} | {p} | {d['why']} |")
     return "\n".join(lines)
 
 
@@ -84,8 +84,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a few runs per stage (CI), same commands")
     parser.add_argument("--out", default="analysis/out", help="where the analysis writes (default analysis/out)")
     args = parser.parse_args(argv)
-    if importlib.util.find_spec("analysis") is None:  # before any step: its last one needs the checkout's tool
-        sys.exit("demo: run it from a checkout of cart_sweeps: its last step, python -m analysis, is the repo's own")
     runs = Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
     start = time.perf_counter()
     for title, command in steps(runs, Path(args.out), args.quick):

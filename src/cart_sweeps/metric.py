@@ -2,7 +2,7 @@
 
 Everything that ranks, tests, marks bold, plots or prefers a metric reads its `Metric` here: the ledger's
 Optuna direction, the decisions (cart_sweeps.decide), zoom and `best`, the analysis's tables, findings and
-figures, preflight and `python -m analysis --metric`. A run's summary stores metrics flat by name:
+figures, preflight and `python -m cart_sweeps.analysis --metric`. A run's summary stores metrics flat by name:
 `<kind>_<set>` per validation set (ppl_austen), `bench_<task>_<measure>` per lm-eval score
 (bench_cart_lastword_acc), and the few run-wide figures of RUN_WIDE (tokens_per_s).
 

@@ -11,8 +11,8 @@ points   queue   the driver: a run's trial is started in the ledger, its job not
          task    a job's task process (a warm worker) starting, before it imports submitit or the project
          step    a run, before its n-th training step in this process (n defaults to 1)
          save    a run, with its n-th checkpoint written to the temp file, not yet renamed into place
-         build   `python -m analysis`, its tables and findings.json written beside OUT, report.md not yet
-         swap    `python -m analysis`, the new folder swapped in for OUT, the old one beside it not yet settled
+         build   the analysis, its tables and findings.json written beside OUT, report.md not yet
+         swap    the analysis, the new folder swapped in for OUT, the old one beside it not yet settled
          clock   every process of the stage, from its start: a host whose clock is behind (datetime's now)
 actions  pause   write this process's pid to $CART_FAULT_MARK, then sleep until killed
          raise   raise RuntimeError("injected fault ...") (step only)
@@ -153,9 +153,9 @@ elif POINT == "queue":
 elif POINT == "submit":
     sys.meta_path.insert(0, After("submitit.core.utils", _patch_submitit))
 elif POINT == "build":
-    sys.meta_path.insert(0, After("analysis.report", _patch_report))
+    sys.meta_path.insert(0, After("cart_sweeps.analysis.report", _patch_report))
 elif POINT == "swap":
-    sys.meta_path.insert(0, After("analysis.output", _patch_output))
+    sys.meta_path.insert(0, After("cart_sweeps.analysis.output", _patch_output))
 elif POINT in ("step", "save"):
     sys.meta_path.insert(0, After("cart_sweeps.run", _patch_run))
     if POINT == "save":

@@ -1,12 +1,12 @@
 """Stage-2 candidates by the author's "zoom and confirm" rule, from the Stage-1 runs its conclusions use
 (cart_sweeps.sweep.runset: the same runs the analysis tables).
 
-Per width: the best R and the best P of Stage 1 (the best sweep metric at the end, in its direction), each with its grid
-neighbour on either side; past the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds
-R=10). The candidates are the best (R, P) and its neighbours along each axis (a cross, not a square).
-A configuration run with several seeds (a screen's replicates) ranks by its mean. `stage.sentinels=K` also
-promotes the K configurations ranked just below that cutoff, so the analysis can tell whether the cutoff would
-have missed Stage 2's winner.
+Per width: the best R and the best P of Stage 1 (the best seed mean of the sweep metric at the end, in its
+direction, by the study's one rule: cart_sweeps.decide.ranked), each with its grid neighbour on either side; past
+the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds R=10). The candidates are the best (R, P)
+and its neighbours along each axis (a cross, not a square). `stage.sentinels=K` also promotes the K
+configurations ranked just below that cutoff, so the analysis can tell whether the cutoff would have missed
+Stage 2's winner.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from cart_sweeps.config import ConfigError
+from cart_sweeps.decide import best_per, ranked
 from cart_sweeps.metric import require
 from cart_sweeps.sweep.runset import RunSet
 
@@ -35,52 +36,60 @@ def neighbours(grid: list[int], best: int, lowest: int) -> list[int]:
 
 
 def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[float, dict[str, Any], str]]:
-    """(rank value, grid point in the paper's numbers, run folder) of each run the source's conclusions use; the
-    rank value is the metric oriented so that lower is better (cart_sweeps.metric: an accuracy is negated)."""
-    sign, out = require(metric).sign, []
+    """(metric value, grid point in the paper's numbers, run folder) of each run the source's conclusions use."""
+    out = []
     for run in runs.used:
         value = run.summary.value(metric) if run.summary else None
         if value is not None and all(k in run.params for k in keys):
-            out.append((sign * value, run.params, str(run.folder)))
+            out.append((value, run.params, str(run.folder)))
     return out
 
 
 def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
-    """The stage selection's "best": per width (paper number), the one run of the source stage with the best
-    `metric` among those its conclusions use, its R and folder (what the benchmarks stage evaluates, as the
-    paper's zero-shot table does at each scale's best R). A single run, since one checkpoint is evaluated;
-    the tables' "best" is the best seed mean (analysis.tables.best_seed_mean)."""
-    best: dict[int, tuple[float, dict[str, Any]]] = {}
-    for value, params, folder in _scored(runs, metric, (D, R)):
-        if params[D] not in best or value < best[params[D]][0]:
-            best[params[D]] = (value, {R: params[R], "run_dir": folder})
-    if not best:
+    """What the benchmarks stage evaluates per width (paper number): the width's best configuration by the one
+    rule the tables' `stage2_best` uses (cart_sweeps.decide.best_per: the best seed mean, ties to the smallest
+    configuration), and of its seeds the run with the best `metric` (ties to the first folder by name), its R
+    and folder. One run, since one checkpoint is evaluated, of the configuration the tables name."""
+    record, scored = require(metric), _scored(runs, metric, (D, R))
+    cells = {(p[D], _cell(p)): p for _, p, _ in scored}
+    chosen = best_per(((p[D], _cell(p), value) for value, p, _ in scored), record)
+    if not chosen:
         raise ConfigError(f"stage.select=best: stage {runs.stage} has no completed run with {metric}")
-    return {d: best[d][1] for d in sorted(best)}
+    out = {}
+    for d, top in chosen.items():
+        seeds = [(record.sign * value, folder) for value, p, folder in scored if (p[D], _cell(p)) == (d, top.choice)]
+        out[d] = {R: cells[(d, top.choice)][R], "run_dir": min(seeds)[1]}
+    return out
 
 
-def promoted(ranked: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _cell(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A run's configuration: its grid point less the seed, in key order (one option of the width's best)."""
+    return tuple(sorted((k, v) for k, v in params.items() if k != "seed"))
+
+
+def promoted(order: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The (R, P) the rule promotes from one width's configurations ranked best first: the best and its
     grid neighbours along each axis."""
-    best_r, best_p = ranked[0]
+    best_r, best_p = order[0]
     points = {(best_r, best_p)}
-    points |= {(r, best_p) for r in neighbours([r for r, _ in ranked], best_r, _LOWEST[R])}
-    points |= {(best_r, p) for p in neighbours([p for _, p in ranked], best_p, _LOWEST[P])}
+    points |= {(r, best_p) for r in neighbours([r for r, _ in order], best_r, _LOWEST[R])}
+    points |= {(best_r, p) for p in neighbours([p for _, p in order], best_p, _LOWEST[P])}
     return sorted(points)
 
 
-def sentinels(ranked: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
+def sentinels(order: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
     """The `k` configurations ranked just below the cutoff: the best-ranked ones the rule does not promote."""
-    cut = set(promoted(ranked))
-    return [c for c in ranked if c not in cut][:k]
+    cut = set(promoted(order))
+    return [c for c in order if c not in cut][:k]
 
 
-def ranking(scored: list[tuple[float, dict[str, Any]]]) -> list[tuple[int, int]]:
-    """One width's (R, P) configurations, best (lowest mean rank value over their runs) first."""
+def ranking(scored: list[tuple[float, dict[str, Any]]], metric: str) -> list[tuple[int, int]]:
+    """One width's (R, P) configurations best first, by the one rule (cart_sweeps.decide.ranked: the best seed
+    mean; exact ties to the smaller R, then P)."""
     values: dict[tuple[int, int], list[float]] = defaultdict(list)
     for value, params in scored:
         values[(params[R], params[P])].append(value)
-    return sorted(values, key=lambda c: sum(values[c]) / len(values[c]))
+    return [r.option for r in ranked(values, require(metric))]
 
 
 def zoom_candidates(runs: RunSet, metric: str, widths: list[int], k: int = 0) -> list[dict[str, Any]]:
@@ -93,6 +102,6 @@ def zoom_candidates(runs: RunSet, metric: str, widths: list[int], k: int = 0) ->
     for d in widths:
         if not by_width.get(d):
             raise ConfigError(f"stage.select=zoom: stage {runs.stage} has no completed run with {metric} at d={d}")
-        ranked = ranking(by_width[d])
-        out += [{D: d, R: r, P: p} for r, p in sorted([*promoted(ranked), *sentinels(ranked, k)])]
+        order = ranking(by_width[d], metric)
+        out += [{D: d, R: r, P: p} for r, p in sorted([*promoted(order), *sentinels(order, k)])]
     return out

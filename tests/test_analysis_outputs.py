@@ -1,0 +1,110 @@
+"""Outputs that say what they hold, checked against numbers written by hand: cells marked by their seed count
+(grid, best, figure), a full tie said as a tie, an undecided verdict carrying no verdict word, a legend on every
+figure, the report opening with its findings, and `--out` a folder named for its input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_analysis import write_run
+
+from cart_sweeps.analysis.__main__ import main
+from cart_sweeps.analysis.figures import curves, figure_jobs, stage1_ppl_vs_r
+from cart_sweeps.analysis.load import load_csv, load_runs
+from cart_sweeps.analysis.report import run
+
+SEEDS = {(1, 2): 1, (1, 4): 1, (2, 2): 1, (2, 4): 3}  # Stage 1 at d=32: (P, R) -> seeds (a replicated cell)
+
+
+@pytest.fixture(scope="module")
+def screen(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("screen")
+    for (p, r), n in SEEDS.items():
+        for seed in range(1, n + 1):
+            write_run(root, "1", d=32, p=p, r=r, seed=seed)
+    return root
+
+
+def _austen(root: Path, label: str) -> float:
+    return json.loads((root / "1" / label / "summary.json").read_text())["ppl_austen"]
+
+
+def test_cells_are_marked_by_their_seed_count(screen, tmp_path):
+    run(load_runs(screen), tmp_path, only=["stage1_grid", "stage1_best"])
+    grid = pd.read_csv(tmp_path / "stage1_grid.csv").set_index("P")
+    assert grid["seeds R=2"].tolist() == [1, 1] and grid["seeds R=4"].tolist() == [1, 3]
+    mean = sum(_austen(screen, f"d32-P2-R4-s{s}") for s in (1, 2, 3)) / 3
+    assert grid.loc[2, "R=4"] == pytest.approx(mean) and grid.loc[1, "R=4"] == pytest.approx(
+        _austen(screen, "d32-P1-R4-s1")
+    )
+    best = pd.read_csv(tmp_path / "stage1_best.csv")
+    cells = {(p, r): _austen(screen, f"d32-P{p}-R{r}-s1") for (p, r) in SEEDS} | {(2, 4): mean}
+    p, r = min(cells, key=lambda c: (cells[c], c[1], c[0]))
+    assert best[["P", "R", "seeds"]].values.tolist() == [[p, r, SEEDS[(p, r)]]]
+    fig = stage1_ppl_vs_r(load_runs(screen), "ppl_austen")
+    labels = {label for ax in fig.axes for label in ax.get_legend_handles_labels()[1]}
+    assert labels == {"P = 1", "P = 2", "mean of 3 seeds"}
+
+
+def test_every_figure_has_a_legend_naming_each_configuration(screen, tmp_path):
+    study = load_runs(screen)
+    for name, job in figure_jobs(study, "ppl_austen").items():  # save() refuses a figure without labels
+        try:
+            assert job(tmp_path / name)
+        except Exception as error:  # noqa: BLE001 (a figure this input cannot give says why)
+            assert "labelled" not in str(error), name
+    for column in ("loss", "rho"):
+        labels = {label for ax in curves(study, "1", column).axes for label in ax.get_legend_handles_labels()[1]}
+        configs = {f"P{p}-R{r}" for p, r in SEEDS}  # the seeds of a configuration share its entry
+        assert configs <= labels and len(labels - configs) == (1 if column == "rho" else 0), labels
+
+
+def _variable_r(tmp: Path, acc: dict[int, float]) -> Path:
+    """A variable-R stage at d=32 trained at R=4, evaluated at each R of `acc` (its accuracy), two source seeds."""
+    rows = [
+        {"stage": "variable_r", "model": "cart", "variant": "base", "d_model": 32, "n_prelude": 2, "n_loops": 4,
+         "trained_n_loops": 4, "eval_n_loops": r, "seed": s, "ppl_wiki": 50.0 + r + s, "bench_cart_lastword_acc": a}
+        for r, a in acc.items() for s in (1, 2)
+    ]  # fmt: skip
+    path = tmp / "variable_r.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_a_full_tie_is_said_tied_never_a_pick(tmp_path):
+    report = run(load_csv(_variable_r(tmp_path, {2: 0.25, 4: 0.25, 6: 0.25})), tmp_path / "tie")
+    found = report.findings["variable_r_bench"]["32"]
+    assert found["best_R"] == {"bench_cart_lastword_acc": None}
+    assert found["tied_R"] == {"bench_cart_lastword_acc": [2, 4, 6]} and found["every_R_tied"]
+    assert "cart_lastword_acc tied at every R" in report.summary and "best at R=2" not in report.summary
+    clear = run(load_csv(_variable_r(tmp_path, {2: 0.25, 4: 0.30, 6: 0.25})), tmp_path / "clear")
+    assert clear.findings["variable_r_bench"]["32"]["best_R"] == {"bench_cart_lastword_acc": 4}
+    assert "cart_lastword_acc best at R=4" in clear.summary
+
+
+def test_an_undecided_verdict_carries_no_verdict_word(tmp_path):
+    """The paper's ablations are one seed each against the base's noise: whatever is undecided has no choice."""
+    report = run(load_csv(Path(__file__).parent / "fixtures" / "paper_results.csv"), tmp_path)
+    verdicts = [c for c in report.findings["decisions"] if c["claim"] in ("ablation", "parity", "reversal")]
+    undecided = [c for c in verdicts if not c["decided"]]
+    assert undecided and all(c["choice"] is None and c["leaning"] is not None for c in undecided)
+    assert all(c["choice"] == c["leaning"] is not None for c in verdicts if c["decided"])
+    best_r = [c for c in report.findings["decisions"] if c["claim"] == "best_R" and not c["decided"]]
+    assert best_r and all(c["choice"] is not None for c in best_r)  # an option, its point pick: no verdict word
+    report_md = (tmp_path / "report.md").read_text()
+    assert report_md.startswith(f"# CART study: regenerated tables\n\n## Findings\n\n{report.summary}\n")
+
+
+def test_out_defaults_to_a_folder_named_for_the_input(screen, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    csv = _variable_r(tmp_path, {2: 0.25, 4: 0.30})
+    assert main(["--from-csv", str(csv)]) == 0
+    assert main(["--runs", str(screen), "--only", "stage1_grid"]) == 0
+    out = tmp_path / "analysis" / "out"
+    assert sorted(p.name for p in out.iterdir()) == sorted(["variable_r", screen.name])
+    assert (out / "variable_r" / "findings.json").exists() and (out / screen.name / "stage1_grid.csv").exists()
+    assert main(["--runs", str(screen), "--only", "stage1_best"]) == 0  # the same input again: its folder, whole
+    assert not (out / screen.name / "stage1_grid.csv").exists() and (out / screen.name / "stage1_best.csv").exists()
