@@ -4,8 +4,8 @@ machine as a stage is costed on where no GPU is named (its GPU, else its CPU mea
 from __future__ import annotations
 
 import re
-import time
 import subprocess
+import time
 from dataclasses import dataclass
 
 # Vendor datasheets, dense tensor bf16, no sparsity; the RTX 3090 as the paper quotes it; H100/H200 SXM.

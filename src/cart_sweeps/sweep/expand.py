@@ -27,10 +27,10 @@ from cart_sweeps.collector import long_lived
 from cart_sweeps.compose import parse_overrides
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
-from cart_sweeps.options import StageNumbers
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
+from cart_sweeps.options import StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep import adaptive

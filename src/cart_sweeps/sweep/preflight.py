@@ -108,7 +108,9 @@ def check_gpu(stage: Stage, runs: list[Run], no_gpu: str | None, allow_cpu: bool
 
 
 def _duration(hours: float) -> str:
-    return f"{hours / 24:,.0f} days" if hours >= 48 else f"{hours:,.1f} hours" if hours >= 1 else f"{hours * 60:.0f} min"
+    return (
+        f"{hours / 24:,.0f} days" if hours >= 48 else f"{hours:,.1f} hours" if hours >= 1 else f"{hours * 60:.0f} min"
+    )
 
 
 def check_data_ready(data: DictConfig, passed: list[str]) -> None:
