@@ -284,7 +284,7 @@ def test_zoom_selects_from_the_stage1_ledger(runs_dir):
         (["stage=1", "foo=1"], "foo"),
         (["stage=1", "trainer.steps=abc"], "abc"),
         (["stage=1", "model.d_model=1000"], "multiple of model.head_dim"),
-        (["stage=1", "scale=tiny", "model.d_model=100"], "no width at scale=tiny"),
+        (["stage=1", "scale=tiny", "model.d_model=100"], "is neither a paper width"),
         (["stage=1", "model.n_loops=0"], "model.n_loops=0"),
         (["stage=nope"], "nope"),
         ([], "stage=<name>"),

@@ -31,6 +31,7 @@ from cart_sweeps.options import (
     Pruner,
     Sampler,
     StageKind,
+    StageNumbers,
     TokenizerKind,
 )
 
@@ -199,6 +200,9 @@ class LauncherConfig:
     poll_s: float = field(default=MISSING, metadata=at_least(1e-3))  # how often the driver checks its jobs
     timeout_min: int = field(default=MISSING, metadata=at_least(1))  # a job's wall-time limit
     setup: list[str] = MISSING  # shell lines run before each job (module loads, venvs)
+    # Launch a stage at scale=paper where its runs get no GPU (preflight refuses it otherwise: docs/scale.md).
+    # The one default here: a safety switch a launcher of one's own need not name.
+    allow_cpu: bool = False
 
 
 @dataclass
@@ -234,6 +238,9 @@ class StageConfig:
     quick: list[str] = field(default_factory=list)  # `python -m cart_sweeps.demo --quick`: overrides narrowing it
     grid: dict[str, list[Any]] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)
+    # The scale its grid, recipe and variants are written in: the paper's (mapped to the run's scale) or the
+    # run's own (used as written); docs/scale.md
+    numbers: StageNumbers = StageNumbers.paper
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     search: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The most runs it may have (a grid's product, a search's sweep.n_trials): more is refused before any is listed

@@ -1,9 +1,11 @@
-"""The GPUs: the peak FLOP/s MFU and GPU-hours are reported against, and the devices nvidia-smi lists."""
+"""The GPUs: the peak FLOP/s MFU and GPU-hours are reported against, and the devices nvidia-smi lists; and this
+machine as a stage is costed on where no GPU is named (its GPU, else its CPU measured)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 
 # Vendor datasheets, dense tensor bf16, no sparsity; the RTX 3090 as the paper quotes it; H100/H200 SXM.
@@ -61,3 +63,42 @@ def gpu_memory_bytes(ids: list[str]) -> list[int | None]:
     """Total memory of each of `ids` (indices, GPU UUIDs, MIG UUIDs); None for an id nvidia-smi does not list."""
     memory = {key: gpu.memory_bytes for gpu in nvidia_gpus() for key in (gpu.id, gpu.uuid)}
     return [memory.get(gpu) for gpu in ids]
+
+
+def gpu_names() -> list[str]:
+    """The names nvidia-smi gives this machine's GPUs ('NVIDIA H200'); none without nvidia-smi."""
+    return _nvidia_smi("--query-gpu=name", "--format=csv,noheader") or []
+
+
+def cpu_flops_per_s(seconds: float = 0.2) -> float:
+    """This machine's fp32 matrix-multiply FLOP/s, measured now (best of repeated 256^3 products for about
+    `seconds`): what a run on its CPU does its arithmetic at, as the planning peak of a machine without a GPU."""
+    import numpy as np
+
+    n = 256
+    a = np.ones((n, n), dtype=np.float32)
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        a @ a  # noqa: B018 - the product is what is timed
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / max(best, 1e-9)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """This machine as `plan` and preflight cost a stage on it: its GPU's dense bf16 peak, else its CPU's
+    measured rate."""
+
+    name: str
+    peak_flops: float
+    gpu: bool
+
+
+def this_machine() -> Machine:
+    """This machine's first GPU whose peak is known, else its CPU (measured now)."""
+    for name in gpu_names():
+        if (peak := peak_for_device_name(name)) is not None:
+            return Machine(name, peak, gpu=True)
+    rate = cpu_flops_per_s()
+    return Machine(f"this machine's CPU ({rate / 1e9:,.0f} GFLOP/s fp32, measured)", rate, gpu=False)

@@ -77,6 +77,14 @@ class Sampler(StrEnum):
     tpe = "tpe"
 
 
+class StageNumbers(StrEnum):
+    """Which scale a stage file's numbers are in (sweep/scale.py): the paper's, mapped to the run's scale, or
+    the run's own scale, used as written."""
+
+    paper = "paper"
+    own = "own"
+
+
 class PlanFormat(StrEnum):
     table = "table"
     csv = "csv"

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
+from cart_sweeps.hardware import Machine, this_machine
 from cart_sweeps.modelspec import SHAPE_KEYS, spec_of
 from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
@@ -32,7 +33,8 @@ from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order
 from cart_sweeps.sweep.driver import LOCK, Held, Results, Standing, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
-from cart_sweeps.sweep.pool import capacity
+from cart_sweeps.sweep.pool import capacity, pool_class
+from cart_sweeps.sweep.pools.local import LocalPool
 from cart_sweeps.sweep.runset import stage_runs
 from cart_sweeps.text import count
 
@@ -53,8 +55,10 @@ then the simulated makespan on the stage's slots beside its lower bound.
   --config-dir DIR, --config-name NAME       Hydra's: your own stages (DIR/stage/<name>.yaml) and presets
                                              (or hydra.searchpath=[file:///DIR])
 
-Grid values are the paper's numbers (a width at scale=tiny, e.g. 32, is read back as the paper's 256);
-the `paper` column shows them where the scale changed them, and a line below the table maps the recipe.
+Grid values are the paper's numbers (a width at scale=tiny, e.g. 32, is read back as the paper's 256)
+unless the stage file says `numbers: own`; the `paper` column shows them where the scale changed them, and
+a line below the table maps the recipe. Without plan.gpu, a line also estimates the stage's time on this
+machine (its GPU, else its CPU measured now), where the local launcher runs it.
 """
 
 COLUMNS = [
@@ -163,6 +167,8 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     status = statuses(stage, runs, history, held, found.occupants)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
     costs = run_costs(runs, throughput)
+    here = machine_here(stage)
+    at_here = run_costs(runs, Throughput(here.peak_flops * stage.base.plan.mfu, throughput.measured)) if here else {}
     shared: dict[str, dict[str, Any]] = {}  # the columns of each configuration, read once (not per seed)
     out = []
     for run in launch_order(runs, costs):
@@ -185,6 +191,7 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "status": status[run.run_id],
                 "grid_index": grid_index[run.run_id],  # not a column: the makespan of the grid order
                 "owner": result.owner if result else None,  # not a column: the stage that trained it, if another
+                "here_hours": at_here[run.run_id].gpu_hours if here else None,  # not a column: on this machine
             }
         )
     return out
@@ -213,6 +220,28 @@ def stage_slots(base: DictConfig) -> int:
 def charged(table_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows the stage trains itself: a run another stage trained costs it nothing."""
     return [r for r in table_rows if not r["owner"]]
+
+
+def machine_here(stage: Stage) -> Machine | None:
+    """This machine, where no GPU is named (plan.gpu) and the stage would run here (the local launcher)."""
+    named = any(line.partition("=")[0].lstrip("+~") == "plan.gpu" for line in stage.args.base)
+    if named or not issubclass(pool_class(stage.base.launcher), LocalPool):
+        return None
+    return this_machine()
+
+
+def here_line(stage: Stage, slots: int, table_rows: list[dict[str, Any]]) -> str | None:
+    """The stage's wall time on this machine (`machine_here`), at the throughput measured on finished runs of a
+    shape where there are any, else at plan.mfu of its peak; None where a GPU is named or it runs elsewhere."""
+    here = machine_here(stage)
+    hours = [r["here_hours"] for r in charged(table_rows) if r["here_hours"] is not None]
+    if here is None or not hours:
+        return None
+    wall = makespan(hours, slots)
+    return (
+        f"on this machine: about {wall:,.2f} h on {count(slots, 'slot')} ({here.name}, at {stage.base.plan.mfu:.0%} "
+        "of its peak where no run of a shape has finished); plan.gpu=NAME costs it on that GPU instead"
+    )
 
 
 def makespan_line(slots: int, table_rows: list[dict[str, Any]]) -> str:
@@ -272,6 +301,8 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
         highlight=False,
     )
     console.print(makespan_line(slots, table_rows), highlight=False)
+    if line := here_line(stage, slots, table_rows):
+        console.print(line, highlight=False)
     if line := runset_line(stage):
         console.print(line, highlight=False)
     for line in adaptive.plan_lines(stage, {r["run_id"]: r["gpu_hours"] for r in table_rows}):
@@ -298,7 +329,7 @@ def aligned(header: list[str], cells: Callable[[], Iterable[list[str]]], left: s
 def runset_line(stage: Stage) -> str | None:
     """What the stage's conclusions use so far (the analysis and zoom read the same runs); None before it ran."""
     try:
-        runs = stage_runs(Path(stage.base.paths.runs), stage.name)
+        runs = stage_runs(Path(stage.base.paths.runs), stage.name, scale=stage.base.scale.name)
     except LedgerDamaged:
         return None
     if not runs.used and not runs.pending and not runs.left_out:
@@ -321,6 +352,8 @@ def main(argv: list[str]) -> None:
         writer.writeheader()
         writer.writerows(table_rows)
         print(makespan_line(slots, table_rows), file=sys.stderr)
+        if line := here_line(stage, slots, table_rows):
+            print(line, file=sys.stderr)
     else:
         print_table(stage, table_rows, slots)
 

@@ -127,7 +127,7 @@ def next_round(stage: Stage) -> list[Added]:
     if not adds(stage):
         return []
     grid = {cell_of(run.params): run.params for run in stage.runs}
-    used = stage_runs(Path(stage.base.paths.runs), stage.name).used
+    used = stage_runs(Path(stage.base.paths.runs), stage.name, scale=stage.base.scale.name).used
     values = _values(used, grid, stage.base.sweep.metric)
     if stage.spec.max_seeds is not None:
         return _seeds_round(stage, grid, values)
@@ -218,7 +218,7 @@ def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
         ]
     if SEED not in stage.axes or len(stage.axes.get(R, [])) < 2:
         return []
-    used = stage_runs(Path(stage.base.paths.runs), stage.name).used
+    used = stage_runs(Path(stage.base.paths.runs), stage.name, scale=stage.base.scale.name).used
     values = _values(used, {c: run.params for c, run in grid.items()}, stage.base.sweep.metric)
     if not values:
         return []
@@ -270,7 +270,7 @@ def stage_looks(stage: Stage) -> int:
 def recorded_looks(stage: Stage) -> int:
     """The looks the stage's record keeps: this launch's, or more where an earlier launch added seeds (its
     runs stay in the run set, so a plain relaunch must not test them at the full alpha)."""
-    earlier = StageRecord.read(stage.sweep_dir)
+    earlier = StageRecord.read(stage.sweep_dir, stage.base.scale.name)
     return max(stage_looks(stage), earlier.looks if earlier else 1)
 
 

@@ -35,7 +35,7 @@ from cart_sweeps.sweep.ledger import Ledger, check_storage, last_number, ledger_
 from cart_sweeps.sweep.pool import JOBS, Pool, Task
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
-from cart_sweeps.sweep.runset import OWNER, StageRecord, recorded_folder, stage_ledgers
+from cart_sweeps.sweep.runset import OWNER, SCALE_ATTR, StageRecord, recorded_folder, stage_ledgers
 from cart_sweeps.sweep.standing import Standing, stand
 from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
@@ -60,6 +60,7 @@ def _attrs(run: Run) -> dict[str, Any]:
     """What the ledger keeps of a run besides its params."""
     attrs = {"run_id": run.run_id, "label": run.label, "overrides": run.overrides, "run_dir": str(run.run_dir)}
     attrs["config_id"] = run.config.config_id  # what its seeds share: the run set keeps one per table cell
+    attrs[SCALE_ATTR] = run.config.cfg.scale.name  # a reading is of one scale (runset)
     return attrs | {"actual": run.actual}  # params are the paper's numbers; `actual`: those this scale changed
 
 
@@ -434,6 +435,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 list(stage.varied),
                 search=not stage.runs,
                 looks=adaptive.recorded_looks(stage),
+                scale=stage.base.scale.name,
             ).write(stage.sweep_dir)
             pool = make_pool(stage.base, stage.sweep_dir / JOBS)
             after = last_number(stage_ledgers(stage.sweep_dir, stage.name, recorded, skip=storage)[0])  # other files

@@ -30,12 +30,13 @@ from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
+from cart_sweeps.options import StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.sweep import adaptive
 from cart_sweeps.sweep.overrides import Arguments, axis_value, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
-from cart_sweeps.sweep.scale import to_paper, to_scale
+from cart_sweeps.sweep.scale import check_apart, to_paper, to_scale
 from cart_sweeps.sweep.zoom import ZOOM_AXES, best_single_run, zoom_candidates
 from cart_sweeps.validate import check_interpolations, validate
 
@@ -121,11 +122,14 @@ class Stage:
         self.option = first.stage  # the stage file (its `name:` may differ: the ad-hoc stage, stage.name=...)
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
-        self._recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
+        self._own = self.spec.numbers == StageNumbers.own  # the stage's numbers are the run's scale's: as written
+        recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
+        self._recipe = {k: self._as_paper(k, v) for k, v in recipe.items()}
         typed: dict[str, list[Any]] = {
-            **grid,
-            **{k: [to_paper(k, v, self._scale) for v in vs] for k, vs in self.args.axes.items()},
+            k: [self._as_paper(k, v) for v in vs] for k, vs in {**grid, **self.args.axes}.items()
         }
+        if not self._own:
+            check_apart(self.name, typed, self._recipe, self._scale, self._paper_value, self.train)
         self.axes: dict[str, list[Any]] = {k: [axis_value(v) for v in vs] for k, vs in typed.items()}  # as params hold
         self._typed = {(k, axis_value(v)): v for k, vs in typed.items() for v in vs}  # a param's value -> the value
         self._interpolating = [k for k in self.args.axes if "${" in repr(typed[k])]  # resolved per run
@@ -147,6 +151,11 @@ class Stage:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
         adaptive.check(self)
+
+    def _as_paper(self, key: str, value: Any) -> Any:
+        """A stage's value in the paper's numbers (a width the scale shows read back), or as written where the
+        stage's numbers are the run's own (stage.numbers: own)."""
+        return value if self._own else to_paper(key, value, self._scale)
 
     def _check_search_ends(self) -> None:
         """A search samples its runs as it goes: the runs at the ends of its space are composed and validated
@@ -241,7 +250,7 @@ class Stage:
     def _source(self) -> RunSet:
         """The runs of stage zoom_from that its conclusions use (as the analysis tables them), all done."""
         source = check_stage_name(self.spec.zoom_from, "stage.zoom_from")
-        runs = stage_runs(Path(self.base.paths.runs), source)
+        runs = stage_runs(Path(self.base.paths.runs), source, scale=self.base.scale.name)
         if not runs.used and not runs.pending:
             raise ConfigError(
                 f"stage.select={self.spec.select} needs the results of stage {source}: run stage={source} first"
@@ -285,7 +294,7 @@ class Stage:
                 cast(dict[str, Any], OmegaConf.to_container(self.spec.variants[params[VARIANT]], resolve=True))
             )
         parity = paper.pop(PARITY, None)
-        values = to_scale(paper, self._scale, self._paper_value, self.train)
+        values = dict(paper) if self._own else to_scale(paper, self._scale, self._paper_value, self.train)
         stated = {k: paper[k] if k in paper else self._paper_value(k) for k in values}
         scaled = {k: v for k, v in stated.items() if v != values[k]}  # kept in the run's config as scale.paper
         if self.select == "best":  # the folder is no trial param (its value space changes between launches)

@@ -4,7 +4,9 @@ Each problem is one line naming the key and the fix (a ConfigError): the driver'
 settings typed by its pool (and what that pool needs of the runs: Pool.preflight), the sweep metric against the
 validation sets the data measures, and what the machines must offer the runs (a CUDA GPU, or bitsandbytes' CPU
 kernels, for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage that cannot succeed is
-refused whole, rather than launched and retried run by run.
+refused whole, rather than launched and retried run by run: so is a training stage at the paper's scale whose runs
+get no GPU (weeks of CPU time, unless `launcher.allow_cpu=true`), and data that only the hub can give that is not
+prepared (each run would stream it). Then one line says what the scale mapping changed of the stage's numbers.
 """
 
 from __future__ import annotations
@@ -13,15 +15,19 @@ import importlib.util
 import tempfile
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.manifest import check_prepared
+from cart_sweeps.data.recipe import LOCAL_BUILDERS, as_config, recipe_dir, recipe_hash
+from cart_sweeps.hardware import this_machine
 from cart_sweeps.metric import BENCH, metric, per_set_names, require_error, run_wide_names
-from cart_sweeps.options import StageKind
-from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.options import StageKind, TokenizerKind
+from cart_sweeps.sweep.cost import Throughput, makespan, run_costs
+from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
-from cart_sweeps.sweep.pool import pool_class
+from cart_sweeps.sweep.pool import capacity, pool_class
+from cart_sweeps.sweep.scale import mapping_line
 from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
 
@@ -82,16 +88,73 @@ def check_harness(tasks: list[str]) -> None:
         )
 
 
+def check_gpu(stage: Stage, runs: list[Run], no_gpu: str | None, allow_cpu: bool) -> None:
+    """A training stage at the paper's scale is refused where its runs get no GPU (`no_gpu`: why, Pool.no_gpu),
+    with this machine's estimated time for `runs` (a search: its recipe's run, n_trials times), unless
+    `launcher.allow_cpu=true`. A SLURM launcher's runs get the
+    cluster's GPUs: a driver on a machine without one is never refused for it."""
+    if stage.base.scale.name != "paper" or not stage.train or no_gpu is None or allow_cpu or not runs:
+        return
+    machine = this_machine()
+    costs = run_costs(runs, Throughput(machine.peak_flops * stage.base.plan.mfu))
+    slots = capacity(stage.base.launcher)
+    hours = makespan(sorted((costs[run.run_id].gpu_hours for run in runs), reverse=True), slots)
+    raise ConfigError(
+        f"stage {stage.name} is at scale=paper (the paper's widths and run lengths) and its runs get no GPU "
+        f"({no_gpu}): about {_duration(hours)} on {machine.name}, {slots} at a time; run the study shrunk for a "
+        f"CPU with scale=tiny (`python -m cart_sweeps.plan stage={stage.option} scale=tiny` lists its runs and "
+        "cost, nothing launched), or launch it here anyway with launcher.allow_cpu=true"
+    )
+
+
+def _duration(hours: float) -> str:
+    return (
+        f"{hours / 24:,.0f} days" if hours >= 48 else f"{hours:,.1f} hours" if hours >= 1 else f"{hours * 60:.0f} min"
+    )
+
+
+def check_data_ready(data: DictConfig, passed: list[str]) -> None:
+    """Data that only the hub gives (a hub source, validation set or tokenizer) is prepared before launch: its
+    runs would each stream it (or fail at once offline). Local files, such as the embedded corpus the tiny scale
+    reads, are prepared by the first run that needs them. `passed`: the command line's data settings."""
+    cfg = as_config(data)
+    if recipe_dir(cfg, recipe_hash(cfg)).exists():
+        return
+    hub = list(dict.fromkeys(s.path for s in [*cfg.sources, *cfg.validation] if s.path not in LOCAL_BUILDERS))
+    hub += [cfg.tokenizer.name] if cfg.tokenizer.kind == TokenizerKind.hub else []
+    if hub:
+        command = " ".join(["python -m cart_sweeps.data.prepare", f"data={cfg.name}", *passed])
+        raise ConfigError(
+            f"data={cfg.name} is not prepared in {cfg.cache_dir}, and its runs would each read it from the hub "
+            f"({', '.join(hub)}): prepare it once first with `{command}` (data=embedded, the tiny scale's, "
+            "needs no preparing)"
+        )
+
+
+def changed_line(stage: Stage, configs: list[DictConfig]) -> str | None:
+    """What the scale mapping changed of the stage's numbers, over its run configurations (a command-line value
+    means what it says, so it is not listed)."""
+    changed = [
+        (key, paper, OmegaConf.select(c, key))
+        for c in configs
+        for key, paper in c.scale.paper.items()
+        if key not in stage.args.passed
+    ]
+    return mapping_line(stage.name, stage.base.scale.name, changed)
+
+
 def preflight(stage: Stage) -> None:
     """Every check above, for every run of the stage (each distinct setting once), and its pool's own."""
     pool = pool_class(stage.base.launcher)
     launcher = pool.settings_of(stage.base.launcher)
     no_gpu = pool.no_gpu(launcher)
+    runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
+    check_gpu(stage, stage.runs or runs * (stage.base.sweep.n_trials or 1), no_gpu, launcher.allow_cpu)
     storage = check_storage(stage.base.sweep.storage, stage.sweep_dir.parent)
     if (path := ledger_path(stage.sweep_dir, storage)) is not None and storage != "journal":
         sqlite_url(path)
-    runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
     configs = list({id(run.config): run.config.cfg for run in runs}.values())  # a stage's seeds share one
+    data_settings = [o for k, o in stage.args.passed.items() if k.split(".")[0] == "data"]  # for `prepare`
     seen = set()
     for c in configs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
         key = (c.data.name, c.data.cache_dir, c.trainer.optimizer, c.trainer.device, c.logger.name, c.logger.mode)
@@ -101,5 +164,8 @@ def preflight(stage: Stage) -> None:
             check_metric(stage.base.sweep.metric, c)
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_prepared(c.data)
+            check_data_ready(c.data, data_settings)
             check_machine(c, no_gpu)
     pool.preflight(launcher, configs)
+    if line := changed_line(stage, configs):
+        print(line, flush=True)

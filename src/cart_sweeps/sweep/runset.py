@@ -18,6 +18,14 @@ seed, at the run's own numbers):
 
 Without a readable ledger every completed run folder counts once (a copy of a run's canonical folder,
 `<label>-<id8>`, aside), and the basis says so.
+
+Runs of different scales never share a cell: each trial records its run's scale, and a reading is of one
+scale, so its cells are that scale's alone. Cells are keyed by the paper's numbers, so a paper-scale launch
+into a stage folder holding a finished tiny study names the same cells with other configurations; read
+together, its runs (even rejected ones) would be the cells' newest configuration and the tiny runs superseded.
+Reading apart (rather than moving a scale's runs to other folders) keeps every existing run id, folder and
+ledger as it was. A reading names its scale (a launch, `plan` and zoom: the stage's own), else it is of the
+scale of the newest launch whose runs have results; completed runs of any other scale are listed, never tabled.
 """
 
 from __future__ import annotations
@@ -49,6 +57,10 @@ from cart_sweeps.sweep.standing import stand, status_at
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
 OWNER = "owner"  # a trial's attr: the stage whose folder holds the run, when another stage trained it
+SCALE_ATTR = "scale"  # a trial's attr: the scale its run was composed at
+SCALES = "scales"  # stage.json: scale -> the newest record of a launch at that scale
+PAPER = "paper"  # the scale of a run whose trial records none (conf/scale/paper.yaml's name)
+UNRECORDED = "?"  # stage.json's SCALES: the record of a launch from before records named their scale
 
 
 @dataclass(frozen=True)
@@ -62,20 +74,51 @@ class StageRecord:
     varied: list[str]  # the keys its runs differ in (grid, search, variants, command-line axes)
     search: bool = False  # a search stage (TPE): its runs are trials
     looks: int = 1  # how often its seed rule may decide (stage.max_seeds): each look tests at alpha / looks
+    scale: str = PAPER  # the launch's scale: the file keeps the newest launch's record of each scale (`SCALES`)
 
     def write(self, sweep_dir: Path) -> None:
+        """The newest record on top, and the newest of each scale under `SCALES` (a launch at another scale
+        keeps this scale's metric and axes for its readers); a record from before scales were recorded is kept
+        as `UNRECORDED`'s."""
         path = sweep_dir / RECORD
+        earlier = _read_json(path)
+        scales = dict(earlier.get(SCALES) or {})
+        if earlier and "scale" not in earlier:
+            scales.setdefault(UNRECORDED, earlier)
+        scales[self.scale] = self.__dict__
         tmp = path.with_name(f".{RECORD}.tmp")
-        tmp.write_text(json.dumps(self.__dict__, indent=2) + "\n")
+        tmp.write_text(json.dumps({**self.__dict__, SCALES: scales}, indent=2) + "\n")
         tmp.replace(path)
 
     @classmethod
-    def read(cls, sweep_dir: Path) -> StageRecord | None:
+    def read(cls, sweep_dir: Path, scale: str | None = None) -> StageRecord | None:
+        """The newest launch's record; `scale`: the newest launch's at that scale (a record that names no
+        scale stands for any), None where no launch at that scale left one."""
+        data = _read_json(sweep_dir / RECORD)
+        if scale is not None and "scale" in data:
+            scales = data.get(SCALES) or {}
+            data = scales.get(scale) or scales.get(UNRECORDED) or {}
         try:
-            data = json.loads((sweep_dir / RECORD).read_text())
             return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-        except (OSError, ValueError, TypeError, KeyError):
+        except (TypeError, KeyError):
             return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def run_scale(attrs: Mapping[str, Any]) -> str:
+    """A trial's scale: its `scale` attr, else (a ledger from before it was recorded) the `scale=` among its
+    overrides (a command line's choice), else the paper's."""
+    if SCALE_ATTR in attrs:
+        return str(attrs[SCALE_ATTR])
+    chosen = [o.partition("=")[2] for o in attrs.get("overrides", []) if str(o).startswith("scale=")]
+    return chosen[-1] if chosen else PAPER
 
 
 @dataclass(frozen=True)
@@ -87,13 +130,14 @@ class StageRun:
     folder: Path  # under the current root
     params: dict[str, Any]  # its grid point in the paper's numbers (the ledger's params)
     actual: dict[str, Any]  # those of its params its scale changed, at the run's own numbers
-    cell: tuple[tuple[str, Any], ...]  # params less the seed
+    cell: tuple[tuple[str, Any], ...]  # params less the seed (a reading is of one scale: its cells are that scale's)
     config: str  # what the seeds of one configuration share (its config id)
     launch: int  # index of the newest launch that stood for it (-1: none recorded)
     order: tuple[Any, ...]  # its newest trial's place among the stage's (ledger.trial_order)
     trial: int  # its newest trial's number
     status: str  # completed, failed, ..., lost (the ledger holds a result its folder lacks), new
     summary: RunSummary | None
+    scale: str = PAPER
 
 
 @dataclass(frozen=True)
@@ -116,11 +160,13 @@ class RunSet:
     missing: list[str] = field(default_factory=list)  # labels the conclusions need whose folder is gone
     pending: list[StageRun] = field(default_factory=list)  # cells' runs without a result yet (failed, running, ...)
     record: StageRecord | None = None
+    scale: str | None = None  # the scale read (None: without a ledger, every folder's run)
 
 
-def stage_runs(root: Path, stage: str, launch: int | None = None) -> RunSet:
+def stage_runs(root: Path, stage: str, launch: int | None = None, scale: str | None = None) -> RunSet:
     """The runs the conclusions of `stage` under `root` use (see the module's rule); `launch` N (1 = the
-    first): only the runs launch N stood for, each cell still on one configuration.
+    first): only the runs launch N stood for, each cell still on one configuration; `scale`: the runs at that
+    scale (None: the scale of the newest launch with results).
 
     Every ledger of the stage is read (`stage_ledgers`), its launches merged in the order of their numbers.
     """
@@ -133,8 +179,8 @@ def stage_runs(root: Path, stage: str, launch: int | None = None) -> RunSet:
         why = "its ledger does not open; the next launch of the stage rebuilds it" if damaged else "no ledger"
         out = _folders_only(root, stage, f"all runs of the folder ({why}, so no launches to choose from)")
     else:
-        out = _from_ledger(root, stage, ledgers, launch)
-    out.record = record
+        out = _from_ledger(root, stage, ledgers, launch, scale)
+    out.record = StageRecord.read(sweep_dir, out.scale) if out.scale is not None else record
     return out
 
 
@@ -155,22 +201,29 @@ def stage_ledgers(
     return ledgers, damaged
 
 
-def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | None) -> RunSet:
+def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | None, scale: str | None) -> RunSet:
     attempts, launches = merged_attempts(ledgers), merged_launches(ledgers)
     newest = {rid: i for i, record in enumerate(launches) for rid in record["run_ids"]}
     if launch is not None and not 1 <= launch <= len(launches):
         raise LedgerDamaged(f"stage {stage} has launches 1..{len(launches)}")
     chosen = set(launches[launch - 1]["run_ids"]) if launch is not None else None
     runs = [_stage_run(root, stage, rid, trials, newest) for rid, trials in attempts.items()]
+    read = scale or _read_scale([r for r in runs if chosen is None or r.run_id in chosen])
     basis = (
         f"launch {launch} of {len(launches)} (at {launches[launch - 1]['at']})"
         if launch is not None
         else f"each cell's newest configuration over {len(launches)} launch{'es' * (len(launches) != 1)}"
     )
-    out = RunSet(stage, basis)
+    others = sorted({r.scale for r in runs} - {read})
+    if others:
+        basis += f", at scale={read} (the stage also holds runs at scale={', '.join(others)}: read apart)"
+    out = RunSet(stage, basis, scale=read)
     cells: dict[tuple[tuple[str, Any], ...], list[StageRun]] = defaultdict(list)
     for run in runs:
-        if chosen is None or run.run_id in chosen:
+        if run.scale != read:
+            if run.status == RunStatus.COMPLETED:
+                out.left_out.append(_left(root, run, "other scale", f"scale={run.scale}, not this reading's {read}"))
+        elif chosen is None or run.run_id in chosen:
             cells[run.cell].append(run)
         elif run.status == RunStatus.COMPLETED:
             out.left_out.append(_left(root, run, "other launch", f"not in launch {launch}"))
@@ -200,6 +253,13 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
 _BY_HAND = "started by hand: in no launch"
 
 
+def _read_scale(runs: list[StageRun]) -> str:
+    """The scale a reading is of when none is named: that of the newest launch with a completed run (a launch
+    whose runs all failed supersedes no scale's results), else of the newest launch."""
+    done = [r for r in runs if r.status == RunStatus.COMPLETED] or runs
+    return max(done, key=lambda r: (r.launch, r.order)).scale if done else PAPER
+
+
 def recorded_folder(root: Path, stage: str, attrs: Mapping[str, Any]) -> Path:
     """The folder a trial's attrs name for its run, under the runs root read now: in its stage's folder, or
     in its `owner`'s."""
@@ -215,6 +275,7 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
     result = summary if holds and summary is not None and summary.is_result else None
     status = status_at(stand(last, result is not None), last, result)  # as the driver classifies it
     params = {k: axis_value(v) for k, v in last.params.items()}  # a list (an earlier version's ledger) as text
+    scale = run_scale(attrs)
     config = attrs.get("config_id") or (summary.details.get("config_id") if holds and summary else None)
     if config is None:  # a ledger from before config ids were recorded, and no result yet
         config = json.dumps([o for o in attrs.get("overrides", []) if not o.startswith("seed=")])
@@ -231,6 +292,7 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
         trial=last.number,
         status=status,
         summary=summary if holds else None,
+        scale=scale,
     )
 
 

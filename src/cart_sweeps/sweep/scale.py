@@ -4,7 +4,11 @@ Stages state the paper's design (d=1024, 30,500 steps, sequence 1,024, ...). `sc
 numbers through; `scale=tiny` shrinks them so the same study runs on a CPU. The sweeper and `plan` both
 call `to_scale`, so what is planned is what runs. A width given as the scale shows it (d_model=32 at
 scale=tiny) is read back to the paper's number by `to_paper`: the scale's width table is one-to-one.
-"""
+
+A stage file of one's own may write its numbers at the run's scale instead (`stage.numbers: own`): they are
+used as written, as a single value on the command line is. Where the numbers are the paper's, what the mapping
+changes is said before launch (`mapping_line`; `plan` shows it too), and two values of an axis it would map to
+one are refused (`check_apart`): the runs would be one run."""
 
 from __future__ import annotations
 
@@ -46,9 +50,10 @@ def _width(d: int, scale: Scale) -> int:
     table = _widths(scale)
     if d not in table:
         raise ConfigError(
-            f"model.d_model={d} has no width at scale={scale.name}; use one of {sorted(table)} "
-            f"(paper widths) or {sorted(table.values())} (their widths at scale={scale.name}), "
-            "or add it to scale.d_model"
+            f"model.d_model={d} is neither a paper width ({', '.join(map(str, sorted(table)))}) nor one of their "
+            f"widths at scale={scale.name} ({', '.join(map(str, sorted(table.values())))}), so the stage's paper "
+            f"numbers cannot map it; to use {d} as written, write the stage's numbers at the run's scale "
+            f"(stage.numbers: own in its file), or add {d} to scale.d_model"
         )
     return table[d]
 
@@ -100,3 +105,51 @@ def to_scale(paper: dict[str, Any], scale: Scale, paper_value: Callable[[str], A
     if "model.d_model" in out:
         out["model.d_model"] = _width(out["model.d_model"], scale)
     return out
+
+
+def check_apart(
+    stage: str,
+    axes: dict[str, list[Any]],
+    paper: dict[str, Any],
+    scale: Scale,
+    paper_value: Callable[[str], Any],
+    train: bool,
+) -> None:
+    """Refuse an axis two of whose values `to_scale` maps to one (warm-ups 2 and 8 are both 1 step at
+    scale=tiny): its runs would be one run. Each value is mapped beside the stage's recipe (`paper`)."""
+    for key, values in axes.items():
+        mapped: dict[Any, Any] = {}
+        for value in values:
+            at = to_scale({**paper, key: value}, scale, paper_value, train).get(key, value)
+            if repr(at) in mapped and (other := mapped[repr(at)]) != value:
+                raise ConfigError(
+                    f"stage {stage}: {key} {other} and {value} are both {at} at scale={scale.name} (the stage's "
+                    f"numbers are the paper's, and scale={scale.name} shrinks them), so their runs would be one; "
+                    "write the stage's numbers at the run's scale (stage.numbers: own in its file), or pick values "
+                    "that stay apart"
+                )
+            mapped[repr(at)] = value
+
+
+def mapping_line(stage: str, scale: str, changed: list[tuple[str, Any, Any]]) -> str | None:
+    """What the scale mapping changed, in one line: each key with its paper value(s) -> the run's; None where
+    it changed nothing. `changed`: (key, paper value, value at the scale) of every run configuration."""
+    pairs: dict[str, dict[str, str]] = {}
+    for key, paper, actual in changed:
+        pairs.setdefault(key, {})[repr(paper)] = f"{paper} -> {actual}"
+    if not pairs:
+        return None
+    shown = "; ".join(f"{key} {', '.join(sorted(p.values(), key=_numeric))}" for key, p in pairs.items())
+    return (
+        f"stage {stage} at scale={scale}: its paper numbers mapped: {shown} (a stage file writes its numbers at "
+        "the run's scale with stage.numbers: own; docs/scale.md)"
+    )
+
+
+def _numeric(text: str) -> tuple[float, str]:
+    """A `paper -> actual` pair's sort key: by its paper number where it is one."""
+    head = text.split(" ", 1)[0]
+    try:
+        return float(head), text
+    except ValueError:
+        return float("inf"), text
