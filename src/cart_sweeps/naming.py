@@ -85,16 +85,18 @@ def run_label(cfg: DictConfig) -> str:
     return seeded_label(label_parts(cfg), cfg.seed)
 
 
+def model_parts(m: DictConfig) -> list[str]:
+    """The model's part of a label, piece by piece: [dense, d1024, L7] or [d256, P6, R8(, its variant)]. W&B tags
+    its runs with these pieces, so a run is tagged by what its label names (no P or R on a dense run)."""
+    if m.name == ModelName.dense:
+        return ["dense", f"d{m.d_model}", f"L{m.n_layers}"]
+    return [f"d{m.d_model}", f"P{m.n_prelude}", f"R{m.n_loops}", *([variant(m)] if variant(m) != "base" else [])]
+
+
 def label_parts(cfg: DictConfig) -> tuple[str, str]:
     """`run_label` around its seed: what comes before `-s<seed>` and after (a stage names the seeds of one
     configuration from these)."""
-    m = cfg.model
-    if m.name == ModelName.dense:
-        before = f"dense-d{m.d_model}-L{m.n_layers}"
-    else:
-        before = f"d{m.d_model}-P{m.n_prelude}-R{m.n_loops}"
-        if variant(m) != "base":
-            before += f"-{variant(m)}"
+    before = "-".join(model_parts(cfg.model))
     for key in cfg.stage.get("varied") or ():
         if key not in LABEL_SHOWS:
             before += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"
