@@ -21,7 +21,7 @@ from cart_sweeps.identity import config_id, run_id
 from cart_sweeps.naming import run_dir, run_label
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.train.logger import wandb_metrics, wandb_tags
-from tests.stages import env, sweep
+from tests.stages import FAULTS, env, sweep
 
 REPO = Path(__file__).parents[1]
 TINY = ["scale=tiny", "trainer.steps=6", "trainer.eval_every=3", "trainer.log_every=2"]
@@ -32,6 +32,7 @@ grid:
 recipe:
   seed: 42
 """
+PATH = [p for p in [os.environ.get("PYTHONPATH", "")] if p]
 LOGGERS = [[], ["logger=none"], ["logger=wandb"], ["logger=wandb", "logger.mode=online", "logger.project=elsewhere"]]
 
 
@@ -202,3 +203,37 @@ def test_dashboard_writes_its_spec_offline_naming_the_logged_metrics(stage):
     assert spec["report"]["panels"] == panels and spec["entity"] is None
     assert spec["workspace"]["runs"] == {"filter": {"config.stage.name": "mine"}, "groupby": ["config.model.name"]}
     assert "| cart |" in spec["report"]["tables"]["runs_mine"] and "| dense |" in spec["report"]["tables"]["runs_mine"]
+
+
+TIMING = {"train/tokens_per_s"}  # differs between two trainings of the same steps; nothing else may
+
+
+def untimed(rows: dict[int, dict]) -> dict[int, dict]:
+    return {step: {k: v for k, v in row.items() if k not in TIMING} for step, row in rows.items()}
+
+
+@pytest.mark.slow
+def test_a_run_trained_further_adds_only_its_new_rows(stage, tmp_path):
+    """A run that failed at step 5 is backfilled as failed with its rows so far; relaunched, it completes, and the
+    next backfill adds its later rows to the same W&B run (resumed): together they hold the whole record."""
+    base, _ = stage
+    runs = tmp_path / "runs"
+    args = ("--config-dir", str(base / "cfg"), "stage=mine", *TINY, "trainer.ckpt_every=100", "sweep.max_retries=0")
+    failed = sweep(runs, *args, CART_FAULT="step:raise:5:d64-P2", PYTHONPATH=os.pathsep.join([str(FAULTS), *PATH]))
+    assert "1 completed, 1 failed" in failed.stdout + failed.stderr, failed.stdout + failed.stderr
+    [cart] = (runs / "mine").glob("d64-P2-R4-*")
+    assert [row["step"] for row in read_metrics(cart / "metrics.jsonl")] == [2, 3, 4]
+    first = backfill(base, runs)
+    assert "2 runs written (8 rows)" in first.stdout, first.stdout + first.stderr
+    [offline] = cart.glob("wandb/offline-run-*")
+    assert [r["exit"]["exit_code"] for r in inspect(offline) if r["type"] == "exit"] == [1]
+    done = sweep(runs, *args)
+    assert "1 completed, 0 failed" in done.stdout + done.stderr, done.stdout + done.stderr
+    more = backfill(base, runs)
+    assert "1 runs written (2 rows), 1 already in W&B" in more.stdout, more.stdout + more.stderr
+    parts = [inspect(p) for p in sorted(cart.glob("wandb/offline-run-*"))]
+    assert len(parts) == 2 and {r["run"]["run_id"] for p in parts for r in p if r["type"] == "run"} == {
+        f"mine-{json.loads((cart / 'summary.json').read_text())['run_id']}"
+    }
+    assert untimed(history(parts[0]) | history(parts[1])) == untimed(expected(cart))
+    assert list(history(parts[1])) == [6]
