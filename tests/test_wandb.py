@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,30 @@ def test_a_run_trained_further_adds_only_its_new_rows(stage, tmp_path):
     }
     assert untimed(history(parts[0]) | history(parts[1])) == untimed(expected(cart))
     assert list(history(parts[1])) == [6]
+
+
+@pytest.mark.slow
+def test_the_local_viewer_serves_loss_and_rho_of_the_run_folders(stage):
+    """Where W&B cannot be reached: `python -m cart_sweeps.viewer` serves each run's loss and rho (and PPL) as
+    its metrics.jsonl has them, read back over HTTP."""
+    base, runs = stage
+    args = ["-m", "cart_sweeps.viewer", "--config-dir", str(base / "cfg"), "stage=mine", *TINY, "--port", "0"]
+    server = subprocess.Popen([sys.executable, *args], env=env(runs), stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().split(" at ")[1].split()[0]
+        served = json.loads(urllib.request.urlopen(url + "series.json", timeout=30).read())
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert "series.json" in page and "rho" in page
+    assert sorted(served) == sorted(p.name for p in (runs / "mine").iterdir() if (p / "metrics.jsonl").is_file())
+    for name, got in served.items():
+        rows = read_metrics(runs / "mine" / name / "metrics.jsonl")
+        train = [row for row in rows if row["kind"] == "train"]
+        assert got["loss"] == [[row["step"], row["loss"]] for row in train]
+        assert got.get("rho", []) == [[row["step"], row["rho"]] for row in train if row["rho"] is not None]
+        assert got["ppl_austen"] == [[row["step"], row["ppl_austen"]] for row in rows if row["kind"] == "eval"]
+    assert "rho" in served[next(n for n in served if n.startswith("d64-P2"))]  # CART has rho; dense has none
+    assert "rho" not in served[next(n for n in served if n.startswith("dense"))]
