@@ -247,8 +247,9 @@ def test_bench_prints_the_figures(capsys):
 
 
 @pytest.mark.slow  # W&B workspace and report objects built offline
-def test_dashboard_offline_prints_the_workspace_it_would_create(compose, capsys):
-    dashboard(["stage=1", "scale=tiny"])
+def test_dashboard_offline_prints_the_workspace_it_would_create(compose, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))  # it writes its spec file into the stage's folder
+    assert dashboard(["stage=1", "scale=tiny"]) == tmp_path / "1" / "wandb_dashboard.json"
     out = capsys.readouterr().out
     assert "train/loss" in out and "rho" in out and "not saved" in out
     assert "train/lr" in out and "train/tokens_per_s" in out and "val/bpb_austen" in out and "W&B report" in out

@@ -2,12 +2,14 @@
 
 Panels: train loss, lr and tokens/s, each validation PPL and bits per byte, and rho against step, runs
 grouped by the keys the stage varies. The report carries the same panels and the stage's tables, as the analysis
-builds them from the run folders under paths.runs. Online (logger.mode=online, logged in to W&B) it
-saves both; offline it prints what it would create.
+builds them from the run folders under paths.runs. Either way it writes both as a spec file a user can read
+(`<runs>/<stage>/wandb_dashboard.json`: sections, panels, filters, groups, tables); online (logger.mode=online,
+logged in to W&B) it also saves them to W&B, so an offline spec is pushed by the same command run online.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,9 @@ USAGE = """usage: python -m cart_sweeps.dashboard stage=<name> [OVERRIDE ...]
 
 Builds the W&B workspace of a stage (panels: train/loss, train/lr, train/tokens_per_s, val/ppl_<set> and
 val/bpb_<set> for each validation set, rho, against step; runs filtered to the stage and grouped by
-the keys the stage varies, width and R before it ran) and a W&B report with those panels and the stage's tables.
-  python -m cart_sweeps.dashboard stage=1                                  # offline: print the plan
+the keys the stage varies, width and R before it ran) and a W&B report with those panels and the stage's tables;
+writes both as <runs>/<stage>/wandb_dashboard.json, and saves them to W&B when online.
+  python -m cart_sweeps.dashboard stage=1                                  # offline: the spec file only
   python -m cart_sweeps.dashboard stage=1 logger.mode=online logger.entity=ME   # after `wandb login`
 """
 
@@ -47,6 +50,7 @@ def group_keys(cfg: DictConfig) -> list[str]:
     width and R before the stage ever ran."""
     record = StageRecord.read(Path(cfg.paths.runs) / cfg.stage.name)
     keys = [k for k in record.varied if k not in ("seed", "variant")] if record else []
+    keys = [k if "." in k else f"{k}.name" for k in keys]  # a group chosen per run (model=cart,dense): by its name
     return keys or ["model.d_model", "model.n_loops"]
 
 
@@ -79,6 +83,34 @@ def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
     return tables
 
 
+SPEC = "wandb_dashboard.json"  # in the stage's folder
+
+
+def title(cfg: DictConfig) -> str:
+    """The workspace's name and the report's title."""
+    return f"CART stage {cfg.stage.name} ({cfg.scale.name})"
+
+
+def dashboard_spec(cfg: DictConfig, entity: str | None, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """The workspace and report as plain data (what `build_workspace` and `build_report` make of the same config):
+    written to the stage's folder, so it can be read, diffed and kept where W&B cannot be reached."""
+    from cart_sweeps.analysis.render import markdown
+
+    spec = panels_spec(cfg)
+    runs = {"filter": {"config.stage.name": cfg.stage.name}, "groupby": [f"config.{k}" for k in group_keys(cfg)]}
+    return {
+        "entity": entity,
+        "project": cfg.logger.project,
+        "workspace": {"name": title(cfg), "sections": spec, "x": "step", "runs": runs},
+        "report": {
+            "title": title(cfg),
+            "panels": [key for keys in spec.values() for key in keys],
+            "runs": runs,
+            "tables": {name: markdown(table) for name, table in tables.items()},
+        },
+    }
+
+
 def build_report(cfg: DictConfig, entity: str, tables: dict[str, pd.DataFrame]) -> Any:
     """A W&B report: the stage's panels over its runs, then each of its tables (built offline, saved online)."""
     import wandb_workspaces.reports.v2 as wr
@@ -101,7 +133,7 @@ def build_report(cfg: DictConfig, entity: str, tables: dict[str, pd.DataFrame]) 
     return wr.Report(
         project=cfg.logger.project,
         entity=entity,
-        title=f"CART stage {cfg.stage.name} ({cfg.scale.name})",
+        title=title(cfg),
         description=f"Runs of stage {cfg.stage.name} and the tables the analysis builds from them.",
         blocks=blocks,
     )
@@ -118,7 +150,7 @@ def build_workspace(cfg: DictConfig, entity: str):
     return ws.Workspace(
         entity=entity,
         project=cfg.logger.project,
-        name=f"CART stage {cfg.stage.name} ({cfg.scale.name})",
+        name=title(cfg),
         sections=sections,
         runset_settings=ws.RunsetSettings(
             filters=[ws.Config("stage.name") == cfg.stage.name],
@@ -127,33 +159,44 @@ def build_workspace(cfg: DictConfig, entity: str):
     )
 
 
-def dashboard(overrides: list[str]) -> None:
+def dashboard(overrides: list[str]) -> Path:
+    """Write the stage's dashboard spec (and save it to W&B when online); the spec file's path."""
     cfg = compose_config(overrides)
     if cfg.stage.name == "single":
         raise ConfigError("name the stage whose runs the workspace shows: stage=<name> (e.g. stage=1)")
-    spec = panels_spec(cfg)
-    tables = stage_tables(cfg)
-    if cfg.logger.mode != "online":
-        print(f"W&B workspace for stage {cfg.stage.name} (project {cfg.logger.project}), not saved (offline):")
-        for section, keys in spec.items():
-            print(f"  section {section!r}: {', '.join(keys)} against step")
-        print(f"  runs: config stage.name == {cfg.stage.name!r}, grouped by {', '.join(group_keys(cfg))}")
-        names = ", ".join(tables) or f"none yet in {cfg.paths.runs}"
-        print(f"W&B report: those panels and the stage's tables: {names}")
-        print(
-            "To create it: sync the offline runs (wandb sync <runs>/<stage>/*/wandb/offline-run-*), then rerun with "
-            "logger.mode=online logger.entity=<you> after `wandb login` (or with WANDB_API_KEY)."
-        )
-        return
-    check_credentials(cfg.logger, used=True)
-    import wandb
+    online = cfg.logger.mode == "online"
+    entity = cfg.logger.entity
+    if online:
+        check_credentials(cfg.logger, used=True)
+        import wandb
 
-    entity = cfg.logger.entity or wandb.Api().default_entity
-    assert entity is not None  # check_credentials passed: the API knows the login's entity
+        entity = entity or wandb.Api().default_entity
+        assert entity is not None  # check_credentials passed: the API knows the login's entity
+    tables = stage_tables(cfg)
+    spec = dashboard_spec(cfg, entity, tables)
+    path = Path(cfg.paths.runs) / cfg.stage.name / SPEC
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec, indent=2) + "\n")
+    print(f"W&B workspace for stage {cfg.stage.name} (project {cfg.logger.project}){'' if online else ', offline'}:")
+    for section, keys in spec["workspace"]["sections"].items():
+        print(f"  section {section!r}: {', '.join(keys)} against step")
+    print(f"  runs: config stage.name == {cfg.stage.name!r}, grouped by {', '.join(group_keys(cfg))}")
+    names = ", ".join(tables) or f"none yet in {cfg.paths.runs}"
+    print(f"W&B report: those panels and the stage's tables: {names}")
+    print(f"spec written to {path}")
+    if not online:
+        print(
+            "not saved to W&B (offline). To save it: sync the runs (wandb sync <runs>/<stage>/*/wandb/offline-run-*; "
+            "runs trained with logger=none: python -m cart_sweeps.wandb_sync backfill stage=<name> first), then rerun "
+            "this with logger.mode=online logger.entity=<you> after `wandb login` (or with WANDB_API_KEY)."
+        )
+        return path
+    assert entity is not None
     workspace = build_workspace(cfg, entity).save()
     print(f"saved W&B workspace: {workspace.url}")
     report = build_report(cfg, entity, tables).save()
     print(f"saved W&B report: {report.url}")
+    return path
 
 
 def main(argv: list[str] | None = None) -> None:

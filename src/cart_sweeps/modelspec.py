@@ -98,7 +98,7 @@ class ModelSpec:
     shape: tuple[tuple[str, str], ...]  # the label's letter for each shape key that applies: (("L", "n_layers"),)
     blocks: Callable[[Any], int]  # blocks a forward pass applies, each attending over the sequence once
     counts: Callable[[Any], Counts]  # parameter counts by formula (tests check stored against the built model)
-    prefix: str = ""  # the label's start, before d<width>: "dense-"
+    kind: str = ""  # the label's first part, before d<width>: "dense" (CART's labels start at the width)
     ablations: bool = False  # whether the ablation switches and core_update apply (a label names them)
     check: Callable[[Any], None] = _no_check  # the model's own value checks, one ConfigError each
     # An evaluation at another loop count (stage.eval_n_loops): the model's rule, or None where it has no loops.
@@ -108,9 +108,10 @@ class ModelSpec:
     def shape_keys(self) -> tuple[str, ...]:
         return tuple(key for _, key in self.shape)
 
-    def label(self, m: Any) -> str:
-        """The label's model part without the ablation variant: d256-P6-R8, dense-d1024-L7."""
-        return "-".join([f"{self.prefix}d{m.d_model}", *(f"{letter}{getattr(m, key)}" for letter, key in self.shape)])
+    def parts(self, m: Any) -> list[str]:
+        """The label's model part without the ablation variant, piece by piece: [d256, P6, R8], [dense, d1024, L7]."""
+        shape = [f"{letter}{getattr(m, key)}" for letter, key in self.shape]
+        return [*([self.kind] if self.kind else []), f"d{m.d_model}", *shape]
 
 
 SPECS: dict[str, ModelSpec] = {
@@ -128,7 +129,7 @@ SPECS: dict[str, ModelSpec] = {
         shape=(("L", "n_layers"),),
         blocks=lambda m: m.n_layers,
         counts=_dense_counts,
-        prefix="dense-",
+        kind="dense",
     ),
 }
 

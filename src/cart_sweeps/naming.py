@@ -84,14 +84,17 @@ def run_label(cfg: DictConfig) -> str:
     return seeded_label(label_parts(cfg), cfg.seed)
 
 
+def model_parts(m: DictConfig) -> list[str]:
+    """The model's part of a label, piece by piece: [dense, d1024, L7] or [d256, P6, R8(, its variant)]. W&B tags
+    its runs with these pieces, so a run is tagged by what its label names (no P or R on a dense run)."""
+    spec = spec_of(m)
+    return [*spec.parts(m), *([variant(m)] if spec.ablations and variant(m) != "base" else [])]
+
+
 def label_parts(cfg: DictConfig) -> tuple[str, str]:
     """`run_label` around its seed: what comes before `-s<seed>` and after (a stage names the seeds of one
     configuration from these)."""
-    m = cfg.model
-    spec = spec_of(m)
-    before = spec.label(m)
-    if spec.ablations and variant(m) != "base":
-        before += f"-{variant(m)}"
+    before = "-".join(model_parts(cfg.model))
     for key in cfg.stage.get("varied") or ():
         if key not in LABEL_SHOWS:
             before += f"-{axis_tag(key, OmegaConf.select(cfg, key))}"

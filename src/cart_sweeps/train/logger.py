@@ -6,8 +6,10 @@ A new logger (MLflow, TensorBoard, ...) is a class with `log` and `finish` built
 
 from __future__ import annotations
 
+import json
 import netrc
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 from urllib.parse import urlparse
@@ -18,8 +20,9 @@ from cart_sweeps.config import DRIVER_GROUPS, ConfigError
 from cart_sweeps.entry import load
 from cart_sweeps.identity import run_id
 from cart_sweeps.metric import per_set_names, require
-from cart_sweeps.naming import run_label, variant
+from cart_sweeps.naming import model_parts, run_label
 from cart_sweeps.options import LoggerName
+from cart_sweeps.record.runfolder import atomic_write
 
 
 class Logger(Protocol):
@@ -59,11 +62,56 @@ def wandb_id(cfg: DictConfig) -> str:
     return f"{cfg.stage.name}-{run_id(cfg)}"
 
 
+def wandb_tags(cfg: DictConfig) -> list[str]:
+    """A run's W&B tags: its stage, scale, model kind, the pieces of its label's model part (d256 P6 R8, or
+    dense d1024 L7: tags follow the label, so a dense run has no P or R) and its seed."""
+    m = cfg.model
+    tags = [f"stage-{cfg.stage.name}", f"scale-{cfg.scale.name}", str(m.name), *model_parts(m), f"seed{cfg.seed}"]
+    return list(dict.fromkeys(tags))
+
+
+def wandb_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """A metrics.jsonl row as W&B keys: train/<key> or val/<key> by the row's kind, and rho. A figure this device
+    cannot measure (MFU, peak memory on the CPU; rho of a dense model) is left out, not logged as null."""
+    prefix = "val/" if row.get("kind") == "eval" else "train/"
+    return {
+        ("rho" if k == "rho" else prefix + k): v for k, v in row.items() if k not in ("kind", "step") and v is not None
+    }
+
+
+LOGGED = Path("wandb") / "logged.json"  # in the run folder, beside W&B's own files of the run
+
+
+@dataclass(frozen=True)
+class Logged:
+    """What of a run folder's metrics.jsonl its W&B run holds: every row up to `step`, and the run's `status`
+    when it was logged. `writing`: the W&B run folder a backfill was writing (removed, then written again, if
+    the backfill was cut off). The live logger and the backfill both keep it, so neither logs a row twice."""
+
+    id: str
+    step: int
+    status: str
+    writing: str | None = None
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Logged | None:
+        try:
+            return cls(**json.loads((run_dir / LOGGED).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def write(self, run_dir: Path) -> None:
+        (run_dir / LOGGED).parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(asdict(self))
+        atomic_write(run_dir / LOGGED, lambda tmp: tmp.write_text(text))
+
+
 class WandbLogger:
     """One W&B run per training run (`wandb_id`), continued when the run resumes.
 
-    W&B conventions: job_type is the stage, tags carry stage and scale, and each validation set's PPL and
-    bits per byte keep their best (min) value in the summary besides their last.
+    W&B conventions: job_type is the stage, tags carry stage, scale and the model (`wandb_tags`), and each
+    validation set's PPL and bits per byte keep their best value in the summary besides their last. At the end
+    it records what it logged (`Logged`), so a backfill of the run folder adds only what came after.
     """
 
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
@@ -71,23 +119,20 @@ class WandbLogger:
 
         lg = cfg.logger
         check_credentials(lg)
-        m = cfg.model
-        self.wandb = wandb
+        self.wandb, self.run_dir, self.id = wandb, run_dir, wandb_id(cfg)
+        before = Logged.read(run_dir)
+        self.step = before.step if before is not None and before.id == self.id else 0
         self.run = wandb.init(
             project=lg.project,
             entity=lg.entity,
             mode=lg.mode,  # explicit: an unset mode prompts for a login and waits forever
             dir=str(run_dir),
-            id=wandb_id(cfg),
+            id=self.id,
             resume="allow",
             group=f"stage-{cfg.stage.name}",
             job_type=cfg.stage.name,
             name=run_label(cfg),
-            tags=[
-                f"stage-{cfg.stage.name}",
-                f"scale-{cfg.scale.name}",
-                *(f"d{m.d_model}", f"P{m.n_prelude}", f"R{m.n_loops}", m.name, variant(m), f"seed{cfg.seed}"),
-            ],
+            tags=wandb_tags(cfg),
             config=run_config(cfg),
             settings=wandb.Settings(silent=True, console="off"),
         )
@@ -98,18 +143,19 @@ class WandbLogger:
             best = "max" if require(name).higher_is_better else "min"
             self.run.define_metric(f"val/{name}", step_metric="step", summary=f"{best},last")
 
+    @property
+    def folder(self) -> Path:
+        """The W&B run's own folder (wandb/offline-run-<time>-<id> offline, wandb/run-<time>-<id> online)."""
+        return Path(self.run.dir).parent
+
     def log(self, row: dict[str, Any], step: int) -> None:
-        prefix = "val/" if row.get("kind") == "eval" else "train/"
-        data = {  # a figure this device cannot measure (MFU, peak memory on the CPU) is left out, not null
-            ("rho" if k == "rho" else prefix + k): v
-            for k, v in row.items()
-            if k not in ("kind", "step") and v is not None
-        }
-        self.run.log({**data, "step": step}, step=step)
+        self.run.log({**wandb_metrics(row), "step": step}, step=step)
+        self.step = max(self.step, step)
 
     def finish(self, status: str) -> None:
         self.run.summary["status"] = status
         self.run.finish(exit_code=0 if status == "completed" else 1)
+        Logged(self.id, self.step, status).write(self.run_dir)
 
 
 def check_credentials(lg: DictConfig, used: bool = False) -> None:
