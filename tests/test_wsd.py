@@ -180,3 +180,15 @@ def test_a_branch_killed_mid_way_resumes_to_the_same_numbers(tmp_path, data_cach
     assert rows(folder) == _from(fresh, 12)
     assert {k: summary(folder)[k] for k in FINAL} == {k: summary(fresh)[k] for k in FINAL}
     assert json.loads((folder / "summary.json").read_text())["parent_run_id"] == summary(parent)["run_id"]
+
+
+def test_the_analysis_replays_a_wsd_runs_schedule():
+    """The gate's weight-decay-only drift (analysis.stats) is computed from the schedule the run trained with."""
+    import pandas as pd
+
+    from analysis.stats import lr_schedule, recipe_of
+
+    t = trainer("trainer.steps=30", "trainer.decay_shape=linear")
+    stated = {k: t[k] for k in ("steps", "lr", "min_lr", "warmup_steps", "decay_fraction")}
+    row = pd.Series({"step": 30, **stated, "schedule": "wsd", "decay_shape": "linear"})  # as load_runs frames it
+    assert list(lr_schedule(recipe_of(row))) == [lr_at(s, t) for s in range(30)]
