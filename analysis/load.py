@@ -55,7 +55,17 @@ RUN_KEY = (
     "eval_n_loops",
     "num_fewshot",
 )
-TRAINER_KEYS = ("steps", "lr", "min_lr", "warmup_steps", "weight_decay", "decay_all")
+TRAINER_KEYS = (
+    "steps",
+    "lr",
+    "min_lr",
+    "warmup_steps",
+    "weight_decay",
+    "decay_all",
+    "schedule",
+    "decay_fraction",
+    "decay_shape",
+)
 MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "eval_n_loops", "num_fewshot")  # per stage

@@ -31,6 +31,9 @@ class Recipe:
     warmup_steps: int = PAPER.warmup_steps
     weight_decay: float = PAPER.weight_decay
     decay_all: bool = PAPER.decay_all  # False: the gate is spared from weight decay, so it stays where it started
+    schedule: str = PAPER.schedule  # the learning rate's fall (schedule.lr_at): cosine, or wsd with these two
+    decay_fraction: float = PAPER.decay_fraction
+    decay_shape: str = PAPER.decay_shape
 
 
 def recipe_of(row: pd.Series) -> Recipe:
@@ -38,7 +41,13 @@ def recipe_of(row: pd.Series) -> Recipe:
     steps = the row's step where the input carries no trainer config (a results CSV)."""
     given = {f.name: row[f.name] for f in fields(Recipe) if f.name in row and pd.notna(row[f.name])}
     given.setdefault("steps", row["step"])
-    types: dict[str, Callable[[Any], Any]] = {"steps": int, "warmup_steps": int, "decay_all": _flag}
+    types: dict[str, Callable[[Any], Any]] = {
+        "steps": int,
+        "warmup_steps": int,
+        "decay_all": _flag,
+        "schedule": str,
+        "decay_shape": str,
+    }
     return Recipe(**{k: types.get(k, float)(v) for k, v in given.items()})
 
 

@@ -166,7 +166,15 @@ def test_a_field_added_and_set_makes_a_new_run(new_fields):
 
 # Fields added to a schema since identity was frozen, with their defaults.
 LATER_DEFAULTS: dict[str, dict[str, object]] = {
-    "TrainerConfig": {"keep_final_optimizer": False},
+    "TrainerConfig": {
+        "keep_final_optimizer": False,
+        "schedule": "cosine",
+        "decay_fraction": 0.2,
+        "decay_shape": "sqrt",
+        "keep_checkpoints_at": [],
+        "branch_from": None,
+        "branch_step": None,
+    },
     "TokenizerConfig": {"revision": None},
     "SourceConfig": {"revision": None},
     "ValSetConfig": {"revision": None},

@@ -22,9 +22,11 @@ from cart_sweeps.options import (
     GPU,
     CandidateSelection,
     CoreUpdate,
+    DecayShape,
     Device,
     LoggerMode,
     LoggerName,
+    LRSchedule,
     Optimizer,
     PlanFormat,
     Precision,
@@ -179,6 +181,14 @@ class TrainerConfig:
     # A finished run keeps its final weights alone (a d=1024 run: 0.5 GB, not up to 1.5 GB more of AdamW state);
     # true keeps the optimizer's state and the checkpoints before, for a run you mean to train further.
     keep_final_optimizer: bool = False
+    # The learning-rate schedule (schedule.lr_at): the paper's cosine, or warm-up-stable-decay, whose runs of
+    # several lengths share their stable phase, so one run branches into the others (docs/wsd.md).
+    schedule: LRSchedule = LRSchedule.cosine
+    decay_fraction: float = field(default=0.2, metadata=at_least(0))  # wsd: the share of the steps that decay
+    decay_shape: DecayShape = DecayShape.sqrt  # wsd: how the decay falls to min_lr
+    keep_checkpoints_at: list[int] = field(default_factory=list)  # steps whose full checkpoint is kept for branches
+    branch_from: str | None = None  # a run folder: start from its checkpoint at branch_step, not from step 0 (wsd)
+    branch_step: int | None = field(default=None, metadata=at_least(1))  # None: the earlier of the two decay starts
 
 
 @dataclass

@@ -35,6 +35,10 @@ NON_IDENTITY_KEYS = {
         "threads",
         "compile",
         "eval_batch_size",
+        # A branch computes what a fresh run of its config computes (docs/wsd.md), so it is that run.
+        "keep_checkpoints_at",
+        "branch_from",
+        "branch_step",
     },
 }
 GROUPS = ("model", "data", "trainer")

@@ -27,6 +27,18 @@ class Optimizer(StrEnum):
     adamw8bit = "adamw8bit"  # bitsandbytes: CUDA, or the CPU from 0.50 (train/eightbit.py)
 
 
+class LRSchedule(StrEnum):
+    cosine = "cosine"  # the paper's: warm-up, then a cosine over the run's own length (schedule.lr_at)
+    wsd = "wsd"  # warm-up, constant, then a decay over the last trainer.decay_fraction: branchable (docs/wsd.md)
+
+
+class DecayShape(StrEnum):
+    """The shape of a WSD run's decay, in its progress p from 0 to 1 (Hägele et al. 2024)."""
+
+    sqrt = "sqrt"  # lr falls as 1 - sqrt(p): the paper's better cooldown
+    linear = "linear"  # lr falls as 1 - p
+
+
 class Precision(StrEnum):
     auto = "auto"  # bf16 on CUDA, fp32 on CPU
     bf16 = "bf16"

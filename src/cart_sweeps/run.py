@@ -25,6 +25,7 @@ from cart_sweeps.evaluate import evaluate_run
 from cart_sweeps.identity import run_id
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.naming import run_label
+from cart_sweeps.record.branch import Parent, branch_parent
 from cart_sweeps.record.runfolder import (
     CONFIG,
     METRICS,
@@ -36,6 +37,7 @@ from cart_sweeps.record.runfolder import (
     write_summary,
 )
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.schedule import decay_start
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.logger import Logger, make_logger
@@ -58,6 +60,7 @@ def execute(cfg: DictConfig, run_dir: Path, expected_id: str | None = None) -> R
     if cfg.stage.kind == "evaluate":
         cfg = with_source(cfg)
     validate(cfg)
+    parent = branch_parent(cfg)  # a branch's parent, checked before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     rid = run_id(cfg)
     if expected_id is not None and rid != expected_id:
@@ -78,7 +81,16 @@ def execute(cfg: DictConfig, run_dir: Path, expected_id: str | None = None) -> R
         atomic_write(run_dir / CONFIG, lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
         if cfg.stage.kind == "evaluate":
             return evaluate_run(cfg, run_dir)
-        return Trainer(cfg, run_dir).run()
+        return Trainer(cfg, run_dir, parent).run()
+
+
+def kept_steps(t: DictConfig) -> frozenset[int]:
+    """The steps whose full checkpoint a run keeps for branches: trainer.keep_checkpoints_at, and under wsd with
+    trainer.keep_final_optimizer (a run meant to train further) its decay start, where a longer run branches."""
+    at = set(t.keep_checkpoints_at)
+    if t.schedule == "wsd" and t.keep_final_optimizer and decay_start(t) > 0:
+        at.add(decay_start(t))
+    return frozenset(at)
 
 
 def _held_run(run_dir: Path) -> RunSummary | None:
@@ -100,15 +112,15 @@ def _held_run(run_dir: Path) -> RunSummary | None:
 
 
 class Trainer:
-    """The paper's recipe for one config: step-addressed data, AdamW, warm-up + cosine, clip, evals.
+    """The paper's recipe for one config: step-addressed data, AdamW, warm-up + cosine or wsd, clip, evals.
 
     `run` is the schedule; `step`, `log`, `evaluate` and `checkpoint` are what it does at each step. A
     step leaves its loss on the device: finiteness is tracked there and read back at the next log,
     evaluation or checkpoint step, so a divergence is caught before it is logged, evaluated or saved.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        self.cfg, self.t, self.run_dir = cfg, cfg.trainer, run_dir
+    def __init__(self, cfg: DictConfig, run_dir: Path, parent: Parent | None = None) -> None:
+        self.cfg, self.t, self.run_dir, self.parent = cfg, cfg.trainer, run_dir, parent
         runtime = configure_torch(cfg)
         self.device, self.amp = runtime.device, runtime.amp
         self.data = load_prepared(cfg.data)
@@ -122,6 +134,9 @@ class Trainer:
         self.tokens_per_step = self.t.micro_batch_size * self.t.grad_accum * self.t.seq_len
         self.summary = base_summary(cfg)
         self.summary.details["data_sha256"] = self.data.digests  # what it trained and evaluated on
+        if parent is not None:  # its steps up to branch_step are its parent's (docs/wsd.md)
+            self.summary.details |= {"parent_run_id": parent.run_id, "branch_step": parent.step}
+        self.kept = kept_steps(self.t)
         self._first_bad = torch.zeros((), dtype=torch.long, device=self.device)  # step of the first non-finite loss
         self._bad_loss = torch.zeros((), device=self.device)
         self._last: tuple[torch.Tensor, torch.Tensor, float] | None = None  # the last step's loss, grad norm, lr
@@ -163,6 +178,29 @@ class Trainer:
         if found:
             print(f"{label}: no checkpoint loads; starting from step 0")
         return 0
+
+    def _branch(self, parent: Parent) -> int:
+        """Start from the parent's checkpoint at the branch step: its weights, optimizer state and RNG, with the
+        schedule placed at that step by this run's own schedule (its decay may start right there)."""
+        try:
+            ckpt.restore(parent.checkpoint, self.device, self._load_branch)
+        except ckpt.CheckpointError as err:
+            raise ConfigError(
+                f"trainer.branch_from={parent.run_dir}: {err} as a branch's start (it needs the optimizer's state: "
+                f"train the parent with trainer.keep_checkpoints_at=[{parent.step}])"
+            ) from err
+        print(f"{self.summary.label}: branching from {parent.run_dir.name} at step {parent.step}")
+        return parent.step
+
+    def _load_branch(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        step, scheduler = state["step"], self.scheduler
+        lrs = [base * lam(step) for base, lam in zip(state["scheduler"]["base_lrs"], scheduler.lr_lambdas, strict=True)]
+        scheduler.load_state_dict({**state["scheduler"], "_last_lr": lrs})
+        for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        ckpt.set_rng_state(state["rng"])
 
     def _batches(self, step: int):
         for micro in range(self.t.grad_accum):
@@ -222,10 +260,11 @@ class Trainer:
         the weights alone unless trainer.keep_final_optimizer: nothing resumes a finished run, and AdamW's
         state is twice its weights (the checkpoints before it go once the summary says completed)."""
         state: dict[str, Any] = {"model": self.model.state_dict(), "step": step, "rng": ckpt.rng_state()}
-        if step < self.t.steps or self.t.keep_final_optimizer:
+        kept = step in self.kept
+        if step < self.t.steps or self.t.keep_final_optimizer or kept:
             state |= {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
         meta = {"run_id": self.summary.run_id, "label": self.summary.label, "tokens": step * self.tokens_per_step}
-        ckpt.save_checkpoint(self.run_dir, step, state, meta, keep=self.t.keep_checkpoints)
+        ckpt.save_checkpoint(self.run_dir, step, state, meta, keep=self.t.keep_checkpoints, kept=kept)
         self.summary.step, self.summary.wall_time_s = step, self._wall()
         write_summary(self.run_dir, self.summary)
 
@@ -253,6 +292,8 @@ class Trainer:
         """Resume (the summary rebuilt from the kept records); the step to continue after."""
         previous = read_summary(self.run_dir)
         start_step = self._resume()
+        if start_step == 0 and self.parent is not None:
+            start_step = self._branch(self.parent)
         self._wall_before = (previous.wall_time_s or 0.0) if previous and start_step else 0.0
         self.metrics = MetricsLog(self.run_dir / METRICS, start_step)
         for row in self.metrics.rows:
@@ -277,6 +318,7 @@ class Trainer:
                 interrupt.raise_if_received()  # a Ctrl-C swallowed while compiling or setting up
                 self.step(step)
                 due = [self._due(step, every) for every in (self.t.log_every, self.t.eval_every, self.t.ckpt_every)]
+                due[2] = due[2] or step in self.kept
                 if any(due):
                     self._raise_if_diverged()
                 if due[0]:

@@ -18,6 +18,7 @@ from omegaconf.errors import GrammarParseError, InterpolationResolutionError
 from cart_sweeps.config import ConfigError, ModelConfig
 from cart_sweeps.modelspec import spec_of
 from cart_sweeps.options import StageKind
+from cart_sweeps.schedule import schedule_problem
 
 
 def check_bounds(node: Any, path: str) -> None:
@@ -112,6 +113,8 @@ def check_schedule(t: DictConfig) -> None:
         )
     if len(t.betas) != 2 or not all(0 <= b < 1 for b in t.betas):
         raise ConfigError(f"trainer.betas={list(t.betas)} must be two numbers in [0, 1) (AdamW's beta1, beta2)")
+    if problem := schedule_problem(t, list(t.keep_checkpoints_at), t.branch_step, t.branch_from is not None):
+        raise ConfigError(problem)
 
 
 def validate(cfg: DictConfig) -> None:

@@ -95,6 +95,9 @@ def to_scale(paper: dict[str, Any], scale: Scale, paper_value: Callable[[str], A
     steps = out.get("trainer.steps")
     if isinstance(steps, int):  # a bad value is left for validation to name
         factors |= {key: _length_ratio(steps, scale) for key in _STEP_KEYS}
+        if train and out.get("trainer.schedule", paper_value("trainer.schedule")) == "wsd":
+            # every horizon warms up alike, so one run's stable phase is every shorter run's (docs/wsd.md)
+            factors["trainer.warmup_steps"] = 1 / scale.steps_divisor
     for key, factor in factors.items():
         if key in out and isinstance(out[key], int) and factor != 1:
             out[key] = _shrink(out[key], factor)

@@ -45,8 +45,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int) -> Path:
-    """Write checkpoint `step` atomically (meta last, so a meta always points at a whole file; it holds the sha256)."""
+def save_checkpoint(
+    run_dir: Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int, kept: bool = False
+) -> Path:
+    """Write checkpoint `step` atomically (meta last, so a meta always points at a whole file; it holds the sha256).
+
+    `kept`: one of trainer.keep_checkpoints_at, which branches start from: no pruning deletes it."""
     path = checkpoint_path(run_dir, step)
     path.parent.mkdir(parents=True, exist_ok=True)
     digest: list[str] = []
@@ -56,16 +60,16 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], meta: dict[
         digest.append(file_sha256(tmp))  # an evaluation of this run names the checkpoint by it
 
     atomic_write(path, write)
-    meta = {**meta, "step": step, "file": path.name, "sha256": digest[0]}
+    meta = {**meta, "step": step, "file": path.name, "sha256": digest[0], **({"kept": True} if kept else {})}
     atomic_write(path.with_suffix(".json"), lambda tmp: tmp.write_text(json.dumps(meta, indent=2)))
     prune(run_dir, keep)
     return path
 
 
 def prune(run_dir: Path, keep: int) -> None:
-    """Delete all but the `keep` newest checkpoints (0 keeps all)."""
+    """Delete all but the `keep` newest checkpoints (0 keeps all), sparing those kept for branches."""
     if keep > 0:
-        for old in list_checkpoints(run_dir)[:-keep]:
+        for old in [p for p in list_checkpoints(run_dir)[:-keep] if not _kept(p)]:
             old.unlink(missing_ok=True)
             old.with_suffix(".json").unlink(missing_ok=True)
 
@@ -78,6 +82,14 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 def read_meta(path: Path) -> dict[str, Any]:
     return json.loads(path.with_suffix(".json").read_text())
+
+
+def _kept(path: Path) -> bool:
+    """Whether the checkpoint was kept for branches (its meta says so; one that does not read is not)."""
+    try:
+        return bool(read_meta(path).get("kept"))
+    except (OSError, ValueError):
+        return False
 
 
 def restore(path: Path, device: torch.device, apply: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

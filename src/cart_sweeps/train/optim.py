@@ -1,4 +1,4 @@
-"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit, on CUDA or the CPU), warm-up then cosine
+"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit, on CUDA or the CPU), warm-up then cosine or WSD
 (`schedule.lr_at`)."""
 
 from __future__ import annotations

@@ -1,0 +1,194 @@
+"""trainer.schedule=wsd and branch runs (docs/wsd.md): the schedule, the refusals, the scale's warm-up, and a
+branch through the real command equal to a fresh run of its length, killed or not."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from test_train import cli, rows, summary
+
+from cart_sweeps.compose import compose_config
+from cart_sweeps.config import ConfigError, ScaleConfig
+from cart_sweeps.identity import run_id
+from cart_sweeps.run import execute
+from cart_sweeps.schedule import decay_start, lr_at
+from cart_sweeps.sweep.scale import to_scale
+from cart_sweeps.validate import validate
+
+WSD = ["scale=tiny", "trainer.schedule=wsd", "trainer.deterministic=true", "trainer.log_every=1"]
+
+
+def trainer(*overrides: str):
+    return compose_config([*WSD, *overrides]).trainer
+
+
+@pytest.mark.parametrize("shape", ["sqrt", "linear"])
+def test_wsd_warms_up_holds_then_decays_to_min_lr_over_its_last_fraction(shape):
+    t = trainer("trainer.steps=50", "trainer.warmup_steps=5", f"trainer.decay_shape={shape}")
+    lrs = [lr_at(s, t) for s in range(t.steps)]
+    assert decay_start(t) == 40
+    assert lrs[:5] == [t.lr * (s + 1) / 5 for s in range(5)]
+    assert lrs[5:40] == [t.lr] * 35
+    assert all(a > b for a, b in zip(lrs[39:], lrs[40:], strict=False)) and lrs[-1] == pytest.approx(t.min_lr)
+    half = lrs[40 + 4]  # half-way through the decay's 10 steps (progress 0.5)
+    drop = 0.5**0.5 if shape == "sqrt" else 0.5
+    assert half == pytest.approx(t.min_lr + (t.lr - t.min_lr) * (1 - drop))
+
+
+def test_wsd_runs_of_two_lengths_share_every_step_before_the_shorter_ones_decay():
+    short, long = trainer("trainer.steps=30"), trainer("trainer.steps=90")
+    assert [lr_at(s, short) for s in range(decay_start(short))] == [lr_at(s, long) for s in range(decay_start(short))]
+    cosine = [compose_config(["scale=tiny", f"trainer.steps={n}"]).trainer for n in (30, 90)]
+    assert lr_at(10, cosine[0]) != lr_at(10, cosine[1])  # the paper's cosine: each length its own from the warm-up
+
+
+def test_the_new_keys_keep_every_run_id_and_a_branch_is_the_run_it_equals():
+    """Defaults leave ids alone (test_identity pins them); a branch's parent, step and kept checkpoints are where
+    it came from, not what it computes, so a branch has the id of the fresh run it equals."""
+    assert run_id(compose_config(["scale=tiny", "trainer.keep_checkpoints_at=[10]"])) == run_id(
+        compose_config(["scale=tiny"])
+    )
+    wsd = run_id(compose_config(WSD))
+    assert wsd != run_id(compose_config(WSD[:1] + WSD[2:]))
+    branched = compose_config([*WSD, "trainer.branch_from=/somewhere", "trainer.branch_step=30"])
+    assert run_id(branched) == wsd
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["scale=tiny", "trainer.branch_from=/p", "trainer.branch_step=10"], "the cosine spans a run's own length"),
+        (
+            [*WSD, "trainer.steps=30", "trainer.branch_from=/p", "trainer.branch_step=25"],
+            "after this run's decay start",
+        ),
+        ([*WSD, "trainer.branch_step=10"], "needs the parent run: trainer.branch_from"),
+        ([*WSD, "trainer.steps=30", "trainer.keep_checkpoints_at=[10,31]"], "step 31 is not in 1..trainer.steps=30"),
+        ([*WSD, "trainer.steps=30", "trainer.warmup_steps=25"], "must be <= the decay start, step 24"),
+        ([*WSD, "trainer.decay_fraction=1.5"], "trainer.decay_fraction=1.5 must be <= 1"),
+    ],
+)
+def test_a_setting_that_cannot_branch_or_decay_is_one_line_before_any_launch(overrides, says):
+    with pytest.raises(ConfigError, match=says) as err:
+        validate(compose_config(overrides))
+    assert "\n" not in str(err.value)
+
+
+def _parent_folder(tmp_path: Path, *overrides: str) -> Path:
+    """A run folder holding the config.yaml a run of `overrides` writes (no training: the refusals read only that)."""
+    folder = tmp_path / "parent"
+    folder.mkdir()
+    OmegaConf.save(compose_config(list(overrides)), folder / "config.yaml", resolve=True)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("parent", "says"),
+    [
+        (["scale=tiny", "trainer.steps=40"], "trainer.schedule=cosine: its learning rate followed a cosine"),
+        ([*WSD, "trainer.steps=40", "model.n_loops=2"], "another run: its model.n_loops is 2, this run's 4"),
+        ([*WSD, "trainer.steps=40", "trainer.lr=1e-3"], "another run: its trainer.lr is 0.001, this run's 0.003"),
+        ([*WSD, "trainer.steps=40", "seed=7"], "another run: its seed is 7, this run's 42"),
+        ([*WSD, "trainer.steps=40"], r"has no checkpoint at step 24 \(it holds none\); train the parent with"),
+        ([*WSD, "trainer.steps=25"], "after parent's decay start \\(step 20 of its 25\\)"),
+    ],
+)
+def test_a_parent_that_is_not_this_runs_past_is_refused_before_anything_is_written(tmp_path, parent, says):
+    folder = _parent_folder(tmp_path, *parent)
+    cfg = compose_config([*WSD, "trainer.steps=30", f"trainer.branch_from={folder}", "trainer.branch_step=24"])
+    with pytest.raises(ConfigError, match=says) as err:
+        execute(cfg, tmp_path / "branch")
+    assert "\n" not in str(err.value) and not (tmp_path / "branch").exists()
+
+
+def test_a_stage_warms_up_its_wsd_runs_alike_at_every_horizon():
+    """The tiny scale shrinks a cosine run's warm-up with its length (3,000 and 30,500 paper steps: 20 and 30
+    tiny steps); a wsd run's only by the scale's divisor, so a short horizon's branch has its parent's warm-up."""
+    scale = ScaleConfig(**OmegaConf.to_container(compose_config(["scale=tiny"]).scale))  # type: ignore[arg-type]
+    paper = compose_config(["scale=paper"])
+
+    def warmup(steps: int, schedule: str) -> int:
+        stated = {"trainer.steps": steps, "trainer.warmup_steps": 1000, "trainer.schedule": schedule}
+        return to_scale(stated, scale, lambda k: OmegaConf.select(paper, k), train=True)["trainer.warmup_steps"]
+
+    assert warmup(3000, "cosine") != warmup(30500, "cosine")
+    assert warmup(3000, "wsd") == warmup(10000, "wsd") == warmup(30500, "wsd") == 1000 // scale.steps_divisor
+
+
+# The Must show (issue 41): a parent of T2 steps keeps its checkpoint at T1's decay start; a branch from it to T1
+# steps must equal a fresh T1-step run, row for row. T1 = 15 (decay start 12), T2 = 20 (decay start 16).
+SHOW = [*WSD, "trainer.eval_every=4", "trainer.ckpt_every=5"]
+
+
+def _run(tmp_path: Path, name: str, *overrides: str) -> Path:
+    folder = tmp_path / name
+    out, _ = cli([*SHOW, *overrides, f"hydra.run.dir={folder}"]).communicate(timeout=600)
+    assert summary(folder)["status"] == "completed", out
+    return folder
+
+
+def _from(folder: Path, step: int) -> list[dict]:
+    """A fresh run's rows a branch at `step` writes: its eval at `step` (the same weights) and all after."""
+    return [r for r in rows(folder) if r["step"] > step or (r["step"] == step and r["kind"] == "eval")]
+
+
+FINAL = ("ppl_austen", "ppl_bible", "ppl_shakespeare", "ce_austen", "bpb_austen", "rho")
+
+
+@pytest.mark.slow
+def test_a_wsd_branch_equals_a_fresh_run_of_its_length_and_a_finished_run_trains_further(tmp_path, data_cache):
+    parent = _run(tmp_path, "parent", "trainer.steps=20", "trainer.keep_checkpoints_at=[12]")
+    assert sorted(p.name for p in (parent / "checkpoints").glob("*.pt")) == ["step_0000012.pt", "step_0000020.pt"]
+    branch = _run(tmp_path, "branch", "trainer.steps=15", f"trainer.branch_from={parent}", "trainer.branch_step=12")
+    fresh = _run(tmp_path, "fresh", "trainer.steps=15", "trainer.keep_final_optimizer=true")
+    assert rows(branch) == _from(fresh, 12)  # the loss curve, lr and evals: equal to the bit on the CPU
+    assert {k: summary(branch)[k] for k in FINAL} == {k: summary(fresh)[k] for k in FINAL}
+    assert summary(branch)["run_id"] == summary(fresh)["run_id"]
+    assert (summary(branch)["parent_run_id"], summary(branch)["branch_step"]) == (summary(parent)["run_id"], 12)
+    # "Train this further": the finished 15-step run kept its decay start (keep_final_optimizer); continued to
+    # 20 steps from there (branch_step defaults to the earlier decay start: the parent's) it is the fresh 20-step run.
+    further = _run(tmp_path, "further", "trainer.steps=20", f"trainer.branch_from={fresh}")
+    assert rows(further) == _from(parent, 12) and summary(further)["branch_step"] == 12
+
+
+@pytest.mark.slow
+def test_a_branch_killed_mid_way_resumes_to_the_same_numbers(tmp_path, data_cache):
+    parent = _run(tmp_path, "parent", "trainer.steps=20", "trainer.keep_checkpoints_at=[12]")
+    fresh = _run(tmp_path, "fresh", "trainer.steps=15")
+    folder = tmp_path / "branch"
+    args = [
+        *SHOW,
+        "trainer.steps=15",
+        "trainer.ckpt_every=1",
+        f"trainer.branch_from={parent}",
+        f"hydra.run.dir={folder}",
+    ]
+    proc, deadline = cli(args), time.time() + 300
+    while not (folder / "checkpoints" / "step_0000013.json").exists():  # a checkpoint of its own, mid-way
+        assert proc.poll() is None and time.time() < deadline, "the branch ended before its first checkpoint"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert summary(folder)["status"] == "running"
+    out, _ = cli(args).communicate(timeout=600)
+    assert "resuming from step 1" in out and "branching" not in out
+    assert rows(folder) == _from(fresh, 12)
+    assert {k: summary(folder)[k] for k in FINAL} == {k: summary(fresh)[k] for k in FINAL}
+    assert json.loads((folder / "summary.json").read_text())["parent_run_id"] == summary(parent)["run_id"]
+
+
+def test_the_analysis_replays_a_wsd_runs_schedule():
+    """The gate's weight-decay-only drift (analysis.stats) is computed from the schedule the run trained with."""
+    import pandas as pd
+
+    from analysis.stats import lr_schedule, recipe_of
+
+    t = trainer("trainer.steps=30", "trainer.decay_shape=linear")
+    stated = {k: t[k] for k in ("steps", "lr", "min_lr", "warmup_steps", "decay_fraction")}
+    row = pd.Series({"step": 30, **stated, "schedule": "wsd", "decay_shape": "linear"})  # as load_runs frames it
+    assert list(lr_schedule(recipe_of(row))) == [lr_at(s, t) for s in range(30)]
