@@ -255,6 +255,8 @@ class SweepConfig:
     startup_trials: int = 10  # tpe only: trials sampled at random before TPE (and the pruner) learn; Optuna's default
     pruner: Pruner = Pruner.none  # tpe only
     metric: str = DEFAULT_METRIC
+    # minimize | maximize; None: the metric's own (cart_sweeps/metric.py), which a setting must agree with
+    direction: str | None = None
     max_retries: int = 1
     # sqlite: runs/<stage>/ledger.db; journal: Optuna's JournalStorage (file systems where SQLite locking is
     # unsafe); or one storage several stages share, one study per stage: a SQLite file (study.db) or a URL

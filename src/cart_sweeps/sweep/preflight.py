@@ -20,7 +20,7 @@ from cart_sweeps.data.manifest import check_prepared
 from cart_sweeps.metric import BENCH, metric, per_set_names, require_error, run_wide_names
 from cart_sweeps.options import StageKind
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
+from cart_sweeps.sweep.ledger import check_direction, check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import pool_class
 from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
@@ -84,6 +84,7 @@ def check_harness(tasks: list[str]) -> None:
 
 def preflight(stage: Stage) -> None:
     """Every check above, for every run of the stage (each distinct setting once), and its pool's own."""
+    check_direction(stage.base.sweep.metric, stage.base.sweep.direction)
     pool = pool_class(stage.base.launcher)
     launcher = pool.settings_of(stage.base.launcher)
     no_gpu = pool.no_gpu(launcher)
