@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import optuna
 import sqlalchemy.exc
@@ -197,12 +197,14 @@ def _create(
 DIRECTIONS = ("minimize", "maximize")
 
 
-def check_direction(name: str, direction: str | None) -> str:
+def check_direction(name: str, direction: str | None) -> Literal["minimize", "maximize"]:
     """The direction of sweep.metric `name` as Optuna's study takes it: the metric's own (cart_sweeps.metric, the one
     record every ranking reads: the ledger, zoom, the analysis's tables and decisions); `sweep.direction` may say it,
     never contradict it (one line)."""
     found = metric(name)
-    own = found.direction if found else "minimize"  # a study from before objectives named the metric
+    own: Literal["minimize", "maximize"] = (
+        found.direction if found else "minimize"
+    )  # a study from before objectives named the metric
     if direction is not None and direction not in DIRECTIONS:
         raise ConfigError(f"sweep.direction={direction}: use minimize or maximize (or leave it out: {name}'s own)")
     if direction is not None and direction != own:
