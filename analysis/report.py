@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import stage_decisions, stage_tables
+from . import search, stage_decisions, stage_tables
 from .claims import decide
 from .csv_input import ROW, unmeasured
 from .decisions import ALPHA
@@ -65,7 +65,7 @@ def run(
     every = study.final()  # claims see each run that exists, so an option without a valid value is said
     study = _measured(study, metric)
     final = _final(study)
-    figures = figure_jobs(study, metric)
+    figures = figure_jobs(study, metric) | search.search_jobs(study, metric)
     own = stage_tables.names(study)
     chosen = _selected([*TABLES, *own, *figures], only)
     report, tables, decisions = Report(left_out=study.left_out), {}, []

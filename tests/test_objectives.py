@@ -65,3 +65,60 @@ def test_a_direction_against_the_metric_s_own_is_one_line(tmp_path, setting, say
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: {says}")
     assert not (tmp_path / "runs" / "fast" / "ledger.db").exists()
+
+
+PICK = """\
+name: pick
+search:
+  model: {choices: [cart, dense]}
+  model.n_loops: {low: 1, high: 3, when: {model: cart}}
+  model.n_layers: {low: 1, high: 3, when: {model: dense}}
+  trainer.lr: {low: 1.0e-3, high: 1.0e-2, log: true}
+recipe:
+  seed: 42
+  model.d_model: 256
+  trainer.steps: 3000
+"""
+SEARCH = [*TINY, "sweep.sampler=tpe", "sweep.n_trials=5", "sweep.startup_trials=2"]
+
+
+@pytest.mark.slow
+def test_a_search_samples_a_model_and_each_model_s_own_parameter_and_is_pictured(tmp_path, data_cache):
+    cfg, runs = user_stage(tmp_path, PICK), tmp_path / "runs"
+    done = sweep(runs, "--config-dir", str(cfg), "stage=pick", *SEARCH)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = studies(runs, "pick")["pick"].trials
+    assert len(trials) == 5
+    for trial in trials:  # each model's own depth parameter, and never the other's
+        own = "model.n_loops" if trial.params["model"] == "cart" else "model.n_layers"
+        assert set(trial.params) == {"model", own, "trainer.lr"}
+        summary = json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
+        assert summary["model"]["name"] == trial.params["model"]
+    analysis(runs, tmp_path / "out")
+    assert (tmp_path / "out" / "search_pick.png").stat().st_size > 0
+    table = pd.read_csv(tmp_path / "out" / "runs_pick.csv")
+    assert set(table["model"]) <= {"cart", "dense"} and len(table) == 5
+
+
+@pytest.mark.parametrize(
+    ("search", "says"),
+    [
+        ("{model: [cart, dense]}", "stage.search.model: ['cart', 'dense'] is not a range or a list of choices;"),
+        ("{model: {choices: [cart]}}", "stage.search.model.choices: give a list of two or more values"),
+        ("{trainer.lr: {low: 1e-3, hgih: 1e-2}}", "stage.search.trainer.lr: unknown field 'hgih';"),
+        (
+            "{model: {choices: [cart, dense]}, model.n_loops: {low: 1, high: 3, when: {model: dnese}}}",
+            "stage.search.model.n_loops.when: model=dnese is not one of its choices ['cart', 'dense']",
+        ),
+        (
+            "{model.n_loops: {low: 1, high: 3, when: {model: cart}}}",
+            "stage.search.model.n_loops.when: model is not an unconditional categorical parameter of the search",
+        ),
+    ],
+)
+def test_a_search_declaration_mistake_is_one_line(tmp_path, search, says):
+    cfg = user_stage(tmp_path, f"name: bad\nsearch: {search}\nrecipe: {{model.d_model: 256}}\n")
+    done = sweep(tmp_path / "runs", "--config-dir", str(cfg), "stage=bad", *SEARCH)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {says}")

@@ -218,7 +218,8 @@ class StageConfig:
     Keys of `grid`, `recipe` and `variants` are override keys in the paper's numbers; the sweep maps
     them through `scale`. A run is one point of the product of the grid's axes, plus one variant when
     `variants` is set (a variant may ask for `dense_parity: stored|effective`, a dense depth derived
-    from the CART model of the same point). `search` (sampler tpe): key -> {low, high, log}.
+    from the CART model of the same point). `search` (sampler tpe): key -> {low, high, log} or {choices: [...]},
+    either with `when: {key: choice}` (cart_sweeps.sweep.space checks each declaration, so any value composes).
     """
 
     name: str = "single"
@@ -228,7 +229,7 @@ class StageConfig:
     grid: dict[str, list[Any]] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
-    search: dict[str, dict[str, Any]] = field(default_factory=dict)
+    search: dict[str, Any] = field(default_factory=dict)
     # The most runs it may have (a grid's product, a search's sweep.n_trials): more is refused before any is listed
     max_runs: int = 100_000
     select: CandidateSelection = CandidateSelection.paper

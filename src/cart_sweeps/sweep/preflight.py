@@ -91,7 +91,7 @@ def preflight(stage: Stage) -> None:
     storage = check_storage(stage.base.sweep.storage, stage.sweep_dir.parent)
     if (path := ledger_path(stage.sweep_dir, storage)) is not None and storage != "journal":
         sqlite_url(path)
-    runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
+    runs = stage.runs or [stage.run(next(stage.space.corners()))]  # a search: its recipe
     configs = list({id(run.config): run.config.cfg for run in runs}.values())  # a stage's seeds share one
     seen = set()
     for c in configs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
