@@ -98,6 +98,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "run folders only",
     )
     parser.add_argument(
+        "--decide",
+        action="append",
+        metavar="AXIS",
+        help="decide only this axis of each stage that varies it, e.g. trainer.lr (repeatable; default: every "
+        "axis of each stage with a seed axis, the others held fixed); see docs/decisions.md",
+    )
+    parser.add_argument(
         "--readme-tables",
         action="store_true",
         help="rewrite README.md's list of the paper's tables from analysis/registry.py, then stop",
@@ -119,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             study = load_csv(source)
         else:
             study = load_runs(source, args.launch, args.where)
-        report = run(study, args.out or default_out(source), args.metric, args.only, args.alpha)
+        report = run(study, args.out or default_out(source), args.metric, args.only, args.alpha, args.decide)
     except AnalysisError as error:
         print(f"analysis: {error}", file=sys.stderr)
         return 2

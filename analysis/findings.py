@@ -272,6 +272,7 @@ def words(f: Findings, notes: list[str]) -> str:
         wlo, whi = f["rho"]["wd_only_range"]
         parts.append(f"Final rho spans {lo:.3f}-{hi:.3f}; weight decay alone predicts {wlo:.3f}-{whi:.3f}.")
     parts += _screen_words(f.get("screen", {}))
+    parts += [record["said"] for records in f.get("stage_decisions", {}).values() for record in records]
     return " ".join(parts + notes)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import stage_tables
+from . import search, stage_decisions, stage_tables
 from .csv_input import ROW, unmeasured
 from .decisions import ALPHA
 from .errors import LeftOut
@@ -44,24 +44,33 @@ def _selected(names: list[str], only: list[str] | None) -> list[str]:
 
 
 def run(
-    study: Study, out: Path, metric: str | None = None, only: list[str] | None = None, alpha: float = ALPHA
+    study: Study,
+    out: Path,
+    metric: str | None = None,
+    only: list[str] | None = None,
+    alpha: float = ALPHA,
+    decide_axes: list[str] | None = None,
 ) -> Report:
     """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`, written whole or
     not at all (analysis.output).
 
     Without `only`, what the inputs cannot give is skipped with its reason; with `only`, it is an error.
     A claim is decided at the error rate `alpha` (analysis.decisions). Runs without a measurement of the
-    ranking metric are left out and listed before any table is built.
+    ranking metric are left out and listed before any table is built. Each stage with a seed axis decides the
+    best level of each of its axes (of `decide_axes` where given; analysis.stage_decisions).
     """
     check_roles()
     metric, note = pick_metric(_final(study), metric)
     every = study.final()  # claims see each run that exists, so an option without a valid value is said
     study = _measured(study, metric)
     final = _final(study)
-    figures = figure_jobs(study, metric)
+    figures = figure_jobs(study, metric) | search.search_jobs(study, metric)
     own = stage_tables.names(study)
     chosen = _selected([*TABLES, *own, *figures], only)
     report, tables, decisions = Report(left_out=study.left_out), {}, []
+    decidable = {s: stage_decisions.decidable(every[every["stage"] == s], a) for s, a in study.axes.items()}
+    stage_decisions.check_asked(decide_axes, decidable)
+    own_decisions: dict[str, list[dict[str, object]]] = {}
     with replacing(out) as folder:
         for name in chosen:
             try:
@@ -71,6 +80,10 @@ def run(
                 if name in own:
                     stage = stage_tables.stage_of(name)
                     tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
+                    made = stage_decisions.decide_stage(every, stage, study.axes[stage], metric, alpha, decide_axes)
+                    tables[name] = stage_decisions.mark(tables[name], made)
+                    if made:
+                        own_decisions[stage] = [stage_decisions.as_json(*pair) for pair in made]
                 else:
                     table = TABLES[name].of(study, final, metric)
                     tables[name], claims = TABLES[name].decide(table, every, metric, alpha)
@@ -85,6 +98,8 @@ def run(
         best = plain(stage_tables.best_rows({n: t for n, t in tables.items() if n in own}))
         findings_ = findings(tables, metric, decisions)
         report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
+        if own_decisions:
+            report.findings["stage_decisions"] = own_decisions
         report.summary = words(report.findings, _notes(study, note, report.skipped))
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
         (folder / "report.md").write_text(_markdown_report(tables, report, study, metric))

@@ -239,7 +239,8 @@ class StageConfig:
     Keys of `grid`, `recipe` and `variants` are override keys in the paper's numbers; the sweep maps
     them through `scale`. A run is one point of the product of the grid's axes, plus one variant when
     `variants` is set (a variant may ask for `dense_parity: stored|effective`, a dense depth derived
-    from the CART model of the same point). `search` (sampler tpe): key -> {low, high, log}.
+    from the CART model of the same point). `search` (sampler tpe): key -> {low, high, log} or {choices: [...]},
+    either with `when: {key: choice}` (cart_sweeps.sweep.space checks each declaration, so any value composes).
     """
 
     name: str = "single"
@@ -252,7 +253,7 @@ class StageConfig:
     # run's own (used as written); docs/scale.md
     numbers: StageNumbers = StageNumbers.paper
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
-    search: dict[str, dict[str, Any]] = field(default_factory=dict)
+    search: dict[str, Any] = field(default_factory=dict)
     # The most runs it may have (a grid's product, a search's sweep.n_trials): more is refused before any is listed
     max_runs: int = 100_000
     select: CandidateSelection = CandidateSelection.paper
@@ -279,6 +280,8 @@ class SweepConfig:
     startup_trials: int = 10  # tpe only: trials sampled at random before TPE (and the pruner) learn; Optuna's default
     pruner: Pruner = Pruner.none  # tpe only
     metric: str = DEFAULT_METRIC
+    # minimize | maximize; None: the metric's own (cart_sweeps/metric.py), which a setting must agree with
+    direction: str | None = None
     max_retries: int = 1
     # sqlite: runs/<stage>/ledger.db; journal: Optuna's JournalStorage (file systems where SQLite locking is
     # unsafe); or one storage several stages share, one study per stage: a SQLite file (study.db) or a URL

@@ -18,7 +18,6 @@ from typing import Any
 import optuna
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig
-from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial
 
 from cart_sweeps import interrupt
@@ -250,14 +249,7 @@ class StageDriver:
         if self.stage.runs or len(self.history) >= self.sweep.n_trials:
             return None
         trial = self.ledger.ask()
-        params = {
-            k: trial.suggest_int(k, d.low, d.high, log=d.log)
-            if isinstance(d, IntDistribution)
-            else trial.suggest_float(k, d.low, d.high, log=d.log)
-            for k, d in self.stage.search.items()
-            if isinstance(d, (IntDistribution, FloatDistribution))
-        }
-        run = self.stage.run(params)
+        run = self.stage.run(self.stage.space.sample(trial))
         self.ledger.tag(trial, _attrs(run))
         self.ledger.add_to_launch(run.run_id)
         self.history[run.run_id] = []

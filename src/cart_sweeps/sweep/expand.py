@@ -15,12 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.collector import long_lived
@@ -33,7 +28,7 @@ from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_f
 from cart_sweeps.options import StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
-from cart_sweeps.sweep import adaptive
+from cart_sweeps.sweep import adaptive, space
 from cart_sweeps.sweep.overrides import Arguments, axis_value, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import check_apart, to_paper, to_scale
@@ -77,16 +72,6 @@ def distribution(values: Sequence[Any]) -> BaseDistribution:
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return FloatDistribution(min(values), max(values))
     return CategoricalDistribution(list(values))
-
-
-def _search_distribution(key: str, spec: dict[str, Any]) -> IntDistribution | FloatDistribution:
-    try:
-        low, high, log = spec["low"], spec["high"], bool(spec.get("log", False))
-    except KeyError as err:
-        raise ConfigError(f"stage.search.{key} needs low and high (and optionally log)") from err
-    if isinstance(low, int) and isinstance(high, int):
-        return IntDistribution(low, high, log=log)
-    return FloatDistribution(float(low), float(high), log=log)
 
 
 class Stage:
@@ -135,7 +120,8 @@ class Stage:
         self._interpolating = [k for k in self.args.axes if "${" in repr(typed[k])]  # resolved per run
         if self.spec.variants:
             self.axes[VARIANT] = list(self.spec.variants)
-        self.search = {k: _search_distribution(k, v) for k, v in self.spec.search.items()}
+        self.space = space.parse(cast(dict[str, Any], OmegaConf.to_container(self.spec.search, resolve=True)))
+        self.search = self.space.dists
         self.varied = varied_keys(self.axes, list(self.search), self.spec.variants)
         if tpe:
             if not self.search or not self.base.sweep.n_trials:
@@ -160,8 +146,8 @@ class Stage:
     def _check_search_ends(self) -> None:
         """A search samples its runs as it goes: the runs at the ends of its space are composed and validated
         now, so a range its runs cannot take (a learning rate below trainer.min_lr) is one line before launch."""
-        for ends in itertools.product(*((d.low, d.high) for d in self.search.values())):
-            self.run(dict(zip(self.search, ends, strict=True)))
+        for corner in self.space.corners():
+            self.run(corner)
 
     def compose(self, overrides: Sequence[str]) -> DictConfig:
         """The config of a run's overrides, as its own process would compose it (group choices cached)."""

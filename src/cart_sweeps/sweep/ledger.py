@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import optuna
 import sqlalchemy.exc
@@ -185,14 +185,34 @@ def _create(
 ) -> optuna.Study:
     opened = _storage(path, storage)
     name = _study_name(opened, stage, objective)
-    ranked = metric(objective.get("metric", DEFAULT))  # the study's value is this metric: its direction is Optuna's
-    direction = ranked.direction if ranked else "minimize"  # a study from before objectives named the metric
+    direction = check_direction(objective.get("metric", DEFAULT), None)  # the study's value is this metric
     study = optuna.create_study(
         storage=opened, study_name=name, sampler=sampler, pruner=pruner, direction=direction, load_if_exists=True
     )
     if objective and OBJECTIVE not in study.user_attrs:
         study.set_user_attr(OBJECTIVE, objective)
     return study
+
+
+DIRECTIONS = ("minimize", "maximize")
+
+
+def check_direction(name: str, direction: str | None) -> Literal["minimize", "maximize"]:
+    """The direction of sweep.metric `name` as Optuna's study takes it: the metric's own (cart_sweeps.metric, the one
+    record every ranking reads: the ledger, zoom, the analysis's tables and decisions); `sweep.direction` may say it,
+    never contradict it (one line)."""
+    found = metric(name)
+    own: Literal["minimize", "maximize"] = (
+        found.direction if found else "minimize"
+    )  # a study from before objectives named the metric
+    if direction is not None and direction not in DIRECTIONS:
+        raise ConfigError(f"sweep.direction={direction}: use minimize or maximize (or leave it out: {name}'s own)")
+    if direction is not None and direction != own:
+        raise ConfigError(
+            f"sweep.direction={direction} contradicts sweep.metric={name}, which is {found.label if found else name}"
+            f" and so {own}d; leave sweep.direction out, or rank by a metric that is {direction}d"
+        )
+    return own
 
 
 def _study_name(storage: BaseStorage, stage: str, objective: dict[str, Any]) -> str:

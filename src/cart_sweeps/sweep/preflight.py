@@ -25,7 +25,7 @@ from cart_sweeps.metric import BENCH, metric, per_set_names, require_error, run_
 from cart_sweeps.options import StageKind, TokenizerKind
 from cart_sweeps.sweep.cost import Throughput, makespan, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.ledger import check_storage, ledger_path, sqlite_url
+from cart_sweeps.sweep.ledger import check_direction, check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.scale import mapping_line
 from cart_sweeps.train.eightbit import adamw8bit_problem
@@ -145,10 +145,11 @@ def changed_line(stage: Stage, configs: list[DictConfig]) -> str | None:
 
 def preflight(stage: Stage) -> None:
     """Every check above, for every run of the stage (each distinct setting once), and its pool's own."""
+    check_direction(stage.base.sweep.metric, stage.base.sweep.direction)
     pool = pool_class(stage.base.launcher)
     launcher = pool.settings_of(stage.base.launcher)
     no_gpu = pool.no_gpu(launcher)
-    runs = stage.runs or [stage.run({k: d.low for k, d in stage.search.items()})]  # a search: its recipe
+    runs = stage.runs or [stage.run(next(stage.space.corners()))]  # a search: its recipe
     check_gpu(stage, stage.runs or runs * (stage.base.sweep.n_trials or 1), no_gpu, launcher.allow_cpu)
     storage = check_storage(stage.base.sweep.storage, stage.sweep_dir.parent)
     if (path := ledger_path(stage.sweep_dir, storage)) is not None and storage != "journal":

@@ -1,0 +1,133 @@
+"""Any stage's own decision: the best level of each axis it varies, the others held fixed.
+
+A stage with a seed axis (a user's stage file, or the paper's) gets, per axis (or per the axes asked for:
+`python -m analysis --decide trainer.lr`) and per combination of its other axes, the best-of-k decision the
+paper's claims make (analysis.decisions.best: the same test, noise and alpha), in findings.json
+(`stage_decisions`) and as a `<axis>_best` column of its `runs_<stage>` table. The stage's named variant
+(`stage.variant`) and the model are held fixed like any other axis, never pooled as seeds. A best at the
+smallest or largest value of a numeric axis is said: the optimum may lie beyond the grid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .decisions import Decision, and_, best, last_look_alpha
+from .errors import AnalysisError
+from .findings import plain
+from .load import VARIANT_AXIS, StageAxes
+from .stage_tables import column_name
+
+CLAIM = "best_level"
+HELD = ("model", VARIANT_AXIS)  # held fixed wherever they differ among a stage's runs, axes or not
+BEST, TIED = "best", "tied"  # a table row's mark: the decided best, or one the data cannot tell from the pick
+
+
+def stage_metric(rows: pd.DataFrame, axes: StageAxes, metric: str) -> str:
+    """The stage's own sweep metric where its runs hold it (as its table ranks), else the ranking metric."""
+    own = axes.metric
+    return own if own is not None and own in rows and rows[own].notna().any() else metric
+
+
+def decidable(rows: pd.DataFrame, axes: StageAxes) -> list[str]:
+    """The axes a stage's decisions may be about: every axis but the seed with at least two levels, in a stage
+    with a seed axis (a search has no levels)."""
+    if axes.search or "seed" not in axes.columns:
+        return []
+    return [c for c in axes.columns if c != "seed" and c in rows and rows[c].nunique(dropna=False) > 1]
+
+
+def wanted_axes(axes: list[str], asked: list[str] | None) -> list[str]:
+    """The stage's axes `asked` names (a key, trainer.lr, or its table column, lr); all without `asked`."""
+    if not asked:
+        return axes
+    return [a for a in axes if a in asked or column_name(a) in asked]
+
+
+def check_asked(asked: list[str] | None, every: dict[str, list[str]]) -> None:
+    """An axis --decide names that no stage varies (with a seed axis) is one line naming the ones there are."""
+    for name in asked or []:
+        if not any(wanted_axes(axes, [name]) for axes in every.values()):
+            have = sorted({a for axes in every.values() for a in axes})
+            raise AnalysisError(
+                f"--decide {name}: no stage with a seed axis varies it (decidable axes: {', '.join(have) or 'none'})"
+            )
+
+
+def edge(rows: pd.DataFrame, axis: str, choice: Any) -> str | None:
+    """'lr=0.01 is the grid's largest value' where a numeric axis's best lies at its end."""
+    levels = pd.to_numeric(rows[axis].dropna().drop_duplicates(), errors="coerce")
+    if levels.isna().any() or len(levels) < 2 or isinstance(choice, str):
+        return None
+    end = "largest" if choice == levels.max() else "smallest" if choice == levels.min() else None
+    return f"{name(axis, choice)} is the grid's {end} value" if end else None
+
+
+def name(axis: str, level: Any) -> str:
+    """An option as a sentence writes it: lr=0.01, variant=dense."""
+    return f"{column_name(axis)}={plain(level)}"
+
+
+def sentence(decision: Decision, said_edge: str | None) -> str:
+    """The decision in words: the decided best with its margin over the runner-up, or what cannot be told."""
+    held = " ".join(name(k, v) for k, v in decision.cell.items())
+    place = f"Stage {decision.stage}" + (f" at {held}" if held else "")
+    axis, choice = decision.axis, decision.choice
+    if decision.decided and decision.margin is not None:
+        m = decision.margin
+        said = (
+            f"{place}: {name(axis, choice)} is the best {column_name(axis)}; the runner-up {name(axis, m.over)} is "
+            f"{m.pct:.2f}% worse ({round(100 * (1 - decision.alpha))}% CI {m.ci_pct[0]:.2f} to {m.ci_pct[1]:.2f}), "
+            f"p={decision.p_value:.2g}"
+        )
+    else:
+        tied = and_([name(axis, t) for t in [choice, *decision.tied]])
+        said = f"{place}: the best {column_name(axis)} is undecided among {tied} ({decision.why})"
+    return said + (f"; {said_edge}" if said_edge else "") + "."
+
+
+def decide_stage(
+    rows: pd.DataFrame, stage: str, axes: StageAxes, metric: str, alpha: float, asked: list[str] | None = None
+) -> list[tuple[Decision, str | None]]:
+    """Per axis (of `asked`) and per combination of the stage's other axes, variant and model (where the axis does
+    not set them): the best level and where it lies at the grid's edge. `rows`: every run's last evaluation."""
+    rows = rows[rows["stage"] == stage]
+    metric = stage_metric(rows, axes, metric)
+    varied = decidable(rows, axes)
+    held = [c for c in HELD if c in rows and c not in varied and rows[c].nunique(dropna=False) > 1]
+    at = last_look_alpha(rows, alpha)
+    out = []
+    for axis in wanted_axes(varied, asked):
+        alongside = [c for c in held if rows.groupby(axis, dropna=False)[c].nunique(dropna=False).max() > 1]
+        cell = [c for c in [*varied, *alongside] if c != axis]
+        for decision in best(rows, metric, axis, cell, stage=stage, claim=CLAIM, alpha=at):
+            out.append((decision, edge(rows, axis, decision.choice)))
+    return out
+
+
+def as_json(decision: Decision, said_edge: str | None) -> dict[str, Any]:
+    """A decision as findings.json holds it: its record, the edge note, and its sentence."""
+    return {**decision.as_json(), "edge": said_edge, "said": sentence(decision, said_edge)}
+
+
+def mark(table: pd.DataFrame, decisions: list[tuple[Decision, str | None]]) -> pd.DataFrame:
+    """The stage's table with a `<axis>_best` column per decided axis: best (the decided choice), tied (the pick
+    and the levels the data cannot tell from it, where undecided), else empty. A held column the table does not
+    show (the model, where the variant sets it) is matched through the columns it shows."""
+    for axis in dict.fromkeys(d.axis for d, _ in decisions):
+        if column_name(axis) not in table:
+            continue
+        marks = {}
+        for d, _ in (pair for pair in decisions if pair[0].axis == axis):
+            shown = {column_name(k): v for k, v in d.cell.items() if column_name(k) in table}
+            for level in [d.choice, *d.tied]:
+                marks[(tuple(plain(v) for v in shown.values()), plain(level))] = BEST if d.decided else TIED
+        keys = [column_name(k) for k in next(d.cell for d, _ in decisions if d.axis == axis) if column_name(k) in table]
+        column = [
+            marks.get((tuple(plain(row[k]) for k in keys), plain(row[column_name(axis)])), "")
+            for _, row in table.iterrows()
+        ]
+        table = table.assign(**{f"{column_name(axis)}_best": column})
+    return table
