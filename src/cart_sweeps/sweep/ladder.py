@@ -129,7 +129,8 @@ def record(stage: Stage, ledger: Ledger, state: Walk) -> list[Call]:
     ledger.study.set_user_attr(RECORD, rows)
     d = design(stage)
     drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
-    shown = {"rungs": list(d.rungs), "seeds": d.first, "max_seeds": d.most, "prior": d.prior, "alpha": d.alpha}
+    shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
+    shown |= {"alpha": d.alpha}
     payload = {"design": shown | {"looks": d.looks}, "drift": drift, "records": rows}
     path = stage.sweep_dir / RECORD_FILE
     tmp = path.with_name(f".{RECORD_FILE}.tmp")

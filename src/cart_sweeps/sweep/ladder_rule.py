@@ -331,7 +331,8 @@ def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drif
         if c == j.best:
             if final or len(j.kept) == 1:
                 action = "decided" if len(j.kept) == 1 else "undecided"
-                text = "every other option dropped" if len(j.kept) == 1 else f"best, tied with {_open(j)}"
+                others = ", ".join(name(c) for c in j.kept[1:])
+                text = "every other option dropped" if len(j.kept) == 1 else f"best, not told from {others}"
             else:
                 action, text = "promoted", "the rung's best"
         elif c in j.dropped:
