@@ -198,7 +198,7 @@ def curves(study: Study, stage: str, metric: str) -> Figure:
             label = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, np.atleast_1d(config), strict=True))
             ax.plot(means.index, means.values, marker="o", label=label or "all")
         ax.set_xscale("log")
-        ax.set_xlabel("horizon (trainer.steps, paper numbers)")
+        ax.set_xlabel("horizon (steps of the run)")
         ax.set_title(f"d = {d}" if d is not None else stage)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(metric_label(metric))

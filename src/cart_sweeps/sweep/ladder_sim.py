@@ -216,12 +216,12 @@ def simulate(reps: int, sd: float = 0.005, seed: int = 0, ladder_design: Design 
                 runs["fixed (paper)"].append(fixed(kind, d, sd, rng, "paper"))
             runs["ladder"] += ladder(kind, sd, rng, chosen).values()
         base = float(np.mean([o.cost for o in runs["fixed (zoom)"]]))
-        for design, outcomes in runs.items():
+        for label, outcomes in runs.items():
             n = len(outcomes)
             rows.append(
                 Row(
                     kind,
-                    design,
+                    label,
                     sum(o.right for o in outcomes) / n,
                     sum(not o.decided for o in outcomes) / n,
                     sum(o.decided and not o.right for o in outcomes) / n,
