@@ -115,9 +115,16 @@ def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataF
     for (k, d, config), seeds in sorted(data.items(), key=lambda item: (item[0][0], str(item[0][1]))):
         call = said.get((k, d, config))
         out.append(
-            {"rung": k + 1, "steps": rungs[k], "d": d, "config": name(config), metric: float(np.mean(list(seeds.values()))),
-             "seeds": len(seeds), "action": call.action if call else "pending",
-             "reason": call.reason if call else ""}  # fmt: skip
+            {
+                "rung": k + 1,
+                "steps": rungs[k],
+                "d": d,
+                "config": name(config),
+                metric: float(np.mean(list(seeds.values()))),
+                "seeds": len(seeds),
+                "action": call.action if call else "pending",
+                "reason": call.reason if call else "",
+            }  # fmt: skip
         )
     table = pd.DataFrame(out)
     sign = require(metric).sign
@@ -128,7 +135,11 @@ def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataF
 def agreement_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
     rungs, data, _, _ = _walked(study, stage, metric, alpha)
     sign = require(metric).sign
-    last = {(d, *[v for _, v in c]): sign * np.array(list(s.values())) for (k, d, c), s in data.items() if k == len(rungs) - 1}
+    last = {
+        (d, *[v for _, v in c]): sign * np.array(list(s.values()))
+        for (k, d, c), s in data.items()
+        if k == len(rungs) - 1
+    }
     rng = np.random.default_rng(0)  # the same interval each time
     out = []
     for k in range(len(rungs) - 1):

@@ -41,7 +41,9 @@ def test_at_the_last_rung_the_ladder_decides_as_best_level():
     rng = np.random.default_rng(3)
     agree = []
     for _ in range(200):
-        values = {r: list(100 * np.exp(0.01 * (m + rng.normal(size=3)))) for r, m in zip((6, 8, 10), (0, 1.5, 3))}
+        values = {
+            r: list(100 * np.exp(0.01 * (m + rng.normal(size=3)))) for r, m in zip((6, 8, 10), (0, 1.5, 3), strict=True)
+        }
         agree.append((len(judge(values, PPL, 0.0, ALPHA, 1).kept) == 1) == best_level(values, PPL, ALPHA).decided)
     assert all(agree)
 

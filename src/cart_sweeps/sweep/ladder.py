@@ -219,7 +219,7 @@ def _fixed(stage: Stage, state: Walk, per: dict[tuple[Any, Cell], float], d: Des
 
 def _hours_per_config(stage: Stage, hours: dict[str, float]) -> dict[tuple[Any, Cell], float]:
     """GPU-hours per step of each configuration, from its first-rung run's estimate."""
-    out = {}
+    out: dict[tuple[Any, Cell], float] = {}
     for run in stage.runs:
         key = split(run.params)
         out[key] = max(out.get(key, 0.0), hours.get(run.run_id, 0.0) / stage.spec.rungs[0])

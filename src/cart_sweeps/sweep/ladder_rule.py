@@ -29,7 +29,7 @@ length and batch, and Stage 1 is one seed, so part of each change is recipe and 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
