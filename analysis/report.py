@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import search, stage_decisions, stage_tables
+from . import ladder, search, stage_decisions, stage_tables
 from .csv_input import ROW, unmeasured
 from .decisions import ALPHA
 from .errors import LeftOut
@@ -64,9 +64,10 @@ def run(
     every = study.final()  # claims see each run that exists, so an option without a valid value is said
     study = _measured(study, metric)
     final = _final(study)
-    figures = figure_jobs(study, metric) | search.search_jobs(study, metric)
+    figures = figure_jobs(study, metric) | search.search_jobs(study, metric) | ladder.figure_jobs(study, metric)
     own = stage_tables.names(study)
-    chosen = _selected([*TABLES, *own, *figures], only)
+    ladders = ladder.table_jobs(study, metric, alpha)
+    chosen = _selected([*TABLES, *own, *ladders, *figures], only)
     report, tables, decisions = Report(left_out=study.left_out), {}, []
     decidable = {s: stage_decisions.decidable(every[every["stage"] == s], a) for s, a in study.axes.items()}
     stage_decisions.check_asked(decide_axes, decidable)
@@ -77,7 +78,9 @@ def run(
                 if name in figures:
                     report.written += figures[name](folder / name)
                     continue
-                if name in own:
+                if name in ladders:
+                    tables[name] = ladders[name]()
+                elif name in own:
                     stage = stage_tables.stage_of(name)
                     tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
                     made = stage_decisions.decide_stage(every, stage, study.axes[stage], metric, alpha, decide_axes)
@@ -153,8 +156,9 @@ def _measured(study: Study, metric: str) -> Study:
 
 def runs_used(study: Study, table: str) -> str:
     """The line saying which runs a table used (empty without a selection: a results CSV)."""
-    if table.startswith(stage_tables.PREFIX):
-        chosen = [study.selection[s] for s in [stage_tables.stage_of(table)] if s in study.selection]
+    if table.startswith(stage_tables.PREFIX) or (ladder_stage := ladder.stage_of(table)) is not None:
+        stage = stage_tables.stage_of(table) if table.startswith(stage_tables.PREFIX) else ladder_stage
+        chosen = [study.selection[s] for s in [stage] if s in study.selection]
     else:
         roles = TABLES[table].reads
         chosen = [c for c in study.selection.values() if c.role in roles]

@@ -265,6 +265,10 @@ class StageConfig:
     replicates: int = 0  # a one-seed screen: per width, its K best configurations re-run with 2 more seeds
     max_seeds: int | None = None  # a seed axis: seeds added to a width's cells while its best R is undecided
     sentinels: int = 0  # select=zoom: per width, also the K configurations ranked just below the cutoff
+    # A ladder of horizons (sweep/ladder.py, docs/ladder.md): each run's trainer.steps, paper numbers; [] for none
+    rungs: list[int] = field(default_factory=list)
+    drift: float | None = None  # a gap's change per unit of ln(horizon) before two rungs (None: the paper's)
+    branch: bool = False  # trainer.schedule=wsd: a promoted run branches from the previous rung's stable phase
     # Set by the sweep: the keys this stage's runs differ in that a label does not always show (trainer.lr, ...),
     # so each run's label, folder, summary and W&B name show them (run_label).
     varied: list[str] = field(default_factory=list)

@@ -28,7 +28,7 @@ from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.register import stage_paths
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep import adaptive
+from cart_sweeps.sweep import adaptive, ladder
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import LOCK, Held, Results, Standing, standing
 from cart_sweeps.sweep.expand import Run, Stage
@@ -159,7 +159,8 @@ def columns(stage: Stage) -> list[str]:
 def rows(stage: Stage) -> list[dict[str, Any]]:
     """One row per run, in `columns(stage)` order and launch order."""
     history = read_history(stage)
-    runs = [*stage.known_runs(history or {}), *(a.run for a in adaptive.earlier(stage, history or {}))]
+    rule = ladder if stage.spec.rungs else adaptive
+    runs = [*stage.known_runs(history or {}), *(a.run for a in rule.earlier(stage, history or {}))]
     found = Results()
     held = {run.run_id: found.held(run, (history or {}).get(run.run_id, [])) for run in runs}  # read once
     results = ((run, h.summary if (h := held[run.run_id]) else None) for run in runs)
@@ -305,7 +306,8 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
         console.print(line, highlight=False)
     if line := runset_line(stage):
         console.print(line, highlight=False)
-    for line in adaptive.plan_lines(stage, {r["run_id"]: r["gpu_hours"] for r in table_rows}):
+    rule_lines = ladder.plan_lines if stage.spec.rungs else adaptive.plan_lines
+    for line in rule_lines(stage, {r["run_id"]: r["gpu_hours"] for r in table_rows}):
         console.print(line, highlight=False)
 
 

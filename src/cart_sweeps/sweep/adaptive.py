@@ -63,7 +63,7 @@ def check(stage: Stage) -> None:
         )
     if spec.replicates < 0:
         raise ConfigError(f"stage.replicates={spec.replicates} must be >= 0 (configurations re-run per width)")
-    if spec.max_seeds is not None:
+    if spec.max_seeds is not None and not spec.rungs:  # a ladder checks its own (sweep/ladder.py)
         if spec.replicates:
             raise ConfigError("stage.max_seeds and stage.replicates both add seeds: use one (replicates for a screen)")
         if SEED not in stage.axes or len(stage.axes.get(R, [])) < 2:
@@ -263,8 +263,9 @@ def seeds_in_every(order: list[int], cells: list[dict[int, float]]) -> int:
 
 
 def stage_looks(stage: Stage) -> int:
-    """How often the stage's rule may decide (decide.looks): each look tests at alpha / looks."""
-    return looks(len(stage.axes.get(SEED, [])), stage.spec.max_seeds)
+    """How often the stage's rule may decide (decide.looks; a ladder's at each rung): each look tests at
+    alpha / looks."""
+    return looks(len(stage.axes.get(SEED, [])), stage.spec.max_seeds) * max(1, len(stage.spec.rungs))
 
 
 def recorded_looks(stage: Stage) -> int:

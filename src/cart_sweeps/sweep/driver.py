@@ -26,7 +26,7 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep import adaptive
+from cart_sweeps.sweep import adaptive, ladder
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
@@ -194,7 +194,8 @@ class StageDriver:
         self.misplaced: list[tuple[Run, str]] = []  # moved or occupied: trained once its folder is put right
         self.results = Results()
         self.progress: Progress | None = None
-        earlier = adaptive.earlier(stage, self.history)  # runs a seed rule added: resumed or skipped like the grid's
+        rule = ladder if stage.spec.rungs else adaptive
+        earlier = rule.earlier(stage, self.history)  # runs a seed rule added: resumed or skipped like the grid's
         self.why = {a.run.run_id: a.why for a in earlier}
         self.known = [*stage.known_runs(self.history), *(a.run for a in earlier)]
         ledger.record_launch([run.run_id for run in self.known], list(arguments), after)
@@ -274,9 +275,12 @@ class StageDriver:
     def _add_round(self) -> None:
         """Queue the runs the stage's seed rule adds now (sweep/adaptive.py), each with why; none after a run
         failed for good (its cell would stay short of the round's seed)."""
-        if self.failed_finally or not adaptive.adds(self.stage):
+        ladders = bool(self.stage.spec.rungs)
+        if self.failed_finally or not (ladders or adaptive.adds(self.stage)):
             return
-        added = [a for a in adaptive.next_round(self.stage) if a.run.run_id not in self.why]
+        say = lambda line: print(line, flush=True)  # noqa: E731
+        rule = ladder.next_round(self.stage, self.ledger, say) if ladders else adaptive.next_round(self.stage)
+        added = [a for a in rule if a.run.run_id not in self.why]
         for a in added:
             print(f"stage {self.stage.name}: {a.run.label}: {a.why}", flush=True)
             self.why[a.run.run_id] = a.why

@@ -28,7 +28,7 @@ from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_f
 from cart_sweeps.options import StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
-from cart_sweeps.sweep import adaptive, space
+from cart_sweeps.sweep import adaptive, ladder, space
 from cart_sweeps.sweep.overrides import Arguments, axis_value, format_value, split_arguments
 from cart_sweeps.sweep.runset import RunSet, stage_runs
 from cart_sweeps.sweep.scale import check_apart, to_paper, to_scale
@@ -96,6 +96,8 @@ class Stage:
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
         grid = cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True))
+        if self.spec.rungs:  # a ladder: every run's horizon is a param (its first rung's runs are the grid's)
+            grid = {**grid, ladder.STEPS: list(self.spec.rungs)}
         sizes = {**{k: len(v) for k, v in grid.items()}, **self.args.sizes}
         if self.spec.variants:
             sizes[VARIANT] = len(self.spec.variants)
@@ -137,6 +139,7 @@ class Stage:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
         adaptive.check(self)
+        ladder.check(self)
 
     def _as_paper(self, key: str, value: Any) -> Any:
         """A stage's value in the paper's numbers (a width the scale shows read back), or as written where the
@@ -197,6 +200,8 @@ class Stage:
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
             self._check_size({"zoom candidates": len(cands), **{k: len(v) for k, v in rest.items()}})
             return ({**c, **g} for c in cands for g in product(rest))
+        if self.spec.rungs:
+            return (p for p in product(self.axes) if p[ladder.STEPS] == self.spec.rungs[0])
         return product(self.axes)
 
     def _grid_runs(self) -> list[Run]:

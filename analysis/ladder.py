@@ -1,0 +1,221 @@
+"""The analysis of a ladder stage (a stage whose runs vary trainer.steps over its rungs: docs/ladder.md).
+
+Per ladder stage `<s>`:
+
+- `ladder_<s>_rungs`: per rung, width and configuration, the seed mean, seeds, rank within the width, and
+  what the ladder decided there (promoted, dropped, decided, undecided), recomputed from the runs through the
+  driver's own rule (cart_sweeps.sweep.ladder_rule.walk, with the design the driver recorded in the stage
+  folder; from a CSV, inferred: the default drift prior and --alpha). Steps are the runs' own (at the scale);
+  the rule's allowance uses the recorded rungs (paper numbers);
+- `ladder_<s>_agreement`: how well each rung's ranking predicts the last rung's: the share of pairs of
+  configurations (of one width) run at both that the two order alike, with a bootstrap interval
+  (analysis.promotion.agreement: DataDecide's decision accuracy). Only the configurations the ladder kept
+  reach the last rung, so these pairs are the close ones: a lower bound on a full grid's agreement;
+- `ladder_<s>_drift`: each gap's change from one rung to the next (a configuration against the later rung's
+  best, on the metric's tested scale) per unit of ln(horizon), then the measured root-mean-square rate with
+  its 90% interval beside the prior the first rung used, and whether the prior lies within, below or above it;
+- figure `ladder_<s>_curves`: per width, each configuration's seed-mean metric against the horizon.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from cart_sweeps.metric import require
+from cart_sweeps.sweep.adaptive import SEEDS
+from cart_sweeps.sweep.ladder import RECORD_FILE
+from cart_sweeps.sweep.ladder_rule import DRIFT_PRIOR, Design, Walk, measured_rate, name, walk
+
+from .errors import AnalysisError
+from .figures import metric_label, save
+from .load import Study
+from .promotion import agreement
+
+STEPS, D, SEED = "trainer.steps", "model.d_model", "seed"
+PREFIX = "ladder_"
+KINDS = ("rungs", "agreement", "drift")
+
+
+def stages(study: Study) -> list[str]:
+    """The ladder stages: those whose runs vary trainer.steps."""
+    return sorted(s for s, axes in study.axes.items() if STEPS in axes.columns and not axes.search)
+
+
+def stage_of(table: str) -> str | None:
+    """The stage a ladder table or figure is of (None: not a ladder's)."""
+    if not table.startswith(PREFIX):
+        return None
+    return table.removeprefix(PREFIX).rsplit("_", 1)[0]
+
+
+def _config_keys(study: Study, stage: str) -> list[str]:
+    return [c for c in study.axes[stage].columns if c not in (D, SEED, STEPS)]
+
+
+def _rows(study: Study, stage: str, metric: str) -> pd.DataFrame:
+    final = study.final()
+    rows = final[(final["stage"] == stage)].dropna(subset=[metric, STEPS])
+    if rows.empty:
+        raise AnalysisError(f"ladder stage {stage} has no completed runs with {metric}")
+    return rows
+
+
+def _data(rows: pd.DataFrame, keys: list[str], metric: str) -> tuple[list[int], dict, dict]:
+    """(rungs, groups: width -> configurations, data: (rung, width, config) -> seed -> value), as walk reads."""
+    rungs = sorted(int(h) for h in rows[STEPS].unique())
+    data: dict = {}
+    groups: dict = {}
+    for _, row in rows.iterrows():
+        config = tuple((k, row[k]) for k in keys)
+        d = row[D] if D in row else None
+        k = rungs.index(int(row[STEPS]))
+        data.setdefault((k, d, config), {})[int(row[SEED])] = float(row[metric])
+        if k == 0 and config not in groups.setdefault(d, []):
+            groups[d].append(config)
+    return rungs, groups, data
+
+
+def _design(study: Study, stage: str, rungs: list[int], data: dict, metric: str, alpha: float) -> Design:
+    """The ladder as the stage ran it: the design its driver recorded (RECORD_FILE in the stage folder), else,
+    from a CSV, inferred: the seeds every cell has as the grid's, as many at most as any cell has, the default
+    drift prior and `alpha`."""
+    path = Path(study.source) / stage / RECORD_FILE
+    if path.is_file():
+        shown = json.loads(path.read_text())["design"]
+        seeds = tuple(shown["seeds"])
+        return Design(tuple(shown["rungs"]), seeds, shown["grid_seeds"], len(seeds), require(metric), shown["prior"],
+                      shown["alpha"])  # fmt: skip
+    cells = [set(v) for v in data.values()]
+    grid = sorted(set.intersection(*cells), key=lambda s: (s not in SEEDS, s))
+    order = [*grid, *(s for s in SEEDS if s not in grid)]
+    return Design(tuple(rungs), tuple(order), len(grid), max(map(len, cells)), require(metric), DRIFT_PRIOR, alpha)
+
+
+def _walked(study: Study, stage: str, metric: str, alpha: float) -> tuple[list[int], dict, Walk, list[str]]:
+    rows = _rows(study, stage, metric)
+    keys = _config_keys(study, stage)
+    rungs, groups, data = _data(rows, keys, metric)
+    if len(rungs) < 2:
+        raise AnalysisError(f"ladder stage {stage} has runs at one horizon only ({rungs[0]} steps)")
+    return rungs, data, walk(_design(study, stage, rungs, data, metric, alpha), groups, data), keys
+
+
+def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
+    rungs, data, state, _ = _walked(study, stage, metric, alpha)
+    said = {(c.rung, c.group, c.config): c for c in state.calls}
+    out = []
+    for (k, d, config), seeds in sorted(data.items(), key=lambda item: (item[0][0], str(item[0][1]))):
+        call = said.get((k, d, config))
+        out.append(
+            {
+                "rung": k + 1,
+                "steps": rungs[k],
+                "d": d,
+                "config": name(config),
+                metric: float(np.mean(list(seeds.values()))),
+                "seeds": len(seeds),
+                "action": call.action if call else "pending",
+                "reason": call.reason if call else "",
+            }  # fmt: skip
+        )
+    table = pd.DataFrame(out)
+    sign = require(metric).sign
+    table["rank"] = table.groupby(["rung", "d"])[metric].rank(method="min", ascending=sign > 0).astype(int)
+    return table.sort_values(["rung", "d", "rank"], kind="stable").reset_index(drop=True)
+
+
+def agreement_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
+    rungs, data, _, _ = _walked(study, stage, metric, alpha)
+    sign = require(metric).sign
+    last = {
+        (d, *[v for _, v in c]): sign * np.array(list(s.values()))
+        for (k, d, c), s in data.items()
+        if k == len(rungs) - 1
+    }
+    rng = np.random.default_rng(0)  # the same interval each time
+    out = []
+    for k in range(len(rungs) - 1):
+        here = {(d, *[v for _, v in c]): sign * np.array(list(s.values())) for (r, d, c), s in data.items() if r == k}
+        pairs, share, low, high = agreement(here, last, rng)
+        out.append({"rung": k + 1, "steps": rungs[k], "final_steps": rungs[-1], "pairs": pairs, "agreement": share,
+                    "ci_low": low, "ci_high": high})  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def drift_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
+    rungs, data, state, _ = _walked(study, stage, metric, alpha)
+    m = require(metric)
+    score = {key: float(np.mean([m.scaled(v) for v in s.values()])) for key, s in data.items()}
+    out, rates = [], []
+    for k in range(len(rungs) - 1):
+        span = math.log(rungs[k + 1] / rungs[k])
+        for d in sorted({d for (_, d, _) in data}, key=str):
+            shared = [c for (r, g, c) in data if r == k + 1 and g == d and (k, d, c) in data]
+            if len(shared) < 2:
+                continue
+            ref = min(shared, key=lambda c: score[(k + 1, d, c)])
+            for c in shared:
+                if c == ref:
+                    continue
+                before = score[(k, d, c)] - score[(k, d, ref)]
+                after = score[(k + 1, d, c)] - score[(k + 1, d, ref)]
+                rates.append((before - after) / span)
+                out.append({"from": rungs[k], "to": rungs[k + 1], "d": d, "config": name(c), "against": name(ref),
+                            "gap_from": round(before, 6), "gap_to": round(after, 6),
+                            "closed_per_ln_h": round((before - after) / span, 6)})  # fmt: skip
+    if rates:
+        measured = measured_rate(rates, [0.0] * len(rates))  # the raw changes, noise and all: an upper view
+        rms = math.sqrt(sum(r * r for r in rates) / len(rates))
+        low, high = measured.interval or (0.0, 0.0)
+        where = "within" if low <= DRIFT_PRIOR <= high else ("below" if DRIFT_PRIOR < low else "above")
+        out.append({"from": rungs[0], "to": rungs[-1], "d": "all", "config": "root mean square",
+                    "closed_per_ln_h": round(rms, 6), "ci_low": round(low, 6), "ci_high": round(high, 6),
+                    "prior": DRIFT_PRIOR, "prior_is": f"{where} the 90% interval"})  # fmt: skip
+    if not out:
+        raise AnalysisError(f"ladder stage {stage} has no configuration run at two rungs beside its best")
+    return pd.DataFrame(out)
+
+
+BUILDERS = {"rungs": rungs_table, "agreement": agreement_table, "drift": drift_table}
+
+
+def table_jobs(study: Study, metric: str, alpha: float) -> dict[str, Callable[[], pd.DataFrame]]:
+    """Every ladder table the study's stages could give, by name."""
+    return {
+        f"{PREFIX}{stage}_{kind}": partial(build, study, stage, metric, alpha)
+        for stage in stages(study)
+        for kind, build in BUILDERS.items()
+    }
+
+
+def curves(study: Study, stage: str, metric: str) -> Figure:
+    rows = _rows(study, stage, metric)
+    keys = _config_keys(study, stage)
+    widths = sorted(rows[D].unique()) if D in rows else [None]
+    fig = Figure(figsize=(3.6 * len(widths), 3.4))
+    axes = fig.subplots(1, len(widths), squeeze=False)[0]
+    for ax, d in zip(axes, widths, strict=True):
+        here = rows[rows[D] == d] if d is not None else rows
+        for config, group in here.groupby(keys, sort=True) if keys else [((), here)]:
+            means = group.groupby(STEPS)[metric].mean()
+            label = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, np.atleast_1d(config), strict=True))
+            ax.plot(means.index, means.values, marker="o", label=label or "all")
+        ax.set_xscale("log")
+        ax.set_xlabel("horizon (steps of the run)")
+        ax.set_title(f"d = {d}" if d is not None else stage)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(metric_label(metric))
+    fig.suptitle(f"ladder {stage}: each configuration against the horizon")
+    return fig
+
+
+def figure_jobs(study: Study, metric: str) -> dict[str, Callable[[Path], list[Path]]]:
+    return {f"{PREFIX}{stage}_curves": partial(save, partial(curves, study, stage, metric)) for stage in stages(study)}

@@ -1,0 +1,239 @@
+"""A ladder stage (`stage.rungs=[3000, 10000, 30500]`, docs/ladder.md): its grid runs at the first horizon,
+and each later rung's runs are fresh runs of the configurations the rule (sweep/ladder_rule.py) keeps.
+
+The horizon is the run's `trainer.steps`, a param of every run (paper numbers, mapped through the scale as
+any step count). What to run next follows from the run set alone (runset.stage_runs, as the analysis reads
+it), so a relaunch recomputes the same ladder: done runs are skipped, runs cut off are resumed, and each
+added run's trial records why it exists (adaptive.WHY). Every promotion and drop, with its reason, is
+recorded in the ledger (the study's user attribute RECORD) and in the stage folder (RECORD_FILE), for the
+analysis.
+
+`stage.branch=true` with `trainer.schedule=wsd` (`branch_overrides`): a promoted run starts from the previous
+rung's run of the same configuration and seed at the end of that run's stable phase, so a rung costs its
+extra steps and its cooldown, not its whole length.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from optuna.trial import FrozenTrial
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.sweep.adaptive import SEED, WHY, Added, Cell, ranked_by, seed_order
+from cart_sweeps.sweep.ladder_rule import DRIFT_PRIOR, Call, Design, Walk, name, walk
+from cart_sweeps.sweep.runset import stage_runs
+
+if TYPE_CHECKING:
+    from cart_sweeps.sweep.expand import Stage
+    from cart_sweeps.sweep.ledger import Ledger
+
+STEPS, D = "trainer.steps", "model.d_model"
+RECORD = "ladder"  # the ledger study's user attribute: the ladder's records
+RECORD_FILE = "ladder.json"  # the same, with the design, in the stage folder
+
+
+def check(stage: Stage) -> None:
+    """Refuse, in one line, a ladder this stage cannot run."""
+    spec = stage.spec
+    if not spec.rungs:
+        if spec.branch:
+            raise ConfigError("stage.branch=true branches a ladder's rungs: set stage.rungs=[...] too")
+        return
+    rungs = list(spec.rungs)
+    if len(rungs) < 2 or any(not isinstance(h, int) or h < 1 for h in rungs) or rungs != sorted(set(rungs)):
+        raise ConfigError(f"stage.rungs={rungs} must be two or more increasing step counts (paper numbers)")
+    if STEPS in spec.grid or STEPS in stage.args.passed or STEPS in stage.args.axes:
+        raise ConfigError(f"stage.rungs sets each run's {STEPS}: drop {STEPS} from the grid and the command line")
+    if not stage.runs:
+        raise ConfigError("stage.rungs runs a grid, not a search")
+    if len(stage.axes.get(SEED, [])) < 2:
+        raise ConfigError(
+            f"stage.rungs drops only what the rung's seed noise tells apart: stage {stage.name} needs a grid over at "
+            "least two seeds (seed=42,137)"
+        )
+    if spec.max_seeds is not None and not len(stage.axes[SEED]) <= spec.max_seeds <= len(seed_order(stage.axes[SEED])):
+        raise ConfigError(
+            f"stage.max_seeds={spec.max_seeds} must lie between the grid's {len(stage.axes[SEED])} seeds and "
+            f"{len(seed_order(stage.axes[SEED]))}"
+        )
+    if spec.drift is not None and not spec.drift >= 0:
+        raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
+    if spec.branch and stage.base.trainer.get("schedule", "cosine") != "wsd":
+        raise ConfigError("stage.branch=true continues a run's stable phase: it needs trainer.schedule=wsd")
+
+
+def design(stage: Stage) -> Design:
+    """The stage's ladder: its rungs, seeds, most seeds, metric, prior drift and alpha."""
+    spec, grid_seeds = stage.spec, stage.axes[SEED]
+    prior = DRIFT_PRIOR if spec.drift is None else float(spec.drift)
+    most = spec.max_seeds if spec.max_seeds is not None else len(grid_seeds)
+    return Design(tuple(spec.rungs), tuple(seed_order(grid_seeds)), len(grid_seeds), most, ranked_by(stage), prior)
+
+
+def split(params: dict[str, Any]) -> tuple[Any, Cell]:
+    """A run's (decision group, configuration): its width, and its params less width, seed and horizon."""
+    config = tuple(sorted((k, v) for k, v in params.items() if k not in (D, SEED, STEPS)))
+    return params.get(D), config
+
+
+def groups(stage: Stage) -> dict[Any, list[Cell]]:
+    """Each width's configurations, as the grid lists them."""
+    out: dict[Any, list[Cell]] = defaultdict(list)
+    for run in stage.runs:
+        if run.params.get(SEED) == stage.axes[SEED][0]:
+            group, config = split(run.params)
+            out[group].append(config)
+    return dict(out)
+
+
+def current(stage: Stage) -> Walk:
+    """The ladder on the stage's results so far (the runs its conclusions use)."""
+    rung_of = {h: k for k, h in enumerate(stage.spec.rungs)}
+    data: dict[tuple[int, Any, Cell], dict[int, float]] = defaultdict(dict)
+    metric = stage.base.sweep.metric
+    for run in stage_runs(Path(stage.base.paths.runs), stage.name).used:
+        value = run.summary.value(metric) if run.summary else None
+        if value is not None and run.params.get(STEPS) in rung_of and SEED in run.params:
+            group, config = split(run.params)
+            data[(rung_of[run.params[STEPS]], group, config)][int(run.params[SEED])] = value
+    return walk(design(stage), groups(stage), data)
+
+
+def params_of(stage: Stage, rung: int, group: Any, config: Cell, seed: int) -> dict[str, Any]:
+    """The grid point of a configuration at a rung and seed (paper numbers)."""
+    return {**({D: group} if group is not None else {}), **dict(config), STEPS: stage.spec.rungs[rung], SEED: seed}
+
+
+def next_round(stage: Stage, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
+    """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are
+    written to the ledger and the stage folder."""
+    state = current(stage)
+    new = record(stage, ledger, state)
+    for call in new:
+        if call.action != "promoted":
+            say(f"stage {stage.name}: {call.action}: {call.reason}")
+    grid = {run.run_id for run in stage.runs}
+    wanted = [Added(stage.run(params_of(stage, w.rung, w.group, w.config, w.seed)), w.why) for w in state.wants]
+    return [a for a in wanted if a.run.run_id not in grid]
+
+
+def record(stage: Stage, ledger: Ledger, state: Walk) -> list[Call]:
+    """Write the ladder's records (ledger and RECORD_FILE); the ones not written before."""
+    rows = [as_row(c) for c in state.calls]
+    before = ledger.study.user_attrs.get(RECORD, [])
+    ledger.study.set_user_attr(RECORD, rows)
+    d = design(stage)
+    drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
+    shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
+    shown |= {"alpha": d.alpha}
+    payload = {"design": shown | {"looks": d.looks}, "drift": drift, "records": rows}
+    path = stage.sweep_dir / RECORD_FILE
+    tmp = path.with_name(f".{RECORD_FILE}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    tmp.replace(path)
+    return [c for c, row in zip(state.calls, rows, strict=True) if row not in before]
+
+
+def as_row(call: Call) -> dict[str, Any]:
+    return {
+        "rung": call.rung + 1,
+        "steps": call.horizon,
+        "group": name(call.group),
+        "config": name(call.config),
+        "action": call.action,
+        "reason": call.reason,
+    }
+
+
+def earlier(stage: Stage, history: dict[str, list[FrozenTrial]]) -> list[Added]:
+    """The runs earlier launches added to this ladder (so a relaunch resumes or skips them)."""
+    configs = {(g, c) for g, cs in groups(stage).items() for c in cs}
+    out = []
+    for trials in history.values():
+        attrs, params = trials[-1].user_attrs, dict(trials[-1].params)
+        if WHY in attrs and split(params) in configs and params.get(STEPS) in stage.spec.rungs:
+            out.append(Added(stage.run(params), str(attrs[WHY])))
+    return out
+
+
+def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
+    """What `plan` says of a ladder: per rung, its runs and GPU-hours at most (every configuration, at most
+    seeds) and as expected from what the ladder has measured (the configurations its records promoted to the
+    rung, at the grid's seeds; for rungs past the last settled one, the configurations still in; before any
+    run, every configuration: no drop is assumed without a measurement), and the paper's fixed design on the
+    same grid at this stage's recipe (one seed per configuration at the first rung, the zoom's candidates
+    with three seeds at the last)."""
+    d, state = design(stage), current(stage)
+    per = _hours_per_config(stage, hours)
+    configs = [(g, c) for g, cs in groups(stage).items() for c in cs]
+    lines = [f"ladder: rungs {list(d.rungs)} steps, {d.first} seeds per cell (at most {d.most}), alpha {d.alpha:g} / "
+             f"{d.looks} looks; drift prior {d.prior:.2%} per ln-horizon (stage.drift)"]  # fmt: skip
+    total_most = total_expected = 0.0
+    alive = configs
+    for k, h in enumerate(d.rungs):
+        settled = [c for c in state.calls if c.rung == k - 1]
+        if k and settled:
+            alive = [(c.group, c.config) for c in settled if c.action == "promoted"]
+        seeds = [n for (r, _), j in state.judged.items() if r == k for n in [j.options[0].seeds] if j.options]
+        n_seeds = max(seeds, default=d.first)
+        most = sum(per[key] * h for key in configs) * d.most
+        expected = sum(per[key] * h for key in alive) * n_seeds
+        total_most, total_expected = total_most + most, total_expected + expected
+        basis = "measured" if (k == 0 or settled) and state.judged else "no measurement yet: no drop assumed"
+        lines.append(
+            f"  rung {k + 1} ({h} steps): at most {len(configs) * d.most} runs, {most:,.2f} GPU-hours; expected "
+            f"{len(alive) * n_seeds} runs, {expected:,.2f} GPU-hours ({basis})"
+        )
+    lines.append(
+        f"  total: {total_most:,.2f} GPU-hours at most, {total_expected:,.2f} expected; the paper's fixed design on "
+        f"this grid (1 seed at {d.rungs[0]}, the zoom's candidates x 3 seeds at {d.rungs[-1]}): "
+        f"{_fixed(stage, state, per, d):,.2f}"
+    )
+    return lines
+
+
+def _fixed(stage: Stage, state: Walk, per: dict[tuple[Any, Cell], float], d: Design) -> float:
+    """GPU-hours of the paper's two stages on the ladder's grid: the screen, and per width the zoom's cross
+    (sweep/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
+    where measured (the grid's order before), 3 seeds each."""
+    from cart_sweeps.sweep.zoom import promoted
+
+    hours = sum(per.values()) * d.rungs[0]
+    for g, cs in groups(stage).items():
+        j = state.judged.get((0, g))
+        rank = {o.level: o.rank for o in j.options} if j else {}
+        ranked = sorted(cs, key=lambda c: rank.get(c, 0.0))
+        if len(cs[0]) == 2:
+            cross = set(promoted([(c[0][1], c[1][1]) for c in ranked]))
+            chosen = [c for c in cs if (c[0][1], c[1][1]) in cross]
+        else:
+            chosen = ranked[:3]
+        hours += sum(per[(g, c)] for c in chosen) * d.rungs[-1] * 3
+    return hours
+
+
+def _hours_per_config(stage: Stage, hours: dict[str, float]) -> dict[tuple[Any, Cell], float]:
+    """GPU-hours per step of each configuration, from its first-rung run's estimate."""
+    out: dict[tuple[Any, Cell], float] = {}
+    for run in stage.runs:
+        key = split(run.params)
+        out[key] = max(out.get(key, 0.0), hours.get(run.run_id, 0.0) / stage.spec.rungs[0])
+    return out
+
+
+def branch_overrides(stage: Stage, rung: int, parent_folder: Path | None, steps: list[int]) -> list[str]:
+    """`stage.branch=true`: the overrides that make a rung's run a branch (the interface of trainer.schedule=wsd,
+    trainer.keep_checkpoints_at, trainer.branch_from, trainer.branch_step). `steps`: the rungs' run lengths at
+    this scale. A run keeps a resumable checkpoint where its stable phase ends (so the next rung can branch
+    from it); a promoted run starts from the previous rung's run of its configuration and seed there."""
+    fraction = float(stage.base.trainer.get("decay_fraction", 0.2))
+    stable = [round(h * (1 - fraction)) for h in steps]
+    out = ["trainer.schedule=wsd", f"trainer.keep_checkpoints_at=[{stable[rung]}]"]
+    if rung > 0 and parent_folder is not None:
+        out += [f"trainer.branch_from={parent_folder}", f"trainer.branch_step={stable[rung - 1]}"]
+    return out

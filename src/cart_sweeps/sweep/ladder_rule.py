@@ -1,0 +1,345 @@
+"""The ladder's decisions, from values alone: what a ladder stage (sweep/ladder.py) acts on and what its
+simulation (sweep/ladder_sim.py) tests, through this one entry point, `walk`.
+
+A ladder runs every configuration at its first horizon (rung), then, per decision group (a width), keeps
+only what is not decided worse than the rung's best by more than the drift allowance, and runs those again,
+fresh, at the next horizon, up to the last. A configuration is dropped at rung k when its gap to the rung's
+best (on the metric's tested scale, cart_sweeps.decide) exceeds the allowance significantly: a one-sided
+t-test of (gap - allowance) on the rung's pooled seed noise, doubled (the data chose the best), Holm's
+step-down over the group's comparisons, at alpha / looks. The allowance is how far a gap may still close
+between this horizon and the last: `rate x ln(last / this)`. The rate is the ladder's own measurement once
+two rungs exist (`measured_rate`), before that the prior `DRIFT_PRIOR` (or `stage.drift`). At the last rung
+the allowance is 0 and the test is `decide.best_level`'s: a group is decided when every other option is
+dropped. A group with one configuration left is decided there and runs no further rung.
+
+Looks: every rung may add seeds while a group is open (stage.max_seeds, one seed per round), so each group
+is tested at most rungs x (max_seeds - grid seeds + 1) times; each test is at alpha / that (Bonferroni over
+the looks, as decide.looks), so the whole ladder, whatever it stops on, drops or decides wrongly at most at
+alpha, provided the true change of each gap from a rung to the last stays within the allowance.
+
+The prior: the paper's own screen-to-confirm changes. At P=6, the gap R=8 - R=6 in log PPL_wiki, at 3,000
+steps (Stage 1) and at 30,500 (Stage 2, 3-seed means), REFERENCE.md section 5 (`PAPER_R6_R8`):
+d=256 +0.70% -> -2.10% (closed by 2.80%), d=512 -0.73% -> +0.39% (1.12%), d=768 -0.87% -> +0.06% (0.92%),
+d=1024 -1.04% -> +0.24% (1.27%), over ln(30,500 / 3,000) = 2.32 units of ln(horizon). Their root mean
+square, 1.70% / 2.32 = 0.0073 per unit, is DRIFT_PRIOR: the typical change, as the measured rate is (the
+largest, d=256's reversal, is 1.65x it). It errs towards keeping: the two stages also differ in sequence
+length and batch, and Stage 1 is one seed, so part of each change is recipe and noise, not horizon.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cart_sweeps.decide import Noise, Option, gap, holm, option, pool, resolution
+from cart_sweeps.metric import Metric
+
+# (R=6, R=8) PPL_wiki at P=6: Stage 1 at 3,000 steps, Stage 2 at 30,500 (REFERENCE.md section 5)
+PAPER_R6_R8 = {
+    256: ((184.9, 186.2), (41.165, 40.311)),
+    512: ((137.4, 136.4), (27.097, 27.203)),
+    768: ((116.0, 115.0), (22.850, 22.863)),
+    1024: ((98.75, 97.73), (20.354, 20.402)),
+}
+PAPER_HORIZONS = (3000, 30500)
+
+
+def paper_changes() -> dict[int, float]:
+    """Per width, how far the paper's R=8 - R=6 log gap moved from 3,000 to 30,500 steps."""
+    return {d: math.log(two[1] / two[0]) - math.log(one[1] / one[0]) for d, (one, two) in PAPER_R6_R8.items()}
+
+
+def paper_rate() -> float:
+    """The root mean square of `paper_changes` per unit of ln(horizon)."""
+    changes = list(paper_changes().values())
+    return math.sqrt(sum(c * c for c in changes) / len(changes)) / math.log(PAPER_HORIZONS[1] / PAPER_HORIZONS[0])
+
+
+DRIFT_PRIOR = round(paper_rate(), 4)
+
+
+def name(config: Any) -> str:
+    """A configuration as text: a cell's `n_loops=8 n_prelude=6`, else its repr."""
+    if isinstance(config, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in config):
+        return " ".join(f"{str(k).rsplit('.', 1)[-1]}={v}" for k, v in config)
+    return str(config)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One group at one rung: the best, each other option's Holm-adjusted p of being worse by more than the
+    allowance, which are dropped, and whether the group is open (an option neither best nor dropped)."""
+
+    best: Any
+    options: list[Option]  # best first
+    p: dict[Any, float]  # config -> adjusted p (1 where untested)
+    dropped: list[Any]
+    kept: list[Any]  # best first
+    noise: Noise | None
+    allowance: float
+    level: float  # alpha / looks
+
+    @property
+    def open(self) -> bool:
+        return len(self.kept) > 1
+
+
+def options(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Option]:
+    """The valid options of one group, best first, at the resolution of all their values."""
+    at = resolution([x for v in values.values() for x in v], metric)
+    valid = {c: v for c, v in values.items() if all(metric.valid(x) for x in v)}
+    return sorted((option(c, v, metric, at) for c, v in valid.items()), key=lambda o: o.rank)
+
+
+def judge(
+    values: Mapping[Any, Sequence[float]],
+    metric: Metric,
+    allowance: float,
+    alpha: float,
+    looks: int,
+    noise: Noise | None = None,
+) -> Judged:
+    """The rung's decision over each configuration's seed values (see the module's docstring); `noise`: the
+    rung's, pooled over every group (None: this group's own)."""
+    opts = options(values, metric)
+    noise = noise or pool(opts, "the group's seeds")
+    level = alpha / looks
+    keep_all = Judged(opts[0].level if opts else None, opts, {}, [], [o.level for o in opts], noise, allowance, level)
+    if len(opts) < 2 or len(opts) < len(values) or noise is None or not noise.measurable:
+        return keep_all
+    from scipy import stats  # as decide: only where a decision is computed
+
+    raw = []
+    for other in opts[1:]:
+        diff, se = gap(opts[0], other, noise)
+        raw.append(min(1.0, 2 * float(stats.t.sf((diff - allowance) / se, noise.df))) if se > 0 else 1.0)
+    adjusted = holm(np.array(raw))
+    p = {o.level: float(a) for o, a in zip(opts[1:], adjusted, strict=True)}
+    dropped = [c for c, a in p.items() if a <= level]
+    kept = [o.level for o in opts if o.level not in dropped]
+    return Judged(opts[0].level, opts, p, dropped, kept, noise, allowance, level)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The rate a gap may close per unit of ln(horizon), and where it comes from."""
+
+    rate: float
+    source: str  # "prior" or "measured"
+    closures: tuple[float, ...] = ()  # measured: each gap's change per unit of ln(horizon)
+    interval: tuple[float, float] | None = None  # measured: 90% interval of the root-mean-square rate
+
+
+def measured_rate(closures: Sequence[float], noise: Sequence[float]) -> Drift:
+    """The root mean square of the true changes per unit of ln(horizon), from the measured ones (`closures`)
+    and the variance each owes to seed noise (`noise`, same units): its 90% interval (chi-square on the
+    measured sum of squares, less the noise's share), and as the rate the interval's upper end."""
+    from scipy import stats
+
+    n, total, own = len(closures), float(sum(c * c for c in closures)), float(np.mean(noise))
+    low, high = (math.sqrt(max(0.0, total / stats.chi2.ppf(q, n) - own)) for q in (0.95, 0.05))
+    return Drift(high, "measured", tuple(closures), (low, high))
+
+
+@dataclass(frozen=True)
+class Design:
+    """A ladder: its horizons, its seeds in order (the grid's first), the grid's seed count and the most
+    per cell, the metric, the prior drift rate and alpha."""
+
+    rungs: tuple[int, ...]
+    seeds: tuple[int, ...]
+    first: int
+    most: int
+    metric: Metric
+    prior: float = DRIFT_PRIOR
+    alpha: float = 0.05
+
+    @property
+    def looks(self) -> int:
+        return len(self.rungs) * (self.most - self.first + 1)
+
+    def allowance(self, k: int, drift: Drift) -> float:
+        return drift.rate * math.log(self.rungs[-1] / self.rungs[k])
+
+
+@dataclass(frozen=True)
+class Want:
+    """A run the ladder asks for now: rung index, group, configuration, seed, and why."""
+
+    rung: int
+    group: Any
+    config: Any
+    seed: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """A record of the ladder: what became of a configuration at a rung, and why."""
+
+    rung: int
+    horizon: int
+    group: Any
+    config: Any
+    action: str  # promoted | dropped | decided | undecided | stopped
+    reason: str
+
+
+@dataclass
+class Walk:
+    """Where the ladder stands on the data so far: the runs it wants now, its records, each group's verdict
+    where it ended (rung, judged), and the drift each judged rung used."""
+
+    wants: list[Want] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    ended: dict[Any, tuple[int, Judged]] = field(default_factory=dict)
+    judged: dict[tuple[int, Any], Judged] = field(default_factory=dict)
+    drift: dict[int, Drift] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return not self.wants
+
+
+Data = Mapping[tuple[int, Any, Any], Mapping[int, float]]  # (rung, group, config) -> seed -> value
+
+
+def _have(design: Design, cells: Sequence[Mapping[int, float]]) -> int:
+    n = 0
+    while n < len(design.seeds) and all(design.seeds[n] in c for c in cells):
+        n += 1
+    return n
+
+
+def _drift(design: Design, k: int, members: Mapping[int, Mapping[Any, list[Any]]], data: Data) -> Drift:
+    """The drift rate rung k uses: the prior at the first rung, else measured on the grid's seeds of the
+    configurations run at both of each pair of consecutive rungs up to k (each group's gaps to its best at the
+    later rung)."""
+    if k == 0:
+        return Drift(design.prior, "prior")
+    n = design.first
+    seeds = design.seeds[:n]
+    closures, noise = [], []
+    for j in range(k):
+        span = math.log(design.rungs[j + 1] / design.rungs[j])
+        for group, later in members[j + 1].items():
+            shared = [c for c in later if c in members[j].get(group, [])]
+            if len(shared) < 2:
+                continue
+            scores = {
+                (r, c): [design.metric.scaled(data[(r, group, c)][s]) for s in seeds]
+                for r in (j, j + 1)
+                for c in shared
+            }
+            mean = {key: float(np.mean(v)) for key, v in scores.items()}
+            var = {
+                r: float(np.mean([np.var(scores[(r, c)], ddof=1) for c in shared])) if n > 1 else 0.0
+                for r in (j, j + 1)
+            }
+            ref = min(shared, key=lambda c: mean[(j + 1, c)])
+            for c in shared:
+                if c != ref:
+                    before, after = mean[(j, c)] - mean[(j, ref)], mean[(j + 1, c)] - mean[(j + 1, ref)]
+                    closures.append((before - after) / span)
+                    noise.append(2 * (var[j] + var[j + 1]) / n / span**2)
+    return measured_rate(closures, noise) if closures else Drift(design.prior, "prior")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Walk:
+    """The ladder over `groups` (group -> its configurations) on the values so far: the same data gives the
+    same walk, so a relaunch recomputes the same ladder."""
+    out = Walk()
+    members: dict[int, dict[Any, list[Any]]] = {0: {g: list(cs) for g, cs in groups.items()}}
+    last = len(design.rungs) - 1
+    for k, horizon in enumerate(design.rungs):
+        live = {g: m for g, m in members[k].items() if g not in out.ended}
+        if not live:
+            break
+        out.wants += [
+            Want(k, g, c, s, f"rung {k + 1} ({horizon} steps): grid seed")
+            for g, m in live.items()
+            for c in m
+            for s in design.seeds[: design.first]
+            if s not in data.get((k, g, c), {})
+        ]
+        if out.wants:
+            return out
+        drift = out.drift[k] = _drift(design, k, members, data)
+        allowance = design.allowance(k, drift)
+        members[k + 1] = {}
+        seeding = []
+        values = {
+            g: {c: [data[(k, g, c)][s] for s in design.seeds[: _have(design, [data[(k, g, c)] for c in m])]] for c in m}
+            for g, m in live.items()
+        }
+        noise = pool([o for v in values.values() for o in options(v, design.metric)], f"rung {k + 1}'s seeds")
+        for g, m in live.items():
+            have = len(next(iter(values[g].values())))
+            j = judge(values[g], design.metric, allowance, design.alpha, design.looks, noise)
+            out.judged[(k, g)] = j
+            if j.open and have < design.most:
+                why = f"rung {k + 1} ({horizon} steps): {name(g)} open with {have} seeds ({_open(j)})"
+                seeding += [Want(k, g, c, design.seeds[have], f"{why}; seed {design.seeds[have]} added") for c in m]
+                continue
+            out.calls += _calls(k, horizon, g, j, k == last, drift)
+            if k == last or len(j.kept) == 1:
+                out.ended[g] = (k, j)
+            else:
+                members[k + 1][g] = list(j.kept)
+        promoted = [
+            Want(k + 1, g, c, s, f"rung {k + 2} ({design.rungs[k + 1]} steps): promoted from rung {k + 1}")
+            for g, m in members[k + 1].items()
+            for c in m
+            for s in design.seeds[: design.first]
+            if s not in data.get((k + 1, g, c), {})
+        ] if k < last else []  # fmt: skip
+        if seeding:
+            out.wants += seeding + promoted
+            return out
+    return out
+
+
+def _open(j: Judged) -> str:
+    if j.noise is None or not j.noise.measurable:
+        return "no seed spread"
+    return f"{name(j.best)} not told from {', '.join(name(c) for c in j.kept[1:])}"
+
+
+def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drift) -> list[Call]:
+    """The records of one group's settled rung."""
+    where = f"at {horizon} steps, {name(group)}"
+    if j.noise is None or not j.noise.measurable:
+        basis = "no measurable seed spread: nothing dropped"
+    else:
+        basis = (
+            f"alpha/looks {j.level:.4g}, drift allowance {_pct(j.allowance)} ({drift.source} rate "
+            f"{_pct(drift.rate)} per ln-horizon), seed s.d. {_pct(j.noise.sd)}"
+        )
+    best = j.options[0] if j.options else None
+    out = []
+    for o in j.options:
+        c = o.level
+        worse = f"{_pct(o.score_mean - best.score_mean)} worse than {name(j.best)}" if best is not None else ""
+        if c == j.best:
+            if final or len(j.kept) == 1:
+                action = "decided" if len(j.kept) == 1 else "undecided"
+                others = ", ".join(name(c) for c in j.kept[1:])
+                text = "every other option dropped" if len(j.kept) == 1 else f"best, not told from {others}"
+            else:
+                action, text = "promoted", "the rung's best"
+        elif c in j.dropped:
+            action, text = "dropped", f"{worse} by more than the allowance, p={j.p[c]:.3g}"
+        else:
+            p = j.p.get(c)
+            action = "undecided" if final else "promoted"
+            text = f"{worse}, not beyond the allowance" + (f" (p={p:.3g})" if p is not None else "")
+        out.append(Call(k, horizon, group, c, action, f"{where}: {name(c)} {text}; {basis}"))
+    return out
