@@ -32,8 +32,8 @@ for package in ORDER:
         importlib.import_module(package + "." + name)
 import analysis, analysis.load
 import cart_sweeps.analysis.registry as registry, cart_sweeps.analysis.errors as errors
-from analysis.registry import TABLES
-from analysis.errors import AnalysisError
+from cart_sweeps.analysis.registry import TABLES
+from cart_sweeps.analysis.errors import AnalysisError
 same = [analysis is one, analysis.load is one.load, TABLES is registry.TABLES, AnalysisError is errors.AnalysisError]
 print(json.dumps([same, len(names)]))
 """

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
-from analysis.__main__ import main as analysis
+from cart_sweeps.analysis.__main__ import main as analysis
 from tests.stages import env, leftovers, sweep, sweep_cmd, trials, wait_for
 
 ARGS = ["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", "model.n_prelude=6"]

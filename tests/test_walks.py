@@ -193,7 +193,7 @@ BIGRAM_SPEC = """    "bigram": ModelSpec(
         shape=(),
         blocks=lambda m: 0,
         counts=lambda m: dict.fromkeys(("stored", "effective"), m.vocab_size * m.d_model + m.d_model) | {"core": 0},
-        prefix="bigram-",
+        kind="bigram",
     ),
 }
 """

@@ -186,7 +186,7 @@ def test_the_analysis_replays_a_wsd_runs_schedule():
     """The gate's weight-decay-only drift (analysis.stats) is computed from the schedule the run trained with."""
     import pandas as pd
 
-    from analysis.stats import lr_schedule, recipe_of
+    from cart_sweeps.analysis.stats import lr_schedule, recipe_of
 
     t = trainer("trainer.steps=30", "trainer.decay_shape=linear")
     stated = {k: t[k] for k in ("steps", "lr", "min_lr", "warmup_steps", "decay_fraction")}

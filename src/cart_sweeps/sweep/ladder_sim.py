@@ -40,7 +40,7 @@ from functools import cache
 
 import numpy as np
 
-from cart_sweeps.config import ModelConfig
+from cart_sweeps.composer import Composer
 from cart_sweeps.decide import ALPHA, best_level
 from cart_sweeps.metric import require
 from cart_sweeps.model import train_flops_per_token
@@ -125,8 +125,10 @@ def truth(kind: str, d: int, horizon: int) -> dict[Config, float]:
 
 @cache
 def flops(d: int, r: int, p: int, seq_len: int) -> float:
-    """Training FLOPs per token of a CART model at the paper's head size and vocabulary."""
-    return train_flops_per_token(ModelConfig(d_model=d, n_loops=r, n_prelude=p), seq_len)
+    """Training FLOPs per token of a CART model at the paper's head size and vocabulary (conf/model/cart.yaml,
+    composed as a paper-scale run has it)."""
+    shape = [f"model.d_model={d}", f"model.n_loops={r}", f"model.n_prelude={p}"]
+    return train_flops_per_token(Composer()(["scale=paper", *shape]).model, seq_len)
 
 
 def run_cost(d: int, c: Config, steps: int, recipe: tuple[int, int]) -> float:
