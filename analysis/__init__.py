@@ -2,7 +2,7 @@
 
 Reads what runs wrote (summary.json, metrics.jsonl) or a tidy CSV with pandas. Beside the commands in the
 layers (pyproject's [tool.importlinter]): it reads runs through cart_sweeps's run record (cart_sweeps.record),
-run set and ledger (cart_sweeps.sweep.runset, .ledger: optuna), and types through its schema and stage roles;
+run set and ledger (cart_sweeps.stagerecord.runset, .ledger: optuna), and types through its schema and stage roles;
 it imports no torch.
 
 One package under one name, the one the wheel ships: cart_sweeps.analysis. A checkout's `python -m cart_sweeps.analysis`

@@ -4,7 +4,7 @@ Per ladder stage `<s>`:
 
 - `ladder_<s>_rungs`: per rung, width and configuration, the seed mean, seeds, rank within the width, and
   what the ladder decided there (promoted, dropped, decided, undecided), recomputed from the runs through the
-  driver's own rule (cart_sweeps.sweep.ladder_rule.walk, with the design the driver recorded in the stage
+  driver's own rule (cart_sweeps.stagerecord.ladder_rule.walk, with the design the driver recorded in the stage
   folder; from a CSV, inferred: the default drift prior and --alpha). Steps are the runs' own (at the scale);
   the rule's allowance uses the recorded rungs (paper numbers);
 - `ladder_<s>_agreement`: how well each rung's ranking predicts the last rung's: the share of pairs of
@@ -29,10 +29,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from cart_sweeps.decide import SEEDS
 from cart_sweeps.metric import require
-from cart_sweeps.sweep.adaptive import SEEDS
-from cart_sweeps.sweep.ladder import RECORD_FILE
-from cart_sweeps.sweep.ladder_rule import DRIFT_PRIOR, Design, Walk, measured_rate, name, walk
+from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, RECORD_FILE, Design, Walk, measured_rate, name, walk
 
 from .errors import AnalysisError
 from .figures import metric_label, save

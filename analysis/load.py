@@ -21,8 +21,8 @@ import pandas as pd
 from cart_sweeps.metric import DEFAULT, metric, require_error
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS
+from cart_sweeps.stagerecord.runset import UNREADABLE, StageRun
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.runset import UNREADABLE, StageRun
 
 from . import csv_input
 from .errors import AnalysisError, LeftOut

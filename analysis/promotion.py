@@ -2,7 +2,7 @@
 well do the screen's and Stage 2's rankings agree, pair by pair?
 
 Per width: the screen's configurations (R, P) ranked by mean metric, the ones the zoom rule promotes
-(cart_sweeps.sweep.zoom.promoted: the best and its neighbours), and Stage 2's winner (best mean; both by the
+(cart_sweeps.stagerecord.zoom.promoted: the best and its neighbours), and Stage 2's winner (best mean; both by the
 study's one rule, cart_sweeps.decide.ranked). Whether
 the cutoff missed the winner can be told only where the screen ran the winner and Stage 2 also ran
 configurations below the cutoff (sentinels, `stage.sentinels=K`, or the paper's fixed candidates). The
@@ -21,7 +21,7 @@ import pandas as pd
 
 from cart_sweeps.decide import ranked
 from cart_sweeps.metric import require as require_metric
-from cart_sweeps.sweep.zoom import promoted
+from cart_sweeps.stagerecord.zoom import promoted
 
 from .load import AnalysisError, last_steps, rank_values
 from .stages import CONFIRM, SCREEN

@@ -1,6 +1,6 @@
 """Which runs each stage's tables use, and why the others do not.
 
-The runs are the stage's run set (cart_sweeps.sweep.runset): per table cell, its newest launched
+The runs are the stage's run set (cart_sweeps.stagerecord.runset): per table cell, its newest launched
 configuration, found through the ledger in the folders it names; `plan`, zoom/best selection and the
 dashboard read the same set. `--launch N` tables one launch instead, `--where` narrows further.
 Whatever is left out is listed, never dropped silently.
@@ -17,8 +17,8 @@ from typing import Any
 
 from cart_sweeps.metric import metric
 from cart_sweeps.record.runfolder import SUMMARY
-from cart_sweeps.sweep.ledger import LEDGER_FILES, LedgerDamaged
-from cart_sweeps.sweep.runset import RECORD, RunSet, StageRecord, StageRun, stage_runs
+from cart_sweeps.stagerecord.ledger import LEDGER_FILES, LedgerDamaged
+from cart_sweeps.stagerecord.runset import RECORD, RunSet, StageRecord, StageRun, stage_runs
 
 from .errors import AnalysisError
 from .stages import roles_of

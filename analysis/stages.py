@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cart_sweeps.options import StageRole
 from cart_sweeps.roles import stage_roles
-from cart_sweeps.sweep.runset import StageRecord
+from cart_sweeps.stagerecord.runset import StageRecord
 
 SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R, BENCHMARKS = (
     str(role)

@@ -20,9 +20,9 @@ from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
 from cart_sweeps.metric import require
+from cart_sweeps.stagerecord.zoom import promoted, sentinels
 from cart_sweeps.sweep.adaptive import plan_lines
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.zoom import promoted, sentinels
 
 STUDIES = 600
 R = (6, 8, 10)

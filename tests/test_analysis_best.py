@@ -15,8 +15,8 @@ from cart_sweeps.analysis.report import run
 from cart_sweeps.decide import best, ranked
 from cart_sweeps.metric import require
 from cart_sweeps.record.summary import RunSummary
-from cart_sweeps.sweep.runset import RunSet, StageRun
-from cart_sweeps.sweep.zoom import D, P, R, best_single_run, ranking
+from cart_sweeps.stagerecord.runset import RunSet, StageRun
+from cart_sweeps.stagerecord.zoom import D, P, R, best_single_run, ranking
 
 PPL = require("ppl_wiki")
 # Stage 2, P=6, two seeds: (d, R) -> ppl_wiki per seed. At d=32 the best single run (R=2 seed 1: 10.0) is not in
@@ -61,7 +61,7 @@ def tables(tmp_path_factory) -> dict[str, pd.DataFrame]:
 
 
 def _stage2_runs() -> RunSet:
-    """Stage 2's runs as the benchmarks stage reads them (cart_sweeps.sweep.runset), from the same numbers."""
+    """Stage 2's runs as the benchmarks stage reads them (cart_sweeps.stagerecord.runset), from the same numbers."""
     out = RunSet("2", "by hand")
     for (d, r), values in STAGE2.items():
         for seed, value in enumerate(values, start=1):

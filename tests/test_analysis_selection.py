@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from stages import with_fault
 
-from cart_sweeps.sweep.ledger import merged_launches
-from cart_sweeps.sweep.runset import StageRecord, stage_ledgers, stage_runs
+from cart_sweeps.stagerecord.ledger import merged_launches
+from cart_sweeps.stagerecord.runset import StageRecord, stage_ledgers, stage_runs
 
 pytestmark = pytest.mark.slow  # several launches of real stages: the full tier (make test-full)
 

@@ -166,7 +166,8 @@ def test_shell_completion_completes_both_spellings(tmp_path):
     )
     assert done.stdout.splitlines() == [
         "model.n_layers= model.n_loops=",
-        "stage=1 stage=2 stage=ablations stage=adhoc stage=benchmarks stage=ladder stage=lr stage=parity stage=variable_r",
+        "stage=1 stage=2 stage=ablations stage=adhoc stage=benchmarks stage=ladder stage=lr stage=parity "
+        "stage=variable_r",
         "trainer.steps=",
     ], done.stderr
 
@@ -215,9 +216,8 @@ def test_help_names_the_program_and_lists_options_only(tmp_path):
     """`cart_sweeps is powered by Hydra` (not __main__), launchers without their schemas, plan's every stage."""
     shown = cli("cart_sweeps", "--help", runs=tmp_path).stdout
     assert shown.startswith("cart_sweeps is powered by Hydra.") and "\nlauncher: local, slurm\n" in shown
-    assert (
-        "1|2|ablations|adhoc|benchmarks|ladder|lr|parity|variable_r" in cli("cart_sweeps.plan", "--help", runs=tmp_path).stdout
-    )
+    stages = "1|2|ablations|adhoc|benchmarks|ladder|lr|parity|variable_r"
+    assert stages in cli("cart_sweeps.plan", "--help", runs=tmp_path).stdout
 
 
 def test_widths_at_the_scale_read_back_to_the_papers():

@@ -22,9 +22,9 @@ from optuna.trial import TrialState
 from stages import env, read_only, small_disk, sweep, sweep_cmd, trials, wait_for, wait_until_gone, with_fault
 from test_identity import completed_source
 
+from cart_sweeps.stagerecord.ledger import Ledger
+from cart_sweeps.stagerecord.runset import stage_runs
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ledger import Ledger
-from cart_sweeps.sweep.runset import stage_runs
 
 pytestmark = pytest.mark.slow  # faults caused in real stages: the full tier (make test-full)
 

@@ -1,4 +1,4 @@
-"""The ladder's rule (cart_sweeps.sweep.ladder_rule), tested by simulation with a known truth through the entry
+"""The ladder's rule (cart_sweeps.stagerecord.ladder_rule), tested by simulation with a known truth through the entry
 point the ladder stage acts on (`walk`), against the paper's fixed design (cart_sweeps.sweep.ladder_sim); its
 prior from the paper's numbers; its last rung as decide.best_level; a ladder stage refused in one line where
 it cannot run; and `plan`'s per-rung costs."""
@@ -14,8 +14,8 @@ from cart_sweeps import plan
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, best_level
 from cart_sweeps.metric import require
+from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, Design, judge, walk
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ladder_rule import DRIFT_PRIOR, Design, judge, walk
 from cart_sweeps.sweep.ladder_sim import simulate
 
 PPL = require("ppl_wiki")

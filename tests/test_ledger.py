@@ -13,9 +13,9 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.stagerecord.ledger import Ledger, merged_attempts, merged_launches
+from cart_sweeps.stagerecord.trials import all_trials, database_of
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.ledger import Ledger, merged_attempts, merged_launches
-from cart_sweeps.sweep.trials import all_trials, database_of
 
 
 def open_when_released(sweep_dir: str, barrier) -> None:

@@ -22,8 +22,8 @@ from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_label
 from cart_sweeps.record.runfolder import write_summary
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.stagerecord.ledger import Ledger
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ledger import Ledger
 
 # REFERENCE section 5: Stage 1 PPL_wiki at step 3,000 with P=6 (d -> R -> ppl).
 STAGE1_P6 = {

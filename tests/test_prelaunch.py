@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from stages import env, sweep
 
-from cart_sweeps.sweep.runset import stage_runs
+from cart_sweeps.stagerecord.runset import stage_runs
 
 REPO = Path(__file__).parents[1]
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU visible to the local launcher, as on a CPU-only machine

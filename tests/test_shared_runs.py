@@ -14,8 +14,8 @@ from stages import sweep, trials
 
 from cart_sweeps import plan
 from cart_sweeps.analysis.load import load_runs
+from cart_sweeps.stagerecord.runset import stage_runs
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.runset import stage_runs
 
 pytestmark = pytest.mark.slow  # real stages launched and relaunched (~40 s): the full tier (make test-full)
 

@@ -1,4 +1,4 @@
-"""Where a run stands is one rule (sweep/standing.py): the run set the analysis and `plan` table by says what
+"""Where a run stands is one rule (stagerecord/standing.py): the run set the analysis and `plan` table by says what
 the driver acts on, in the two cases where they used to disagree. Real SQLite ledgers, no training."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.stagerecord.ledger import Ledger
+from cart_sweeps.stagerecord.runset import stage_runs
+from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.driver import standing
 from cart_sweeps.sweep.expand import Run
-from cart_sweeps.sweep.ledger import Ledger
-from cart_sweeps.sweep.runset import stage_runs
-from cart_sweeps.sweep.standing import Standing
 
 RUN_ID, LABEL = "0123456789ab", "d32-P2-R2-s42"
 

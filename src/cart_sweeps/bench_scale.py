@@ -103,9 +103,9 @@ def ledger_writes(trials: int, folder: Path) -> dict[str, float]:
     from sqlalchemy import event
 
     from cart_sweeps.record.summary import RunSummary
+    from cart_sweeps.stagerecord.ledger import Ledger
+    from cart_sweeps.stagerecord.trials import database_of
     from cart_sweeps.status import RunStatus
-    from cart_sweeps.sweep.ledger import Ledger
-    from cart_sweeps.sweep.trials import database_of
 
     ledger = Ledger.open(folder, "1", "sqlite", objective={"metric": "ppl_austen"})
     commits: list[int] = []
@@ -134,7 +134,7 @@ def ledger_read(trials: int, folder: Path) -> dict[str, float]:
     from optuna.distributions import BaseDistribution, IntDistribution
     from optuna.trial import TrialState, create_trial
 
-    from cart_sweeps.sweep.ledger import Ledger
+    from cart_sweeps.stagerecord.ledger import Ledger
 
     seeds: dict[str, BaseDistribution] = {"seed": IntDistribution(0, trials)}
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import optuna
 
 from cart_sweeps.record.runfolder import read_summary
+from cart_sweeps.stagerecord.ledger import LEDGER_FILES
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ledger import LEDGER_FILES
 from cart_sweeps.sweep.pool import capacity
 
 DEFAULT = ["stage=1", "scale=tiny", "launcher.slots=2"]

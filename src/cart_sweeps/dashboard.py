@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.config import ConfigError
-from cart_sweeps.sweep.runset import StageRecord
+from cart_sweeps.stagerecord.runset import StageRecord
 from cart_sweeps.train.logger import check_credentials
 
 USAGE = """usage: python -m cart_sweeps.dashboard stage=<name> [OVERRIDE ...]

@@ -272,3 +272,12 @@ def _order(option: Any) -> tuple[Any, ...]:
     if isinstance(option, tuple):  # a configuration: ((key, value), ...) or (R, P), part by part
         return tuple(_order(part) for part in option)
     return (0, option, "") if isinstance(option, Real) and not isinstance(option, bool) else (1, 0, str(option))
+
+
+# The seeds a stage adds, in order (sweep/adaptive.py, a ladder): its own first, then these.
+SEEDS = (42, 137, 271, 314, 577, 618, 828, 1123, 1414, 1732, 2236, 2718, 3141, 4669, 6022, 8128)
+
+
+def seed_order(first: Sequence[int]) -> list[int]:
+    """The seeds in the order a stage adds them: its own, then SEEDS."""
+    return [*first, *(s for s in SEEDS if s not in first)]

@@ -27,15 +27,15 @@ from cart_sweeps.modelspec import SHAPE_KEYS, spec_of
 from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.register import stage_paths
+from cart_sweeps.stagerecord.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
+from cart_sweeps.stagerecord.runset import stage_runs
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive, ladder
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.driver import LOCK, Held, Results, Standing, standing
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.pools.local import LocalPool
-from cart_sweeps.sweep.runset import stage_runs
 from cart_sweeps.text import count
 
 STAGES = "|".join(p.stem for p in stage_paths())  # the shipped stage files

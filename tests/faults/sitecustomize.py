@@ -149,7 +149,7 @@ if POINT == "task" and "submitit.core._submit" in sys.orig_argv:
 elif POINT == "clock":  # before any other module takes the name datetime from its module
     sys.modules["datetime"].datetime = Behind
 elif POINT == "queue":
-    sys.meta_path.insert(0, After("cart_sweeps.sweep.ledger", _patch_ledger))
+    sys.meta_path.insert(0, After("cart_sweeps.stagerecord.ledger", _patch_ledger))
 elif POINT == "submit":
     sys.meta_path.insert(0, After("submitit.core.utils", _patch_submitit))
 elif POINT == "build":

@@ -16,7 +16,6 @@ why it exists (ledger attribute WHY).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,20 +23,18 @@ from typing import TYPE_CHECKING, Any
 from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import ConfigError
-from cart_sweeps.decide import ALPHA, MOST_SEEDS, POWER, Verdict, best_level, looks, seeds_for_power
+from cart_sweeps.compose import axis_value
+from cart_sweeps.decide import ALPHA, MOST_SEEDS, POWER, Verdict, best_level, looks, seed_order, seeds_for_power
 from cart_sweeps.metric import Metric, require
-from cart_sweeps.sweep.overrides import axis_value
-from cart_sweeps.sweep.runset import StageRecord, StageRun, stage_runs
+from cart_sweeps.stagerecord.runset import StageRecord, StageRun, stage_runs
+from cart_sweeps.sweep.stage_checks import SEED, D, R, adds
 from cart_sweeps.text import count
 
 if TYPE_CHECKING:
     from cart_sweeps.sweep.expand import Run, Stage
 
-SEEDS = (42, 137, 271, 314, 577, 618, 828, 1123, 1414, 1732, 2236, 2718, 3141, 4669, 6022, 8128)
 REPLICATE_SEEDS = 2  # a replicated screen configuration runs 1 + 2 seeds: 2 df of noise each
 WHY = "added"  # the ledger attribute of an added run: why it exists
-SEED, D, R = "seed", "model.d_model", "model.n_loops"
 Cell = tuple[tuple[str, Any], ...]
 
 
@@ -47,51 +44,6 @@ class Added:
 
     run: Run
     why: str
-
-
-def adds(stage: Stage) -> bool:
-    return stage.spec.max_seeds is not None or stage.spec.replicates > 0
-
-
-def check(stage: Stage) -> None:
-    """Refuse, in one line, options that cannot add seeds to this stage."""
-    spec = stage.spec
-    if spec.sentinels and (spec.select != "zoom" or spec.sentinels < 0):
-        raise ConfigError(
-            f"stage.sentinels={spec.sentinels} promotes configurations below the zoom's cutoff: it needs "
-            f"stage.select=zoom and a count >= 0 (stage {stage.name} has select={spec.select})"
-        )
-    if spec.replicates < 0:
-        raise ConfigError(f"stage.replicates={spec.replicates} must be >= 0 (configurations re-run per width)")
-    if spec.max_seeds is not None and not spec.rungs:  # a ladder checks its own (sweep/ladder.py)
-        if spec.replicates:
-            raise ConfigError("stage.max_seeds and stage.replicates both add seeds: use one (replicates for a screen)")
-        if SEED not in stage.axes or len(stage.axes.get(R, [])) < 2:
-            raise ConfigError(
-                f"stage.max_seeds adds seeds where the best R is undecided: stage {stage.name} needs a grid over "
-                f"seed and over at least two {R} (it has {sorted(stage.axes)})"
-            )
-        grid = len(stage.axes[SEED])
-        if not grid <= spec.max_seeds <= len(seed_order(stage.axes[SEED])):
-            raise ConfigError(
-                f"stage.max_seeds={spec.max_seeds} must lie between the grid's {grid} seeds and "
-                f"{len(seed_order(stage.axes[SEED]))} (the seeds of the list in cart_sweeps.sweep.adaptive)"
-            )
-    if spec.replicates:
-        if SEED in stage.axes or SEED in stage.args.passed:
-            raise ConfigError(
-                f"stage.replicates re-runs a one-seed screen with more seeds: stage {stage.name} already sets its "
-                "seeds (drop seed=... or use stage.max_seeds)"
-            )
-        if D not in stage.axes:
-            raise ConfigError(f"stage.replicates picks configurations per width: stage {stage.name} has no {D} axis")
-    if adds(stage) and not stage.runs:
-        raise ConfigError("stage.max_seeds and stage.replicates add seeds to a grid stage, not to a search")
-
-
-def seed_order(first: Sequence[int]) -> list[int]:
-    """The seeds in the order a stage adds them: its own, then SEEDS."""
-    return [*first, *(s for s in SEEDS if s not in first)]
 
 
 def dists(stage: Stage, params: dict[str, Any]) -> dict[str, BaseDistribution]:

@@ -25,17 +25,17 @@ from cart_sweeps.collector import long_lived
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.stagerecord.ledger import Ledger, check_storage, last_number, ledger_path, status_of, writing
+from cart_sweeps.stagerecord.runset import OWNER, SCALE_ATTR, StageRecord, recorded_folder, stage_ledgers
+from cart_sweeps.stagerecord.standing import Standing, stand
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive, ladder
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
-from cart_sweeps.sweep.ledger import Ledger, check_storage, last_number, ledger_path, status_of, writing
 from cart_sweeps.sweep.pool import JOBS, Pool, Task
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
-from cart_sweeps.sweep.runset import OWNER, SCALE_ATTR, StageRecord, recorded_folder, stage_ledgers
-from cart_sweeps.sweep.standing import Standing, stand
 from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
 
@@ -144,7 +144,7 @@ def _folders_in(path: Path) -> list[Path]:
 def standing(
     run: Run, trials: Sequence[FrozenTrial], held: Held | None, occupant: RunSummary | None = None
 ) -> Standing:
-    """Where `run` stands (sweep/standing.py), from its trials, `held`, where its result is (`Results.held`), and
+    """Where `run` stands (stagerecord/standing.py), from its trials, `held`, where its result is (`Results.held`), and
     `occupant`, another run's summary in its folder (`Results.occupants`)."""
     scanned, moved = (held.scanned, held.moved) if held is not None else (False, False)
     return stand(trials[-1] if trials else None, held is not None, scanned, moved, occupant is not None)

@@ -19,7 +19,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.collector import long_lived
-from cart_sweeps.compose import parse_overrides
+from cart_sweeps.compose import axis_value, format_value, parse_overrides
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
@@ -28,11 +28,11 @@ from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_f
 from cart_sweeps.options import StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
-from cart_sweeps.sweep import adaptive, ladder, space
-from cart_sweeps.sweep.overrides import Arguments, axis_value, format_value, split_arguments
-from cart_sweeps.sweep.runset import RunSet, stage_runs
+from cart_sweeps.stagerecord.runset import RunSet, stage_runs
+from cart_sweeps.stagerecord.zoom import ZOOM_AXES, best_single_run, zoom_candidates
+from cart_sweeps.sweep import space, stage_checks
+from cart_sweeps.sweep.overrides import Arguments, split_arguments
 from cart_sweeps.sweep.scale import check_apart, to_paper, to_scale
-from cart_sweeps.sweep.zoom import ZOOM_AXES, best_single_run, zoom_candidates
 from cart_sweeps.validate import check_interpolations, validate
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
@@ -97,7 +97,7 @@ class Stage:
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
         grid = cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True))
         if self.spec.rungs:  # a ladder: every run's horizon is a param (its first rung's runs are the grid's)
-            grid = {**grid, ladder.STEPS: list(self.spec.rungs)}
+            grid = {**grid, stage_checks.STEPS: list(self.spec.rungs)}
         sizes = {**{k: len(v) for k, v in grid.items()}, **self.args.sizes}
         if self.spec.variants:
             sizes[VARIANT] = len(self.spec.variants)
@@ -138,8 +138,7 @@ class Stage:
             if self.search and not self.spec.grid:
                 raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
             self.runs = self._grid_runs()
-        adaptive.check(self)
-        ladder.check(self)
+        stage_checks.check(self)
 
     def _as_paper(self, key: str, value: Any) -> Any:
         """A stage's value in the paper's numbers (a width the scale shows read back), or as written where the
@@ -201,7 +200,7 @@ class Stage:
             self._check_size({"zoom candidates": len(cands), **{k: len(v) for k, v in rest.items()}})
             return ({**c, **g} for c in cands for g in product(rest))
         if self.spec.rungs:
-            return (p for p in product(self.axes) if p[ladder.STEPS] == self.spec.rungs[0])
+            return (p for p in product(self.axes) if p[stage_checks.STEPS] == self.spec.rungs[0])
         return product(self.axes)
 
     def _grid_runs(self) -> list[Run]:

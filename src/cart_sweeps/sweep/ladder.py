@@ -1,5 +1,5 @@
 """A ladder stage (`stage.rungs=[3000, 10000, 30500]`, docs/ladder.md): its grid runs at the first horizon,
-and each later rung's runs are fresh runs of the configurations the rule (sweep/ladder_rule.py) keeps.
+and each later rung's runs are fresh runs of the configurations the rule (stagerecord/ladder_rule.py) keeps.
 
 The horizon is the run's `trainer.steps`, a param of every run (paper numbers, mapped through the scale as
 any step count). What to run next follows from the run set alone (runset.stage_runs, as the analysis reads
@@ -23,48 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.config import ConfigError
-from cart_sweeps.sweep.adaptive import SEED, WHY, Added, Cell, ranked_by, seed_order
-from cart_sweeps.sweep.ladder_rule import DRIFT_PRIOR, Call, Design, Walk, name, walk
-from cart_sweeps.sweep.runset import stage_runs
+from cart_sweeps.decide import seed_order
+from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, name, walk
+from cart_sweeps.stagerecord.runset import stage_runs
+from cart_sweeps.sweep.adaptive import WHY, Added, Cell, ranked_by
+from cart_sweeps.sweep.stage_checks import SEED, STEPS, D
 
 if TYPE_CHECKING:
+    from cart_sweeps.stagerecord.ledger import Ledger
     from cart_sweeps.sweep.expand import Stage
-    from cart_sweeps.sweep.ledger import Ledger
-
-STEPS, D = "trainer.steps", "model.d_model"
-RECORD = "ladder"  # the ledger study's user attribute: the ladder's records
-RECORD_FILE = "ladder.json"  # the same, with the design, in the stage folder
-
-
-def check(stage: Stage) -> None:
-    """Refuse, in one line, a ladder this stage cannot run."""
-    spec = stage.spec
-    if not spec.rungs:
-        if spec.branch:
-            raise ConfigError("stage.branch=true branches a ladder's rungs: set stage.rungs=[...] too")
-        return
-    rungs = list(spec.rungs)
-    if len(rungs) < 2 or any(not isinstance(h, int) or h < 1 for h in rungs) or rungs != sorted(set(rungs)):
-        raise ConfigError(f"stage.rungs={rungs} must be two or more increasing step counts (paper numbers)")
-    if STEPS in spec.grid or STEPS in stage.args.passed or STEPS in stage.args.axes:
-        raise ConfigError(f"stage.rungs sets each run's {STEPS}: drop {STEPS} from the grid and the command line")
-    if not stage.runs:
-        raise ConfigError("stage.rungs runs a grid, not a search")
-    if len(stage.axes.get(SEED, [])) < 2:
-        raise ConfigError(
-            f"stage.rungs drops only what the rung's seed noise tells apart: stage {stage.name} needs a grid over at "
-            "least two seeds (seed=42,137)"
-        )
-    if spec.max_seeds is not None and not len(stage.axes[SEED]) <= spec.max_seeds <= len(seed_order(stage.axes[SEED])):
-        raise ConfigError(
-            f"stage.max_seeds={spec.max_seeds} must lie between the grid's {len(stage.axes[SEED])} seeds and "
-            f"{len(seed_order(stage.axes[SEED]))}"
-        )
-    if spec.drift is not None and not spec.drift >= 0:
-        raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
-    if spec.branch and stage.base.trainer.get("schedule", "cosine") != "wsd":
-        raise ConfigError("stage.branch=true continues a run's stable phase: it needs trainer.schedule=wsd")
 
 
 def design(stage: Stage) -> Design:
@@ -199,9 +166,9 @@ def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
 
 def _fixed(stage: Stage, state: Walk, per: dict[tuple[Any, Cell], float], d: Design) -> float:
     """GPU-hours of the paper's two stages on the ladder's grid: the screen, and per width the zoom's cross
-    (sweep/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
+    (stagerecord/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
     where measured (the grid's order before), 3 seeds each."""
-    from cart_sweeps.sweep.zoom import promoted
+    from cart_sweeps.stagerecord.zoom import promoted
 
     hours = sum(per.values()) * d.rungs[0]
     for g, cs in groups(stage).items():

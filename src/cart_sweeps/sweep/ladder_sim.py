@@ -18,11 +18,11 @@ Designs, per width, on the same draws of the truth:
 
 - fixed (zoom): the project's Stage 1 -> Stage 2 with stage.select=zoom: every configuration at 3,000 steps
   with one seed on the Stage-1 recipe (sequence 512, 16,384 tokens a step), the zoom's candidates
-  (cart_sweeps.sweep.zoom.promoted: the best (R, P) and its neighbours along each axis) at 30,500 with 3 seeds
+  (cart_sweeps.stagerecord.zoom.promoted: the best (R, P) and its neighbours along each axis) at 30,500 with 3 seeds
   on the Stage-2 recipe (sequence 1,024, 32,768 tokens), decided by cart_sweeps.decide.best_level at alpha;
 - fixed (paper): Stage 2 as shipped (stage.select=paper): the screen, then R in {6, 8, 10} at P=6 x 3 seeds;
 - ladder: rungs 3,000 / 10,000 / 30,500 on the Stage-2 recipe, 2 seeds per cell, up to `--most` seeds where a
-  width is open, through cart_sweeps.sweep.ladder_rule.walk (what a ladder stage acts on).
+  width is open, through cart_sweeps.stagerecord.ladder_rule.walk (what a ladder stage acts on).
 
 A decision is right when it names the configuration truly best at 30,500 (a unique best); false when it
 names another or when the best is tied; undecided otherwise. Compute: training FLOPs
@@ -41,12 +41,11 @@ from functools import cache
 import numpy as np
 
 from cart_sweeps.composer import Composer
-from cart_sweeps.decide import ALPHA, best_level
+from cart_sweeps.decide import ALPHA, SEEDS, best_level
 from cart_sweeps.metric import require
 from cart_sweeps.model import train_flops_per_token
-from cart_sweeps.sweep.adaptive import SEEDS
-from cart_sweeps.sweep.ladder_rule import PAPER_HORIZONS, Design, walk
-from cart_sweeps.sweep.zoom import promoted
+from cart_sweeps.stagerecord.ladder_rule import PAPER_HORIZONS, Design, walk
+from cart_sweeps.stagerecord.zoom import promoted
 
 WIDTHS = (256, 512, 768, 1024)
 GRID_R, GRID_P = (2, 4, 6, 8), (2, 3, 4, 6)

@@ -19,8 +19,6 @@ from hydra.core.override_parser.types import Override, RangeSweep, ValueType
 from cart_sweeps.config import DRIVER_GROUPS, ConfigError
 
 DRIVER_KEYS = ("hydra", *DRIVER_GROUPS)  # settings of the sweep (and Hydra's own), not of its runs
-_BARE = re.compile(r"[A-Za-z_/][\w./-]*")
-_RESERVED = {"true", "false", "null", "nan", "inf"}
 
 
 @dataclass
@@ -32,24 +30,6 @@ class Arguments:
     sizes: dict[str, int] = field(default_factory=dict)  # key -> how many values it has
     passed: dict[str, str] = field(default_factory=dict)  # key -> override line for every run
     base: list[str] = field(default_factory=list)  # every single-valued override: the base config
-
-
-def format_value(value: Any) -> str:
-    """A value in Hydra's override grammar (strings quoted only when they need it)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(format_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
-    text = str(value)
-    if _BARE.fullmatch(text) and text.lower() not in _RESERVED:
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def sweep_size(o: Override) -> int:
@@ -70,13 +50,6 @@ def _listed(o: Override) -> Iterator[Any]:
     Hydra's value() gives them: a quoted one ('paper', [a,'b']) as its text, not a QuotedString
     (Override._convert_value: private; hydra-core 1.3.8, pinned)."""
     yield from o.sweep_iterator(transformer=Override._convert_value)
-
-
-def axis_value(value: Any) -> Any:
-    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), so that a
-    table cell (a tuple of params) is hashable and the ledger stores it as Optuna stores a choice (a scalar);
-    a list a ledger of an earlier version holds reads the same."""
-    return format_value(value) if isinstance(value, list | tuple | dict) else value
 
 
 def _root(key: str) -> str:

@@ -23,9 +23,9 @@ from cart_sweeps.data.recipe import LOCAL_BUILDERS, as_config, recipe_dir, recip
 from cart_sweeps.hardware import this_machine
 from cart_sweeps.metric import BENCH, metric, per_set_names, require_error, run_wide_names
 from cart_sweeps.options import StageKind, TokenizerKind
+from cart_sweeps.stagerecord.ledger import check_direction, check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.cost import Throughput, makespan, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.ledger import check_direction, check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.scale import mapping_line
 from cart_sweeps.train.eightbit import adamw8bit_problem

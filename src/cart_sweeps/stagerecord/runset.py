@@ -39,11 +39,11 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from cart_sweeps.compose import axis_value
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import SUMMARY, read_summary
 from cart_sweeps.record.summary import RunSummary
-from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.ledger import (
+from cart_sweeps.stagerecord.ledger import (
     LEDGER_FILES,
     Ledger,
     LedgerDamaged,
@@ -52,8 +52,8 @@ from cart_sweeps.sweep.ledger import (
     shared,
     trial_order,
 )
-from cart_sweeps.sweep.overrides import axis_value
-from cart_sweeps.sweep.standing import stand, status_at
+from cart_sweeps.stagerecord.standing import stand, status_at
+from cart_sweeps.status import RunStatus
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
 OWNER = "owner"  # a trial's attr: the stage whose folder holds the run, when another stage trained it

@@ -1,5 +1,5 @@
 """Where a run stands, from its newest trial in the ledger and what its folder holds: the one rule the driver
-acts on, `plan` shows and the run set tables by (sweep/driver.py, sweep/runset.py both read it from here).
+acts on, `plan` shows and the run set tables by (sweep/driver.py, stagerecord/runset.py both read it from here).
 
 Below the driver and the run set alike (it reads only the ledger's statuses), so neither imports the other.
 """
@@ -11,8 +11,8 @@ from enum import StrEnum
 from optuna.trial import FrozenTrial, TrialState
 
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.stagerecord.ledger import status_of
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.ledger import status_of
 
 
 class Standing(StrEnum):

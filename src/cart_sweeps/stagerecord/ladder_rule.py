@@ -47,6 +47,9 @@ PAPER_R6_R8 = {
 }
 PAPER_HORIZONS = (3000, 30500)
 
+RECORD = "ladder"  # the ledger study's user attribute: the ladder's records (sweep/ladder.py writes them)
+RECORD_FILE = "ladder.json"  # the same, with the design, in the stage folder
+
 
 def paper_changes() -> dict[int, float]:
     """Per width, how far the paper's R=8 - R=6 log gap moved from 3,000 to 30,500 steps."""

@@ -1,5 +1,5 @@
 """Stage-2 candidates by the author's "zoom and confirm" rule, from the Stage-1 runs its conclusions use
-(cart_sweeps.sweep.runset: the same runs the analysis tables).
+(cart_sweeps.stagerecord.runset: the same runs the analysis tables).
 
 Per width: the best R and the best P of Stage 1 (the best seed mean of the sweep metric at the end, in its
 direction, by the study's one rule: cart_sweeps.decide.ranked), each with its grid neighbour on either side; past
@@ -17,7 +17,7 @@ from typing import Any
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import best_per, ranked
 from cart_sweeps.metric import require
-from cart_sweeps.sweep.runset import RunSet
+from cart_sweeps.stagerecord.runset import RunSet
 
 D, R, P = "model.d_model", "model.n_loops", "model.n_prelude"
 ZOOM_AXES = (D, R, P)
