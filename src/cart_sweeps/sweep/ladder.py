@@ -68,12 +68,12 @@ def check(stage: Stage) -> None:
     if spec.drift is not None and not spec.drift >= 0:
         raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
     if spec.branch:
-        schedules = sorted({str(run.config.cfg.trainer.schedule) for run in stage.runs})
-        if schedules != ["wsd"]:
+        schedules = {str(run.config.cfg.trainer.schedule) for run in stage.runs}
+        if schedules != {"wsd"} or stage.spec.recipe.get("trainer.schedule") != "wsd":
             raise ConfigError(
-                f"stage.branch=true continues a run's stable phase, which trainer.schedule={schedules[0]} has not (a "
-                "cosine spans each run's own length): state trainer.schedule: wsd in the stage's recipe, or drop "
-                "stage.branch"
+                "stage.branch=true continues each run's stable phase: it needs trainer.schedule: wsd in the stage "
+                "file's recipe (a cosine spans each run's own length; the recipe's wsd warms every horizon up alike), "
+                "or drop stage.branch"
             )
         if passed := [k for k in BRANCH_KEYS if k in stage.args.passed]:
             raise ConfigError(f"stage.branch=true sets each run's {passed[0]}: drop it from the command line")
