@@ -14,9 +14,11 @@ from cart_sweeps import plan
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import ALPHA, best_level
 from cart_sweeps.metric import require
+from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, Design, judge, walk
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ladder_sim import simulate
+from cart_sweeps.sweep.ladder import branch_overrides
+from cart_sweeps.sweep.ladder_sim import design, simulate
 
 PPL = require("ppl_wiki")
 
@@ -76,6 +78,21 @@ def few() -> dict:
     return {(r.truth, r.design): r for r in simulate(reps=6, truths=("ties", "flat_r", "clear"))}
 
 
+def test_a_branched_rung_costs_its_steps_past_the_previous_rungs_decay_start():
+    """By hand: 10,000 - (3,000 - 600) and 30,500 - (10,000 - 2,000); a seed first run at a rung, its length."""
+    d = design(branch=0.2)
+    assert [d.steps(k, branched=True) for k in range(3)] == [3000, 7600, 22500]
+    assert [d.steps(k, branched=False) for k in range(3)] == [3000, 10000, 30500]
+    assert design().steps(2, branched=True) == 30500  # fresh runs: every rung its length
+
+
+def test_the_branched_ladder_decides_alike_for_less_compute(few):
+    """Its decisions are the fresh ladder's rule on values of the same law; its compute is less."""
+    for truth in ("ties", "flat_r", "clear"):
+        assert few[(truth, "ladder (branch)")].compute < few[(truth, "ladder")].compute, truth
+        assert few[(truth, "ladder (branch)")].false <= bound(24), truth
+
+
 def test_the_ladders_decisions_are_false_at_most_at_alpha(few):
     for truth in ("ties", "flat_r"):  # every decision here is false
         assert few[(truth, "ladder")].false <= bound(24), truth
@@ -94,7 +111,8 @@ def test_the_ladder_against_the_fixed_design_over_many_studies():
     at the paper's grid (docs/ladder.md)."""
     rows = {(r.truth, r.design): r for r in simulate(reps=100)}
     for truth in ("paper", "ties", "flat_r", "clear"):
-        assert rows[(truth, "ladder")].false <= bound(400), truth
+        for ladder in ("ladder", "ladder (branch)"):
+            assert rows[(truth, ladder)].false <= bound(400), (truth, ladder)
     assert rows[("clear", "ladder")].right >= 0.7
 
 
@@ -105,7 +123,8 @@ def test_the_ladder_against_the_fixed_design_over_many_studies():
         (["stage.rungs=[3000,1000]"], "must be two or more increasing step counts"),
         (["seed=42"], "needs a grid over at least two seeds"),
         (["stage.rungs=[1000,3000]", "trainer.steps=50"], "drop trainer.steps"),
-        (["stage.branch=true"], "needs trainer.schedule=wsd"),
+        (["stage.branch=true"], "needs trainer.schedule: wsd in the stage file's recipe"),
+        (["stage.branch=true", "trainer.schedule=wsd"], "needs trainer.schedule: wsd in the stage file's recipe"),
     ],
 )
 def test_a_ladder_it_cannot_run_is_one_line_before_anything_launches(args, says):
@@ -123,3 +142,38 @@ def test_plan_prices_each_rung_beside_the_fixed_design(capsys, tmp_path, monkeyp
     assert "expected 8 runs" in out and "no measurement yet: no drop assumed" in out
     assert "the paper's fixed design on this grid" in out
     assert out.count("-steps20-") == 8  # the grid's runs: every configuration at the first rung (3,000 -> 20 steps)
+
+
+BRANCHED = ["scale=tiny", "model.d_model=256", "model.n_loops=2,8", "model.n_prelude=6", "stage.branch=true"]
+BRANCHED += ["stage.rungs=[1000,2000,4000]", "+stage.recipe={trainer.schedule:wsd}"]
+
+
+def test_a_branched_ladders_runs_keep_their_decay_start_and_branch_from_the_previous_rung(tmp_path, monkeypatch):
+    """At scale=tiny the rungs are 10, 20 and 40 steps (decay starts 8, 16, 32): a first-rung run keeps step 8;
+    a second-rung run keeps 16 and branches from its first-rung run at 8 once that holds the checkpoint (before,
+    or for a seed that rung never ran, it trains fresh); the last rung keeps nothing."""
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    stage = Stage(["stage=ladder", *BRANCHED])
+    first = stage.runs[0]
+    assert branch_overrides(stage, first) == ["trainer.keep_checkpoints_at=[8]"]
+    second = stage.run({**first.params, "trainer.steps": 2000})
+    assert branch_overrides(stage, second) == ["trainer.keep_checkpoints_at=[16]"]
+    meta = checkpoint_path(first.run_dir, 8).with_suffix(".json")
+    meta.parent.mkdir(parents=True)
+    meta.write_text("{}")
+    assert branch_overrides(stage, second) == [
+        "trainer.keep_checkpoints_at=[16]",
+        f"trainer.branch_from={first.run_dir}",
+        "trainer.branch_step=8",
+    ]
+    last = stage.run({**first.params, "trainer.steps": 4000})
+    assert branch_overrides(stage, last) == []  # its parent (the 20-step run) holds no checkpoint yet
+    assert branch_overrides(Stage(["stage=ladder", *BRANCHED[:-3], "stage.rungs=[1000,2000,4000]"]), first) == []
+
+
+def test_plan_prices_a_branched_rung_by_its_steps_past_the_previous_decay_start(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    plan.main(["stage=ladder", *BRANCHED])
+    out = capsys.readouterr().out
+    assert "branched (stage.branch): a promoted run trains past the previous rung's decay start, a rung " in out
+    assert "1000/1200/2400 steps" in out  # 2,000 - 800 and 4,000 - 1,600

@@ -39,7 +39,12 @@ def decay_start(t: Schedule) -> int:
     """The number of steps a WSD run trains at its peak (warm-up included) before its decay: steps less
     decay_fraction of them (rounded to the nearest step). Its checkpoint at this step is the last one
     every run of the recipe at least this long shares."""
-    return t.steps - round(t.decay_fraction * t.steps)
+    return stable_steps(t.steps, t.decay_fraction)
+
+
+def stable_steps(steps: int, decay_fraction: float) -> int:
+    """`decay_start` of a WSD run of `steps` steps (what a ladder's plan and simulation cost a branch by)."""
+    return steps - round(decay_fraction * steps)
 
 
 def lr_at(step: int, t: Schedule) -> float:

@@ -37,6 +37,7 @@ import numpy as np
 
 from cart_sweeps.decide import Noise, Option, gap, holm, option, pool, resolution
 from cart_sweeps.metric import Metric
+from cart_sweeps.schedule import stable_steps
 
 # (R=6, R=8) PPL_wiki at P=6: Stage 1 at 3,000 steps, Stage 2 at 30,500 (REFERENCE.md section 5)
 PAPER_R6_R8 = {
@@ -160,10 +161,18 @@ class Design:
     metric: Metric
     prior: float = DRIFT_PRIOR
     alpha: float = 0.05
+    branch: float | None = None  # stage.branch: the WSD decay fraction (None: every run is fresh)
 
     @property
     def looks(self) -> int:
         return len(self.rungs) * (self.most - self.first + 1)
+
+    def steps(self, k: int, branched: bool) -> int:
+        """The steps a run at rung k trains: its horizon, or, branched from the previous rung's run of its
+        configuration and seed, what follows that run's stable phase (sweep/ladder.py)."""
+        if not (branched and k and self.branch is not None):
+            return self.rungs[k]
+        return self.rungs[k] - stable_steps(self.rungs[k - 1], self.branch)
 
     def allowance(self, k: int, drift: Drift) -> float:
         return drift.rate * math.log(self.rungs[-1] / self.rungs[k])

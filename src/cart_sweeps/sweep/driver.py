@@ -294,7 +294,8 @@ class StageDriver:
         """The run's config, composed now (the driver keeps none) with the pool's settings (threads)."""
         extra = [o for o in self.pool.extra_overrides() if o.split("=")[0] not in self.stage.args.passed]
         run = attempt.run
-        return Task(self.stage.compose(run.overrides + extra), str(run.run_dir), run.run_id)
+        branch = ladder.branch_overrides(self.stage, run)  # a ladder's branch: set as it launches (sweep/ladder.py)
+        return Task(self.stage.compose(run.overrides + branch + extra), str(run.run_dir), run.run_id)
 
     def on_start(self, attempt: Attempt, job_id: str) -> None:
         assert attempt.trial is not None

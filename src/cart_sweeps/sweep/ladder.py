@@ -8,9 +8,10 @@ added run's trial records why it exists (adaptive.WHY). Every promotion and drop
 recorded in the ledger (the study's user attribute RECORD) and in the stage folder (RECORD_FILE), for the
 analysis.
 
-`stage.branch=true` with `trainer.schedule=wsd` (`branch_overrides`): a promoted run starts from the previous
-rung's run of the same configuration and seed at the end of that run's stable phase, so a rung costs its
-extra steps and its cooldown, not its whole length.
+`stage.branch=true` with `trainer.schedule=wsd` (`branch_overrides`, added as each run launches): a run below
+the last rung keeps its checkpoint where its stable phase ends, and a promoted run starts from the previous
+rung's run of the same configuration and seed there, so a rung costs its extra stable steps and its cooldown,
+not its whole length; it computes what the fresh run of its horizon computes (docs/wsd.md), and is that run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.decide import seed_order
+from cart_sweeps.record.runfolder import checkpoint_path
+from cart_sweeps.schedule import decay_start
 from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, name, walk
 from cart_sweeps.stagerecord.runset import stage_runs
 from cart_sweeps.sweep.adaptive import WHY, Added, Cell, ranked_by
@@ -31,7 +34,7 @@ from cart_sweeps.sweep.stage_checks import SEED, STEPS, D
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
-    from cart_sweeps.sweep.expand import Stage
+    from cart_sweeps.sweep.expand import Run, Stage
 
 
 def design(stage: Stage) -> Design:
@@ -39,7 +42,9 @@ def design(stage: Stage) -> Design:
     spec, grid_seeds = stage.spec, stage.axes[SEED]
     prior = DRIFT_PRIOR if spec.drift is None else float(spec.drift)
     most = spec.max_seeds if spec.max_seeds is not None else len(grid_seeds)
-    return Design(tuple(spec.rungs), tuple(seed_order(grid_seeds)), len(grid_seeds), most, ranked_by(stage), prior)
+    branch = float(stage.runs[0].config.cfg.trainer.decay_fraction) if spec.branch and stage.runs else None
+    rungs, seeds = tuple(spec.rungs), tuple(seed_order(grid_seeds))
+    return Design(rungs, seeds, len(grid_seeds), most, ranked_by(stage), prior, branch=branch)
 
 
 def split(params: dict[str, Any]) -> tuple[Any, Cell]:
@@ -140,6 +145,11 @@ def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
     configs = [(g, c) for g, cs in groups(stage).items() for c in cs]
     lines = [f"ladder: rungs {list(d.rungs)} steps, {d.first} seeds per cell (at most {d.most}), alpha {d.alpha:g} / "
              f"{d.looks} looks; drift prior {d.prior:.2%} per ln-horizon (stage.drift)"]  # fmt: skip
+    if d.branch is not None:
+        lines.append(
+            f"  branched (stage.branch): a promoted run trains past the previous rung's decay start, a rung "
+            f"{'/'.join(str(d.steps(k, True)) for k in range(len(d.rungs)))} steps; a seed first run at a rung, fresh"
+        )
     total_most = total_expected = 0.0
     alive = configs
     for k, h in enumerate(d.rungs):
@@ -148,8 +158,9 @@ def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
             alive = [(c.group, c.config) for c in settled if c.action == "promoted"]
         seeds = [n for (r, _), j in state.judged.items() if r == k for n in [j.options[0].seeds] if j.options]
         n_seeds = max(seeds, default=d.first)
-        most = sum(per[key] * h for key in configs) * d.most
-        expected = sum(per[key] * h for key in alive) * n_seeds
+        grid_steps, more_steps = d.steps(k, branched=True), d.steps(k, branched=False)  # more seeds: fresh
+        most = sum(per[key] for key in configs) * (d.first * grid_steps + (d.most - d.first) * more_steps)
+        expected = sum(per[key] for key in alive) * (d.first * grid_steps + (n_seeds - d.first) * more_steps)
         total_most, total_expected = total_most + most, total_expected + expected
         basis = "measured" if (k == 0 or settled) and state.judged else "no measurement yet: no drop assumed"
         lines.append(
@@ -193,14 +204,20 @@ def _hours_per_config(stage: Stage, hours: dict[str, float]) -> dict[tuple[Any, 
     return out
 
 
-def branch_overrides(stage: Stage, rung: int, parent_folder: Path | None, steps: list[int]) -> list[str]:
-    """`stage.branch=true`: the overrides that make a rung's run a branch (the interface of trainer.schedule=wsd,
-    trainer.keep_checkpoints_at, trainer.branch_from, trainer.branch_step). `steps`: the rungs' run lengths at
-    this scale. A run keeps a resumable checkpoint where its stable phase ends (so the next rung can branch
-    from it); a promoted run starts from the previous rung's run of its configuration and seed there."""
-    fraction = float(stage.base.trainer.get("decay_fraction", 0.2))
-    stable = [round(h * (1 - fraction)) for h in steps]
-    out = ["trainer.schedule=wsd", f"trainer.keep_checkpoints_at=[{stable[rung]}]"]
-    if rung > 0 and parent_folder is not None:
-        out += [f"trainer.branch_from={parent_folder}", f"trainer.branch_step={stable[rung - 1]}"]
+def branch_overrides(stage: Stage, run: Run) -> list[str]:
+    """`stage.branch=true`: the overrides that make a ladder's run part of a branch, added as it launches (none
+    otherwise). A run below the last rung keeps its checkpoint at its decay start, the last step every longer
+    run of its configuration and seed shares; a run above the first starts from the previous rung's run of its
+    configuration and seed there, where that run holds it (a seed first run at this rung trains fresh). These
+    keys are no part of a run's identity, so a relaunch resumes or skips it as the same run either way."""
+    rungs = list(stage.spec.rungs)
+    if not (rungs and stage.spec.branch):
+        return []
+    k = rungs.index(run.params[STEPS])
+    out = [f"trainer.keep_checkpoints_at=[{decay_start(run.config.cfg.trainer)}]"] if k < len(rungs) - 1 else []
+    if k > 0:
+        parent = stage.run({**run.params, STEPS: rungs[k - 1]})
+        step = decay_start(parent.config.cfg.trainer)
+        if checkpoint_path(parent.run_dir, step).with_suffix(".json").is_file():
+            out += [f"trainer.branch_from={parent.run_dir}", f"trainer.branch_step={step}"]
     return out

@@ -22,7 +22,10 @@ Designs, per width, on the same draws of the truth:
   on the Stage-2 recipe (sequence 1,024, 32,768 tokens), decided by cart_sweeps.decide.best_level at alpha;
 - fixed (paper): Stage 2 as shipped (stage.select=paper): the screen, then R in {6, 8, 10} at P=6 x 3 seeds;
 - ladder: rungs 3,000 / 10,000 / 30,500 on the Stage-2 recipe, 2 seeds per cell, up to `--most` seeds where a
-  width is open, through cart_sweeps.stagerecord.ladder_rule.walk (what a ladder stage acts on).
+  width is open, through cart_sweeps.stagerecord.ladder_rule.walk (what a ladder stage acts on), every run fresh;
+- ladder (branch): the same ladder under trainer.schedule=wsd with stage.branch=true (`--decay`, the decay
+  fraction): a promoted run costs its steps past the previous rung's decay start (Design.steps), a seed first
+  run at a rung its whole length. The same decisions on the same values: a branch equals the fresh run.
 
 A decision is right when it names the configuration truly best at 30,500 (a unique best); false when it
 names another or when the best is tied; undecided otherwise. Compute: training FLOPs
@@ -35,12 +38,15 @@ import argparse
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
+from typing import cast
 
 import numpy as np
+from omegaconf import OmegaConf
 
-from cart_sweeps.composer import Composer
+from cart_sweeps.compose import compose_config
+from cart_sweeps.config import ModelConfig
 from cart_sweeps.decide import ALPHA, SEEDS, best_level
 from cart_sweeps.metric import require
 from cart_sweeps.model import train_flops_per_token
@@ -123,11 +129,15 @@ def truth(kind: str, d: int, horizon: int) -> dict[Config, float]:
 
 
 @cache
+def _paper_model() -> ModelConfig:
+    return cast(ModelConfig, OmegaConf.to_object(compose_config(["scale=paper"]).model))
+
+
+@cache
 def flops(d: int, r: int, p: int, seq_len: int) -> float:
     """Training FLOPs per token of a CART model at the paper's head size and vocabulary (conf/model/cart.yaml,
     composed as a paper-scale run has it)."""
-    shape = [f"model.d_model={d}", f"model.n_loops={r}", f"model.n_prelude={p}"]
-    return train_flops_per_token(Composer()(["scale=paper", *shape]).model, seq_len)
+    return train_flops_per_token(replace(_paper_model(), d_model=d, n_loops=r, n_prelude=p), seq_len)
 
 
 def run_cost(d: int, c: Config, steps: int, recipe: tuple[int, int]) -> float:
@@ -178,8 +188,10 @@ def ladder(kind: str, sd: float, rng: np.random.Generator, design: Design) -> di
     while not (state := walk(design, groups, data)).finished:
         for want in state.wants:
             mean = truths[(want.rung, want.group)][want.config]
+            branched = want.seed in data.get((want.rung - 1, want.group, want.config), {})
             data[(want.rung, want.group, want.config)][want.seed] = _draw(rng, mean, sd, 1)[0]
-            cost[want.group] += run_cost(want.group, want.config, rungs[want.rung], CONFIRM_RECIPE)
+            steps = design.steps(want.rung, branched)
+            cost[want.group] += run_cost(want.group, want.config, steps, CONFIRM_RECIPE)
     out = {}
     for d in WIDTHS:
         _, judged = state.ended[d]
@@ -198,15 +210,21 @@ class Row:
     compute: float  # mean FLOPs, as a share of fixed (zoom)'s
 
 
-def design(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3) -> Design:
-    """The ladder the simulation runs: `rungs`, `first` grid seeds, up to `most` where open, the prior drift."""
-    return Design(tuple(rungs), tuple(SEEDS), first, most, METRIC)
+def design(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, branch: float | None = None) -> Design:
+    """A ladder the simulation runs: `rungs`, `first` grid seeds, up to `most` where open, the prior drift;
+    `branch`: the decay fraction of a branched (wsd) ladder, None for fresh runs."""
+    return Design(tuple(rungs), tuple(SEEDS), first, most, METRIC, branch=branch)
 
 
-def simulate(reps: int, sd: float = 0.005, seed: int = 0, ladder_design: Design | None = None,
+def ladders(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, decay: float = 0.2) -> dict[str, Design]:
+    """The ladders the table shows: fresh runs, and the same ladder branched."""
+    return {"ladder": design(rungs, first, most), "ladder (branch)": design(rungs, first, most, decay)}
+
+
+def simulate(reps: int, sd: float = 0.005, seed: int = 0, designs: dict[str, Design] | None = None,
              truths: Sequence[str] = tuple(TRUTHS)) -> list[Row]:  # fmt: skip
-    """Every truth x design over `reps` studies of four widths each."""
-    chosen = ladder_design or design()
+    """Every truth x design (the fixed ones and `designs`, by label) over `reps` studies of four widths each."""
+    chosen = designs if designs is not None else ladders()
     rows = []
     for i, kind in enumerate(truths):
         rng = np.random.default_rng([seed, i])
@@ -215,7 +233,8 @@ def simulate(reps: int, sd: float = 0.005, seed: int = 0, ladder_design: Design 
             for d in WIDTHS:
                 runs["fixed (zoom)"].append(fixed(kind, d, sd, rng, "zoom"))
                 runs["fixed (paper)"].append(fixed(kind, d, sd, rng, "paper"))
-            runs["ladder"] += ladder(kind, sd, rng, chosen).values()
+            for label, one in chosen.items():
+                runs[label] += ladder(kind, sd, rng, one).values()
         base = float(np.mean([o.cost for o in runs["fixed (zoom)"]]))
         for label, outcomes in runs.items():
             n = len(outcomes)
@@ -233,11 +252,11 @@ def simulate(reps: int, sd: float = 0.005, seed: int = 0, ladder_design: Design 
 
 
 def table(rows: Sequence[Row]) -> str:
-    head = f"{'truth':8} {'design':14} {'right':>6} {'undecided':>9} {'false':>6} {'right|undec':>11} {'compute':>8}"
+    head = f"{'truth':8} {'design':15} {'right':>6} {'undecided':>9} {'false':>6} {'right|undec':>11} {'compute':>8}"
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r.truth:8} {r.design:14} {r.right:6.3f} {r.undecided:9.3f} {r.false:6.3f} "
+            f"{r.truth:8} {r.design:15} {r.right:6.3f} {r.undecided:9.3f} {r.false:6.3f} "
             f"{r.right + r.undecided:11.3f} {r.compute:8.2f}"
         )
     return "\n".join(lines)
@@ -251,12 +270,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--first", type=int, default=2, help="the ladder's grid seeds per cell")
     parser.add_argument("--most", type=int, default=3, help="the ladder's stage.max_seeds")
     parser.add_argument("--rungs", type=int, nargs="+", default=list(RUNGS), help="the ladder's horizons")
+    parser.add_argument("--decay", type=float, default=0.2, help="the branched ladder's wsd decay fraction")
     args = parser.parse_args(argv)
-    chosen = design(args.rungs, args.first, args.most)
+    chosen = ladders(args.rungs, args.first, args.most, args.decay)
+    d = chosen["ladder"]
     print(
         f"{args.reps} studies x 4 widths per truth; seed s.d. {args.sd:.2%} of log-perplexity; alpha {ALPHA}; "
-        f"ladder rungs {list(chosen.rungs)}, {chosen.first} seeds (at most {chosen.most}), prior drift "
-        f"{chosen.prior:.2%} per ln-horizon"
+        f"ladder rungs {list(d.rungs)}, {d.first} seeds (at most {d.most}), prior drift {d.prior:.2%} per "
+        f"ln-horizon; branched: decay fraction {args.decay}"
     )
     print(table(simulate(args.reps, args.sd, args.seed, chosen)))
 

@@ -14,6 +14,7 @@ from cart_sweeps.decide import seed_order
 from cart_sweeps.sweep.overrides import Arguments
 
 SEED, D, R, STEPS = "seed", "model.d_model", "model.n_loops", "trainer.steps"
+BRANCH_KEYS = ("trainer.keep_checkpoints_at", "trainer.branch_from", "trainer.branch_step")  # stage.branch sets
 
 
 class Expanded(Protocol):
@@ -99,5 +100,13 @@ def check_ladder(stage: Expanded) -> None:
         )
     if spec.drift is not None and not spec.drift >= 0:
         raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
-    if spec.branch and stage.base.trainer.get("schedule", "cosine") != "wsd":
-        raise ConfigError("stage.branch=true continues a run's stable phase: it needs trainer.schedule=wsd")
+    if spec.branch:
+        schedules = {str(run.config.cfg.trainer.schedule) for run in stage.runs}
+        if schedules != {"wsd"} or stage.spec.recipe.get("trainer.schedule") != "wsd":
+            raise ConfigError(
+                "stage.branch=true continues each run's stable phase: it needs trainer.schedule: wsd in the stage "
+                "file's recipe (a cosine spans each run's own length; the recipe's wsd warms every horizon up alike), "
+                "or drop stage.branch"
+            )
+        if passed := [k for k in BRANCH_KEYS if k in stage.args.passed]:
+            raise ConfigError(f"stage.branch=true sets each run's {passed[0]}: drop it from the command line")

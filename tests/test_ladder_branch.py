@@ -1,0 +1,109 @@
+"""A WSD branch ladder through the real command: rungs of 1,000, 2,000 and 4,000 paper steps (10, 20 and 40 steps
+at scale=tiny), two R with two seeds, trainer.schedule: wsd in the stage file and stage.branch=true. Its driver
+killed with SIGKILL mid-stage and relaunched, it finishes; every promoted run names the previous rung's run of
+its configuration and seed as its parent, at that run's decay start; a further relaunch trains nothing; and a
+last-rung branch (a branch of a branch) ends on the numbers of a fresh WSD run of its length."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from tests.stages import env, leftovers, sweep, sweep_cmd, trials, wait_for
+
+STAGE = """\
+name: wsdladder
+rungs: [1000, 2000, 4000]
+branch: true
+max_seeds: 2
+drift: 0.5        # a wide allowance at the first rung: both R reach the last one
+grid:
+  model.n_loops: [2, 4]
+  seed: [42, 137]
+recipe:
+  model.d_model: 256
+  model.n_prelude: 6
+  trainer.schedule: wsd
+  trainer.deterministic: true
+"""
+FINAL = ("ppl_austen", "ppl_bible", "ppl_shakespeare", "ce_austen", "bpb_austen", "rho")
+FRESH = """\
+import sys
+from pathlib import Path
+from omegaconf import OmegaConf
+from cart_sweeps.run import execute
+cfg = OmegaConf.load(sys.argv[1])
+cfg.trainer.branch_from, cfg.trainer.branch_step, cfg.trainer.keep_checkpoints_at = None, None, []
+execute(cfg, Path(sys.argv[2]))
+"""
+
+
+def done(runs: Path) -> list:
+    if not (runs / "wsdladder" / "ledger.db").exists():
+        return []
+    try:
+        return [t for t in trials(runs, "wsdladder") if t.state == TrialState.COMPLETE]
+    except KeyError:
+        return []
+
+
+def summaries(runs: Path) -> dict[tuple[int, int, int], dict]:
+    """(steps, R, seed) -> the run folder's summary, with its folder."""
+    out = {}
+    for summary in (runs / "wsdladder").glob("*/summary.json"):
+        s = json.loads(summary.read_text())
+        out[(s["trainer"]["steps"], s["model"]["n_loops"], s["seed"])] = s | {"folder": summary.parent}
+    return out
+
+
+@pytest.mark.slow
+def test_a_wsd_branch_ladder_relaunched_branches_each_rung_and_equals_fresh_runs(tmp_path, data_cache):
+    (tmp_path / "cfg" / "stage").mkdir(parents=True)
+    (tmp_path / "cfg" / "stage" / "wsdladder.yaml").write_text(STAGE)
+    runs = tmp_path / "runs"
+    args = ["--config-dir", str(tmp_path / "cfg"), "stage=wsdladder", "scale=tiny"]
+    driver = subprocess.Popen(sweep_cmd(*args), env=env(runs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: any(t.params["trainer.steps"] == 2000 for t in done(runs)), 300, "a rung-2 run")
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=60)
+    wait_for(lambda: not leftovers(runs), 120, "the killed driver's runs to end")
+    again = sweep(runs, *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    record = json.loads((runs / "wsdladder" / "ladder.json").read_text())
+    once_more = sweep(runs, *args)
+    assert once_more.returncode == 0 and "0 completed" in once_more.stderr, once_more.stderr[-2000:]
+    assert json.loads((runs / "wsdladder" / "ladder.json").read_text()) == record
+
+    found = summaries(runs)
+    assert {h for h, _, _ in found} == {10, 20, 40}  # both R reached the last rung (the wide allowance)
+    for (steps, r, seed), s in found.items():
+        if steps == 10:
+            assert "parent_run_id" not in s
+            continue
+        parent = found[(steps // 2, r, seed)]  # the previous rung's run of this configuration and seed
+        decay_start = steps // 2 - round(0.2 * (steps // 2))  # 8 of 10, 16 of 20
+        assert (s["parent_run_id"], s["branch_step"]) == (parent["run_id"], decay_start)
+    assert len({t.user_attrs["run_id"] for t in done(runs)}) == len(found) == 12  # each run trained once
+
+    branch = found[(40, 2, 42)]  # rung 3, branched from rung 2's branch at its decay start (16)
+    fresh = tmp_path / "fresh"
+    made = subprocess.run(
+        [sys.executable, "-c", FRESH, str(branch["folder"] / "config.yaml"), str(fresh)],
+        env=env(runs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    alone = json.loads((fresh / "summary.json").read_text())
+    assert "parent_run_id" not in alone and alone["run_id"] == branch["run_id"]
+    assert {k: alone[k] for k in FINAL} == pytest.approx({k: branch[k] for k in FINAL}, rel=1e-6)
