@@ -81,6 +81,7 @@ class StageAxes:
     columns: list[str]  # seed last where seeds vary
     metric: str | None = None  # its sweep metric (None: the analysis's ranking metric)
     search: bool = False  # a search: tabled trial by trial
+    metrics: tuple[str, ...] = ()  # its objectives where several (sweep.metrics): analysis/pareto.py
 
 
 @dataclass
@@ -234,7 +235,8 @@ def _stage_axes(choice: Chosen) -> StageAxes:
     seeds = len({r.summary.details.get("seed") for r in choice.runs if r.summary}) > 1
     record = choice.record
     metric, search = (record.metric, record.search) if record else (None, False)
-    return StageAxes([*columns, *(["seed"] if seeds else [])], metric, search)
+    metrics = tuple(record.metrics) if record else ()
+    return StageAxes([*columns, *(["seed"] if seeds else [])], metric, search, metrics)
 
 
 def _run_meta(stage: str, summary: dict[str, Any], run: StageRun, root: Path) -> dict[str, Any]:

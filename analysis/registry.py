@@ -15,7 +15,7 @@ import pandas as pd
 
 from . import claims as claim
 from . import findings as found
-from . import promotion, screen, tables
+from . import pareto, promotion, screen, tables
 from .decisions import Decision
 from .findings import Findings
 from .load import AnalysisError, Study
@@ -81,6 +81,11 @@ TABLES: dict[str, Table] = {
         reads=(SCREEN,),
         build=tables.stage1_variance,
         caption="Stage 1: share of the variance of the log-metric explained by $P$ and $R$.",
+    ),
+    "stage1_compute_front": Table(
+        reads=(SCREEN,),
+        build=pareto.stage1_compute_front,
+        caption="Stage 1: per width, the $(P, R)$ no cell of as little training compute (FLOPs per token) beats.",
     ),
     "stage2_seeds": Table(
         reads=(CONFIRM,),

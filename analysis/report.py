@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import ladder, search, stage_decisions, stage_tables
+from . import ladder, pareto, search, stage_decisions, stage_tables
 from .csv_input import ROW, unmeasured
 from .decisions import ALPHA
 from .errors import LeftOut
@@ -65,8 +65,9 @@ def run(
     study = _measured(study, metric)
     final = _final(study)
     figures = figure_jobs(study, metric) | search.search_jobs(study, metric) | ladder.figure_jobs(study, metric)
+    figures |= pareto.figure_jobs(study, metric)
     own = stage_tables.names(study)
-    ladders = ladder.table_jobs(study, metric, alpha)
+    ladders = ladder.table_jobs(study, metric, alpha) | pareto.table_jobs(study)
     chosen = _selected([*TABLES, *own, *ladders, *figures], only)
     report, tables, decisions = Report(left_out=study.left_out), {}, []
     decidable = {s: stage_decisions.decidable(every[every["stage"] == s], a) for s, a in study.axes.items()}
@@ -156,8 +157,8 @@ def _measured(study: Study, metric: str) -> Study:
 
 def runs_used(study: Study, table: str) -> str:
     """The line saying which runs a table used (empty without a selection: a results CSV)."""
-    if table.startswith(stage_tables.PREFIX) or (ladder_stage := ladder.stage_of(table)) is not None:
-        stage = stage_tables.stage_of(table) if table.startswith(stage_tables.PREFIX) else ladder_stage
+    if (own := pareto.stage_of(table) or ladder.stage_of(table)) is not None or table.startswith(stage_tables.PREFIX):
+        stage = own if own is not None else stage_tables.stage_of(table)
         chosen = [study.selection[s] for s in [stage] if s in study.selection]
     else:
         roles = TABLES[table].reads

@@ -284,6 +284,8 @@ class SweepConfig:
     startup_trials: int = 10  # tpe only: trials sampled at random before TPE (and the pruner) learn; Optuna's default
     pruner: Pruner = Pruner.none  # tpe only
     metric: str = DEFAULT_METRIC
+    # several objectives: a multi-objective ledger, the first the ranking metric (sweep/objectives.py); [] for one
+    metrics: list[str] = field(default_factory=list)
     # minimize | maximize; None: the metric's own (cart_sweeps/metric.py), which a setting must agree with
     direction: str | None = None
     max_retries: int = 1

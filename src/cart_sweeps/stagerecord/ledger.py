@@ -2,7 +2,8 @@
 
 Every attempt at a run is one trial. Its params are the run's grid point (paper numbers), its user
 attrs the run id, label, overrides, run folder, job id, status and final metrics, its value the sweep
-metric (the study's one named objective), and its intermediate values that metric at each evaluation.
+metric (the study's named objective; one per metric of sweep.metrics in a multi-objective study:
+sweep/objectives.py), and its intermediate values that metric at each evaluation (one objective only).
 Results are written the moment a run ends, so a killed driver loses nothing; a trial still RUNNING when
 a driver starts was cut off, and is resumed rather than started again.
 
@@ -185,9 +186,10 @@ def _create(
 ) -> optuna.Study:
     opened = _storage(path, storage)
     name = _study_name(opened, stage, objective)
-    direction = check_direction(objective.get("metric", DEFAULT), None)  # the study's value is this metric
+    # the study's values are these metrics (sweep/objectives.py: several make a multi-objective study)
+    directions = [check_direction(m, None) for m in objective.get("metrics") or [objective.get("metric", DEFAULT)]]
     study = optuna.create_study(
-        storage=opened, study_name=name, sampler=sampler, pruner=pruner, direction=direction, load_if_exists=True
+        storage=opened, study_name=name, sampler=sampler, pruner=pruner, directions=directions, load_if_exists=True
     )
     if objective and OBJECTIVE not in study.user_attrs:
         study.set_user_attr(OBJECTIVE, objective)
@@ -225,7 +227,7 @@ def _study_name(storage: BaseStorage, stage: str, objective: dict[str, Any]) -> 
         return stage
     meaning = _meaning(objective)
     recorded = _objective_of(storage, stage)  # None also while its creator has yet to record it
-    if recorded is None and _named_metric(storage, stage) in (None, objective["metric"]):
+    if recorded is None and "metrics" not in objective and _named_metric(storage, stage) in (None, objective["metric"]):
         return stage
     if recorded is not None and _meaning(recorded) == meaning:
         return stage
@@ -356,11 +358,11 @@ class Ledger:
         while waiting := all_trials(self.study, states=(TrialState.WAITING,)):
             self.study.ask(dists(waiting[0].system_attrs["fixed_params"]))  # Optuna pops the oldest first
 
-    def name_objective(self, metric: str) -> None:
-        """Name the study's value after the sweep metric (optuna-dashboard and `study.metric_names` show it)."""
+    def name_objective(self, metrics: list[str]) -> None:
+        """Name the study's values after its metrics (optuna-dashboard and `study.metric_names` show them)."""
         with warnings.catch_warnings():  # set_metric_names is marked experimental (optuna 5.0)
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            self.study.set_metric_names([metric])
+            self.study.set_metric_names(metrics)
 
     def record_launch(self, run_ids: list[str], args: list[str], after: int = 0) -> int:
         """Remember the runs this launch of the stage stands for (its whole grid, done ones included); returns
@@ -458,33 +460,39 @@ class Ledger:
         names = self.study.metric_names
         return names[0] if names else None
 
-    def finish(self, trial: Trial, summary: RunSummary, metric: str) -> RunStatus:
-        """Record how a run ended, now; returns its status. A completed run without a finite sweep
-        metric is recorded as failed: the ledger never holds a result it cannot rank."""
-        status, error, value = summary.status, summary.error, summary.value(metric)
-        if status == RunStatus.COMPLETED and value is None:
-            recorded = summary.metrics.get(metric)
-            status, error = RunStatus.FAILED, f"completed without a finite {metric} (it recorded {recorded!r})"
+    def finish(self, trial: Trial, summary: RunSummary, metrics: str | list[str]) -> RunStatus:
+        """Record how a run ended, now; returns its status. Its values: one per objective (`metrics`, the sweep
+        metric or sweep.metrics). A completed run without a finite value of each is recorded as failed: the
+        ledger never holds a result it cannot rank."""
+        metrics = [metrics] if isinstance(metrics, str) else metrics
+        status, error = summary.status, summary.error
+        values = [summary.value(m) for m in metrics]
+        missing = next((m for m, v in zip(metrics, values, strict=True) if v is None), None)
+        if status == RunStatus.COMPLETED and missing is not None:
+            recorded = summary.metrics.get(missing)
+            status, error = RunStatus.FAILED, f"completed without a finite {missing} (it recorded {recorded!r})"
         attrs = {"status": status.value, "results": summary.results()} | ({"error": str(error)} if error else {})
-        if status == RunStatus.COMPLETED and value is not None:
-            state = TrialState.COMPLETE
+        told: list[float] | None = None
+        if status == RunStatus.COMPLETED and missing is None:
+            state, told = TrialState.COMPLETE, [v for v in values if v is not None]
         else:
-            state, value = (TrialState.PRUNED if status == RunStatus.PRUNED else TrialState.FAIL), None
+            state = TrialState.PRUNED if status == RunStatus.PRUNED else TrialState.FAIL
         if (storage := database_of(self.study)) is not None:
-            _end_trial(storage, trial._trial_id, state, value, attrs)
+            _end_trial(storage, trial._trial_id, state, told, attrs)
         else:  # a journal file: Optuna's own calls, each an appended line
             for key, attr in attrs.items():
                 trial.set_user_attr(key, attr)
-            self.study.tell(trial, value, state=state)
+            self.study.tell(trial, told[0] if told and len(told) == 1 else told, state=state)
         return status
 
 
 def _end_trial(
-    storage: RDBStorage, trial_id: int, state: TrialState, value: float | None, attrs: dict[str, Any]
+    storage: RDBStorage, trial_id: int, state: TrialState, values: list[float] | None, attrs: dict[str, Any]
 ) -> None:
     """What `set_user_attr` for each attr, then `Study.tell`, write (optuna 5.0), in one transaction instead of
     five commits: a run's ending is in the ledger whole or not at all (an error or a Ctrl-C midway leaves the trial
-    running, to be resumed). A pruned trial takes its last intermediate value (unless NaN), as tell does; tell's
+    running, to be resumed); `values`: one per objective. A pruned trial (of one objective: Optuna prunes no other)
+    takes its last intermediate value (unless NaN), as tell does; tell's
     `sampler.after_trial` is left out: the ledger's samplers (TPE without constraints) do nothing there.
     Optuna's session helper and `_without_commit` writers are private: checked against optuna 5.0 (pinned <6)."""
     with _create_scoped_session(storage.scoped_session) as session:  # rolled back and closed on any error
@@ -493,9 +501,9 @@ def _end_trial(
         for key, attr in attrs.items():
             storage._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, attr)
         if state == TrialState.PRUNED and (last := _last_intermediate(session, trial_id)) is not None:
-            value = last
-        if value is not None:
-            storage._set_trial_value_without_commit(session, row, 0, value)
+            values = [last]
+        for objective, value in enumerate(values or []):
+            storage._set_trial_value_without_commit(session, row, objective, value)
         row.state = state
         row.datetime_complete = datetime.now()
 

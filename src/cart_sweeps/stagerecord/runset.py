@@ -75,6 +75,7 @@ class StageRecord:
     search: bool = False  # a search stage (TPE): its runs are trials
     looks: int = 1  # how often its seed rule may decide (stage.max_seeds): each look tests at alpha / looks
     scale: str = PAPER  # the launch's scale: the file keeps the newest launch's record of each scale (`SCALES`)
+    metrics: list[str] = field(default_factory=list)  # sweep.metrics where several: a multi-objective stage
 
     def write(self, sweep_dir: Path) -> None:
         """The newest record on top, and the newest of each scale under `SCALES` (a launch at another scale

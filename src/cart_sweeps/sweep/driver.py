@@ -33,6 +33,7 @@ from cart_sweeps.sweep import adaptive, ladder
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
+from cart_sweeps.sweep.objectives import objectives
 from cart_sweeps.sweep.pool import JOBS, Pool, Task
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
@@ -182,6 +183,8 @@ class StageDriver:
         by where it stands; a run's trials all carry the launch's number."""
         self.stage, self.ledger, self.pool = stage, ledger, pool
         self.sweep = stage.base.sweep
+        self.objectives = objectives(self.sweep)  # the values each trial is told (one per objective)
+        self.curves = len(self.objectives) == 1  # Optuna keeps no learning curve of a multi-objective trial
         self.queue: deque[Attempt] = deque()
         self.attached: list[tuple[Attempt, Any]] = []
         self.skipped = 0
@@ -219,7 +222,7 @@ class StageDriver:
             reported = set(last.intermediate_values)
             job_id = last.user_attrs.get("job_id")
             if result is not None:  # it ended after its driver did
-                self.ledger.finish(trial, result, self.sweep.metric)
+                self.ledger.finish(trial, result, self.objectives)
                 self.skipped += 1
             elif job := (self.pool.attach(job_id) if job_id else None):
                 self.attached.append((Attempt(run, trial, reported=reported), job))
@@ -236,7 +239,7 @@ class StageDriver:
             assert held is not None
             attrs = _attrs(run) | ({"run_dir": str(held.folder), OWNER: held.owner} if held.owner else {})
             trial = self.ledger.start(run.params, self.stage.dists(run.params), attrs)
-            self.ledger.finish(trial, held.summary, self.sweep.metric)
+            self.ledger.finish(trial, held.summary, self.objectives)
             if where == Standing.REFERENCED:
                 self.referenced.append((run, held))
             else:
@@ -306,17 +309,20 @@ class StageDriver:
     def on_poll(self, attempt: Attempt) -> bool:
         """Report the run's new evaluations to its trial; True when the pruner stops it now."""
         assert attempt.trial is not None
+        if not self.curves:
+            return False
         new = report_new(attempt.trial, attempt.run.run_dir, self.sweep.metric, attempt.reported)
         attempt.pruned = attempt.pruned or (new and attempt.trial.should_prune())
         return attempt.pruned
 
     def on_done(self, attempt: Attempt, summary: RunSummary) -> None:
         assert attempt.trial is not None and self.progress is not None
-        report_new(attempt.trial, attempt.run.run_dir, self.sweep.metric, attempt.reported)
+        if self.curves:
+            report_new(attempt.trial, attempt.run.run_dir, self.sweep.metric, attempt.reported)
         if attempt.pruned and not summary.is_result:
             record_pruned(attempt.run.run_dir)
             summary.status, summary.error = RunStatus.PRUNED, None
-        status = self.ledger.finish(attempt.trial, summary, self.sweep.metric)
+        status = self.ledger.finish(attempt.trial, summary, self.objectives)
         retry = status.retry_now and attempt.tries <= self.sweep.max_retries
         self.progress.finished(attempt.run.label, status, summary, not retry, run_log(attempt.run.run_dir))
         if retry:
@@ -327,7 +333,7 @@ class StageDriver:
     def on_refused(self, attempt: Attempt, error: str) -> None:
         """The scheduler refused the run's job: its trial ends rejected, so no relaunch takes it as cut off."""
         assert attempt.trial is not None
-        self.ledger.finish(attempt.trial, RunSummary(RunStatus.REJECTED, error=error), self.sweep.metric)
+        self.ledger.finish(attempt.trial, RunSummary(RunStatus.REJECTED, error=error), self.objectives)
 
     def to_run(self) -> int:
         left = self.sweep.n_trials - len(self.history) if not self.stage.runs else 0
@@ -410,18 +416,19 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     previous = interrupt.install(signal.SIGTERM, signal.SIGINT)
     sweep = stage.base.sweep
     try:
-        # grid trials have fixed params: the sampler is unused there
+        # grid trials have fixed params: the sampler is unused there; in a study of several objectives TPE samples
+        # in its multi-objective mode (sweep/objectives.py)
         sampler = optuna.samplers.TPESampler(seed=stage.base.seed, n_startup_trials=sweep.startup_trials)
         with writing(ledger_path(stage.sweep_dir, sweep.storage)):
             ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner, stage.objective())
             if ledger.study.study_name != stage.name and not ledger.study.trials:
                 print(
-                    f"stage {stage.name}: this launch ranks by {sweep.metric} with its recipe as given, which its "
-                    f"ledger's earlier study does not; it records in a study of its own ({ledger.study.study_name}), "
-                    "beside it",
+                    f"stage {stage.name}: this launch ranks by {', '.join(objectives(sweep))} with its recipe as "
+                    f"given, which its ledger's earlier study does not; it records in a study of its own "
+                    f"({ledger.study.study_name}), beside it",
                     flush=True,
                 )
-            ledger.name_objective(sweep.metric)
+            ledger.name_objective(objectives(sweep))
             storage = check_storage(sweep.storage, stage.sweep_dir.parent)  # absolute: readers start elsewhere
             recorded = StageRecord.read(stage.sweep_dir)  # the previous launch's: the storage it named
             StageRecord(
@@ -433,6 +440,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 search=not stage.runs,
                 looks=adaptive.recorded_looks(stage),
                 scale=stage.base.scale.name,
+                metrics=objectives(sweep) if len(objectives(sweep)) > 1 else [],
             ).write(stage.sweep_dir)
             pool = make_pool(stage.base, stage.sweep_dir / JOBS)
             after = last_number(stage_ledgers(stage.sweep_dir, stage.name, recorded, skip=storage)[0])  # other files

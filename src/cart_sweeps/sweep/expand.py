@@ -30,7 +30,7 @@ from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.stagerecord.runset import RunSet, stage_runs
 from cart_sweeps.stagerecord.zoom import ZOOM_AXES, best_single_run, zoom_candidates
-from cart_sweeps.sweep import space, stage_checks
+from cart_sweeps.sweep import objectives, space, stage_checks
 from cart_sweeps.sweep.overrides import Arguments, split_arguments
 from cart_sweeps.sweep.scale import check_apart, to_paper, to_scale
 from cart_sweeps.validate import check_interpolations, validate
@@ -93,6 +93,7 @@ class Stage:
         self.spec = self.base.stage
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
         self.name: str = check_stage_name(self.spec.name)
+        objectives.settle(self.base.sweep, self.name)  # sweep.metrics: its first is the ranking metric
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
         grid = cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True))
@@ -219,7 +220,8 @@ class Stage:
             self._setting(k, o) for k, o in self.args.passed.items() if _recipe_key(k) and k not in self.varied
         )
         recipe = {k: v for k, v in self._recipe.items() if k not in self.varied}
-        return {"metric": self.base.sweep.metric, "scale": self.base.scale.name, "recipe": recipe, "passed": passed}
+        meant = {"metric": self.base.sweep.metric, **objectives.meaning(self.base.sweep)}
+        return {**meant, "scale": self.base.scale.name, "recipe": recipe, "passed": passed}
 
     def _setting(self, key: str, line: str) -> str:
         """A command-line setting by its value, not its spelling (`trainer.lr=3e-3` and `0.003` alike read

@@ -26,6 +26,7 @@ from cart_sweeps.options import StageKind, TokenizerKind
 from cart_sweeps.stagerecord.ledger import check_direction, check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.cost import Throughput, makespan, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
+from cart_sweeps.sweep.objectives import objectives
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.scale import mapping_line
 from cart_sweeps.train.eightbit import adamw8bit_problem
@@ -162,7 +163,8 @@ def preflight(stage: Stage) -> None:
         key += tuple(c.harness.tasks)
         if key not in seen:
             seen.add(key)
-            check_metric(stage.base.sweep.metric, c)
+            for name in objectives(stage.base.sweep):
+                check_metric(name, c)
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_prepared(c.data)
             check_data_ready(c.data, data_settings)

@@ -1,0 +1,64 @@
+"""What a stage's ledger values are: one metric (`sweep.metric`), or several (`sweep.metrics`), which make its
+ledger an Optuna multi-objective study, each objective in its metric's own direction (cart_sweeps.metric).
+
+With `sweep.metrics`, the first is the stage's ranking metric: `sweep.metric` is set to it, so every reader of
+the ranking metric (tables, progress, seed rules) reads the first objective. A search samples with Optuna's
+TPESampler, which in a study of several directions is its multi-objective mode (MOTPE): unlike NSGA-II it
+samples a conditional space (a parameter only some trials draw) and categorical choices by their distance.
+Optuna prunes no multi-objective trial (`Trial.report` refuses one), so a pruner with several is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.metric import DEFAULT, metric, require_error
+from cart_sweeps.options import Pruner
+
+
+def objectives(sweep: Any) -> list[str]:
+    """The metrics the ledger's values are, in order: `sweep.metrics`, else `[sweep.metric]`."""
+    return [str(m) for m in sweep.metrics] if sweep.get("metrics") else [str(sweep.metric)]
+
+
+def several(sweep: Any) -> bool:
+    return len(objectives(sweep)) > 1
+
+
+def settle(sweep: DictConfig, stage: str) -> None:
+    """Check `sweep.metrics` and make its first the ranking metric (`sweep.metric`); each mistake one line."""
+    names = [str(m) for m in sweep.get("metrics") or []]
+    if not names:
+        return
+    listed = f"sweep.metrics=[{','.join(names)}]"
+    if len(set(names)) < len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"{listed} names {twice} twice: name each objective once")
+    if sweep.metric not in (DEFAULT, names[0]):
+        raise ConfigError(
+            f"sweep.metric={sweep.metric} and {listed}: with sweep.metrics its first is the ranking metric; drop "
+            f"sweep.metric, or put {sweep.metric} first"
+        )
+    for name in names:  # each a metric whose direction is known (preflight checks each is measured)
+        if metric(name) is None:
+            raise ConfigError(f"{listed}: {require_error(name)}")
+    if len(names) > 1 and sweep.direction is not None:
+        raise ConfigError(
+            f"sweep.direction={sweep.direction} names one direction, and {listed} are several objectives, each in "
+            "its metric's own direction: drop sweep.direction"
+        )
+    if len(names) > 1 and sweep.pruner != Pruner.none:
+        raise ConfigError(
+            f"sweep.pruner={sweep.pruner} with {listed}: Optuna cannot prune a trial of several objectives (stage "
+            f"{stage}); drop sweep.pruner, or rank by one metric"
+        )
+    sweep.metric = names[0]
+
+
+def meaning(sweep: Any) -> dict[str, Any]:
+    """What the objectives add to a ledger study's meaning (`Stage.objective`): nothing for one metric (a study of
+    one metric keeps its name), the list for several, so another list is another study."""
+    return {"metrics": objectives(sweep)} if several(sweep) else {}
