@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from . import ladder, pareto, search, stage_decisions, stage_tables
+from . import ladder, pareto, recipe, search, stage_decisions, stage_tables
 from .csv_input import ROW, unmeasured
-from .decisions import ALPHA
+from .decisions import ALPHA, Decision
 from .errors import LeftOut
 from .figures import figure_jobs
 from .findings import Findings, plain, words
@@ -67,9 +68,16 @@ def run(
     figures = figure_jobs(study, metric) | search.search_jobs(study, metric) | ladder.figure_jobs(study, metric)
     figures |= pareto.figure_jobs(study, metric)
     own = stage_tables.names(study)
-    ladders = ladder.table_jobs(study, metric, alpha) | pareto.table_jobs(study)
+
+    def study_tables(of: Study) -> dict[str, Callable[[], pd.DataFrame]]:
+        """The tables a ladder or a stage of several objectives adds, built from `of`."""
+        return ladder.table_jobs(of, metric, alpha) | pareto.table_jobs(of)
+
+    ladders = study_tables(study)
     chosen = _selected([*TABLES, *own, *ladders, *figures], only)
-    report, tables, decisions = Report(left_out=study.left_out), {}, []
+    report, tables = Report(left_out=study.left_out), {}
+    decisions: list[Decision] = []
+    split: dict[str, list[str]] = {}  # a table built per recipe (analysis.recipe) -> its recipe columns
     decidable = {s: stage_decisions.decidable(every[every["stage"] == s], a) for s, a in study.axes.items()}
     stage_decisions.check_asked(decide_axes, decidable)
     own_decisions: dict[str, list[dict[str, object]]] = {}
@@ -79,19 +87,31 @@ def run(
                 if name in figures:
                     report.written += figures[name](folder / name)
                     continue
-                if name in ladders:
-                    tables[name] = ladders[name]()
-                elif name in own:
-                    stage = stage_tables.stage_of(name)
-                    tables[name] = stage_tables.stage_table(final, stage, study.axes[stage], metric)
-                    made = stage_decisions.decide_stage(every, stage, study.axes[stage], metric, alpha, decide_axes)
-                    tables[name] = stage_decisions.mark(tables[name], made)
-                    if made:
-                        own_decisions[stage] = [stage_decisions.as_json(*pair) for pair in made]
-                else:
-                    table = TABLES[name].of(study, final, metric)
-                    tables[name], claims = TABLES[name].decide(table, every, metric, alpha)
-                    decisions += claims
+
+                def build(part: recipe.Part, name: str = name) -> pd.DataFrame:
+                    """The table from the runs of one recipe (analysis.recipe)."""
+                    if name in ladders:
+                        return study_tables(part.study(study))[name]()
+                    if name in own:
+                        stage = stage_tables.stage_of(name)
+                        table = stage_tables.stage_table(part.rows(final), stage, study.axes[stage], metric)
+                        made = stage_decisions.decide_stage(
+                            part.rows(every), stage, study.axes[stage], metric, alpha, decide_axes
+                        )
+                        made = [(replace(d, cell={**d.cell, **part.values}), edge) for d, edge in made]
+                        own_decisions.setdefault(stage, []).extend(stage_decisions.as_json(*pair) for pair in made)
+                        return stage_decisions.mark(table, made)
+                    table, claims = TABLES[name].decide(
+                        TABLES[name].of(part.study(study), part.rows(final), metric), part.rows(every), metric, alpha
+                    )
+                    decisions.extend(replace(c, cell={**c.cell, **part.values}) for c in claims)
+                    return table
+
+                pieces = recipe.parts(study, _stages_read(final, name))
+                tables[name], failed = recipe.apart(pieces, build)
+                if pieces[0].values:
+                    split[name] = list(pieces[0].values)
+                report.skipped.update({f"{name} ({label})": why for label, why in failed.items()})
                 caption = TABLES[name].caption if name in TABLES else None
                 report.written += write_table(tables[name], folder, name, runs_used(study, name), metric, caption)
             except AnalysisError as error:
@@ -99,12 +119,13 @@ def run(
                     raise
                 report.skipped[name] = str(error)
         selection = {"selection": {s: c.as_json() for s, c in study.selection.items()}} if study.selection else {}
-        best = plain(stage_tables.best_rows({n: t for n, t in tables.items() if n in own}))
-        findings_ = findings(tables, metric, decisions)
+        whole = {n: t for n, t in tables.items() if n not in split}  # a split table's rows are no one finding
+        best = plain(stage_tables.best_rows({n: t for n, t in whole.items() if n in own}))
+        findings_ = findings(whole, metric, decisions)
         report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
-        if own_decisions:
+        if own_decisions := {s: made for s, made in own_decisions.items() if made}:
             report.findings["stage_decisions"] = own_decisions
-        report.summary = words(report.findings, _notes(study, note, report.skipped))
+        report.summary = words(report.findings, _notes(study, note, report.skipped, split))
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
         (folder / "report.md").write_text(_markdown_report(tables, report, study, metric))
         report.written += [folder / "findings.json", folder / "report.md"]
@@ -167,6 +188,15 @@ def runs_used(study: Study, table: str) -> str:
     return f"Runs: {'; '.join(lines)}." if lines else ""
 
 
+def _stages_read(final: pd.DataFrame, table: str) -> list[str]:
+    """The stages whose runs `table` reads: its own stage's (a stage's table, a ladder's), else its roles'."""
+    if table.startswith(stage_tables.PREFIX):
+        return [stage_tables.stage_of(table)]
+    if (stage := ladder.stage_of(table)) is not None:
+        return [stage]
+    return sorted(final.loc[final["role"].isin(TABLES[table].reads), "stage"].unique()) if "role" in final else []
+
+
 def _input(study: Study, final: pd.DataFrame) -> Findings:
     """Where the results came from and how many runs entered the tables."""
     stages = final["stage"].value_counts().sort_index()
@@ -179,7 +209,7 @@ def _input(study: Study, final: pd.DataFrame) -> Findings:
     }
 
 
-def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> list[str]:
+def _notes(study: Study, metric_note: str | None, skipped: dict[str, str], split: dict[str, list[str]]) -> list[str]:
     """The caveats the closing paragraph must carry."""
     notes = [metric_note] if metric_note else []
     if study.not_completed:
@@ -193,6 +223,12 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str]) -> li
             notes.append(f"Stage {chosen.stage} tables use {chosen.basis}; left out: {left}{gone} (see report.md).")
     if skipped:
         notes.append(f"Not built for lack of input: {', '.join(skipped)}.")
+    if split:
+        keys = ", ".join(dict.fromkeys(k for columns in split.values() for k in columns))
+        notes.append(
+            f"Runs of different recipes ({keys}) are tabled apart, a row per recipe, in {', '.join(split)}; "
+            "findings.json draws no finding across them."
+        )
     return notes
 
 
