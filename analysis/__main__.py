@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     for name, reason in report.skipped.items():
         print(f"skipped {name}: {reason}")
+    if (absent := report.absent_line()) is not None:
+        print(absent)
     for chosen in study.selection.values():
         print("\n".join([chosen.line(), *(f"  {line}" for line in chosen.details())]))
     for left_out in report.left_out:

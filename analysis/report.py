@@ -32,6 +32,16 @@ class Report:
     findings: Findings = field(default_factory=dict)
     summary: str = ""
     left_out: list[LeftOut] = field(default_factory=list)  # rows and runs the tables leave out (Study.left_out)
+    absent: list[str] = field(default_factory=list)  # the paper's tables and figures no stage's role feeds: unbuilt
+
+    def absent_line(self) -> str | None:
+        """One line for the paper's tables a study of one's own stages does not feed (not one line each)."""
+        if not self.absent:
+            return None
+        return (
+            f"{len(self.absent)} of the paper's tables and figures not built: no stage in the input takes the role "
+            "they read (a stage file's `role:`, docs/results.md)"
+        )
 
 
 def _selected(names: list[str], only: list[str] | None) -> list[str]:
@@ -76,6 +86,9 @@ def run(
     ladders = study_tables(study)
     chosen = _selected([*TABLES, *own, *ladders, *figures], only)
     report, tables = Report(left_out=study.left_out), {}
+    if not only:  # a paper table whose roles no stage takes is not attempted: the study is one's own
+        report.absent = [n for n, roles in _paper_reads().items() if not set(roles) & set(final["role"].dropna())]
+        chosen = [n for n in chosen if n not in report.absent]
     decisions: list[Decision] = []
     split: dict[str, list[str]] = {}  # a table built per recipe (analysis.recipe) -> its recipe columns
     decidable = {s: stage_decisions.decidable(every[every["stage"] == s], a) for s, a in study.axes.items()}
@@ -125,12 +138,18 @@ def run(
         report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
         if own_decisions := {s: made for s, made in own_decisions.items() if made}:
             report.findings["stage_decisions"] = own_decisions
-        report.summary = words(report.findings, _notes(study, note, report.skipped, split))
+        report.summary = words(report.findings, _notes(study, note, report.skipped, split, report.absent_line()))
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
         (folder / "report.md").write_text(_markdown_report(tables, report, study, metric))
         report.written += [folder / "findings.json", folder / "report.md"]
     report.written = [out / p.name for p in report.written]
     return report
+
+
+def _paper_reads() -> dict[str, tuple[str, ...]]:
+    """The roles each paper table and figure reads (a figure: the table it draws)."""
+    drawn = {"stage1_ppl_vs_R": "stage1_grid", "screen_vs_step": "screen_agreement"}
+    return {name: table.reads for name, table in TABLES.items()} | {f: TABLES[t].reads for f, t in drawn.items()}
 
 
 def _final(study: Study) -> pd.DataFrame:
@@ -209,7 +228,9 @@ def _input(study: Study, final: pd.DataFrame) -> Findings:
     }
 
 
-def _notes(study: Study, metric_note: str | None, skipped: dict[str, str], split: dict[str, list[str]]) -> list[str]:
+def _notes(
+    study: Study, metric_note: str | None, skipped: dict[str, str], split: dict[str, list[str]], absent: str | None
+) -> list[str]:
     """The caveats the closing paragraph must carry."""
     notes = [metric_note] if metric_note else []
     if study.not_completed:
@@ -223,6 +244,8 @@ def _notes(study: Study, metric_note: str | None, skipped: dict[str, str], split
             notes.append(f"Stage {chosen.stage} tables use {chosen.basis}; left out: {left}{gone} (see report.md).")
     if skipped:
         notes.append(f"Not built for lack of input: {', '.join(skipped)}.")
+    if absent:
+        notes.append(f"{absent}.")
     if split:
         keys = ", ".join(dict.fromkeys(k for columns in split.values() for k in columns))
         notes.append(

@@ -36,7 +36,7 @@ from cart_sweeps.sweep.driver import LOCK, Held, Results, Standing, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.pools.local import LocalPool
-from cart_sweeps.text import count
+from cart_sweeps.text import count, duration
 
 STAGES = "|".join(p.stem for p in stage_paths())  # the shipped stage files
 USAGE = f"""usage: python -m cart_sweeps.plan stage=<name> [overrides]
@@ -240,7 +240,7 @@ def here_line(stage: Stage, slots: int, table_rows: list[dict[str, Any]]) -> str
         return None
     wall = makespan(hours, slots)
     return (
-        f"on this machine: about {wall:,.2f} h on {count(slots, 'slot')} ({here.name}, at {stage.base.plan.mfu:.0%} "
+        f"on this machine: about {duration(wall)} on {count(slots, 'slot')} ({here.name}, at {stage.base.plan.mfu:.0%} "
         "of its peak where no run of a shape has finished); plan.gpu=NAME costs it on that GPU instead"
     )
 

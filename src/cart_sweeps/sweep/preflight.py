@@ -29,6 +29,7 @@ from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.objectives import objectives
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.scale import mapping_line
+from cart_sweeps.text import duration
 from cart_sweeps.train.eightbit import adamw8bit_problem
 from cart_sweeps.train.logger import check_credentials
 
@@ -102,15 +103,9 @@ def check_gpu(stage: Stage, runs: list[Run], no_gpu: str | None, allow_cpu: bool
     hours = makespan(sorted((costs[run.run_id].gpu_hours for run in runs), reverse=True), slots)
     raise ConfigError(
         f"stage {stage.name} is at scale=paper (the paper's widths and run lengths) and its runs get no GPU "
-        f"({no_gpu}): about {_duration(hours)} on {machine.name}, {slots} at a time; run the study shrunk for a "
+        f"({no_gpu}): about {duration(hours)} on {machine.name}, {slots} at a time; run the study shrunk for a "
         f"CPU with scale=tiny (`python -m cart_sweeps.plan stage={stage.option} scale=tiny` lists its runs and "
         "cost, nothing launched), or launch it here anyway with launcher.allow_cpu=true"
-    )
-
-
-def _duration(hours: float) -> str:
-    return (
-        f"{hours / 24:,.0f} days" if hours >= 48 else f"{hours:,.1f} hours" if hours >= 1 else f"{hours * 60:.0f} min"
     )
 
 
