@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .decisions import ALPHA
 from .load import AnalysisError, load_csv, load_runs
-from .registry import README, readme_with_tables
+from .registry import TABLES_DOC, readme_with_tables
 from .report import run
 
 CURRENT = "current"
@@ -71,7 +71,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=error_rate,
         default=ALPHA,
         metavar="A",
-        help=f"error rate at which a claim is decided (default: {ALPHA}); see README, 'How sure is a finding'",
+        help=f"error rate at which a claim is decided (default: {ALPHA}); see docs/statistics.md",
     )
     parser.add_argument(
         "--only",
@@ -107,7 +107,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--readme-tables",
         action="store_true",
-        help="rewrite README.md's list of the paper's tables from analysis/registry.py, then stop",
+        help="rewrite docs/results.md's list of the paper's tables from analysis/registry.py, then stop",
     )
     return parser.parse_args(argv)
 
@@ -115,8 +115,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.readme_tables:
-        README.write_text(readme_with_tables(README.read_text()))
-        print(f"wrote {README}")
+        TABLES_DOC.write_text(readme_with_tables(TABLES_DOC.read_text()))
+        print(f"wrote {TABLES_DOC}")
         return 0
     source = args.from_csv or args.runs or Path(os.environ.get("CART_SWEEPS_RUNS", "runs"))
     try:

@@ -1,8 +1,8 @@
 """How sure each finding is: one record per claim the report makes in words, decided only where the seeds
 tell the choice from every other option at the error rate alpha, multiple comparisons included.
 
-The statistics live in cart_sweeps.decide (the sweep adds seeds by the same test). The test (README, "How
-sure is a finding"): options are compared on the metric's tested scale (log-metric for a perplexity, whose seed
+The statistics live in cart_sweeps.decide (the sweep adds seeds by the same test). The test (docs/statistics.md):
+options are compared on the metric's tested scale (log-metric for a perplexity, whose seed
 noise scales with its level, so a difference is a ratio; cart_sweeps.metric), best in the metric's direction,
 with the seed noise pooled over the options compared (equal noise assumed), else over every cell of the stage,
 else measured in another stage and said so. Each run counts once. A stage with one seed per configuration and

@@ -9,7 +9,7 @@ configurations below the cutoff (sentinels, `stage.sentinels=K`, or the paper's 
 pairwise agreement is the share of pairs of configurations run in both stages that the two rankings order
 alike (a tie in either counts half), with a percentile bootstrap interval that resamples each configuration's
 seeds in each stage (a one-seed configuration stays fixed, so a one-seed screen's own noise is not in the
-interval: the README says so).
+interval: docs/statistics.md says so).
 """
 
 from __future__ import annotations

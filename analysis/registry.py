@@ -1,7 +1,7 @@
 """The paper's tables, one record each in one registry: what the report (analysis/report.py) and a stage's
 dashboard (cart_sweeps/dashboard.py) build, from which stages' runs, and what each says in its caption.
 
-A new paper table is its record here (its builder may live in any analysis module); README.md lists them
+A new paper table is its record here (its builder may live in any analysis module); docs/results.md lists them
 between its `tables` markers, written from this list by `python -m cart_sweeps.analysis --readme-tables`.
 """
 
@@ -198,13 +198,13 @@ def check_roles() -> None:
             )
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+TABLES_DOC = Path(__file__).resolve().parents[1] / "docs" / "results.md"  # where the list of tables lives
 README_START = "<!-- tables:start (python -m cart_sweeps.analysis --readme-tables) -->"
 README_END = "<!-- tables:end -->"
 
 
 def readme_tables() -> str:
-    """The README's list of the paper's tables: name, the roles of the stages it reads, caption."""
+    """The list of the paper's tables (docs/results.md): name, the roles of the stages it reads, caption."""
     rows = ["| table | reads the stages of role | caption |", "| --- | --- | --- |"]
     for name, table in TABLES.items():
         rows.append(f"| `{name}` | {', '.join(table.reads)} | {table.caption or '(its name)'} |")
@@ -212,7 +212,7 @@ def readme_tables() -> str:
 
 
 def readme_with_tables(text: str) -> str:
-    """`text` (README.md) with the block between its markers rewritten from TABLES."""
+    """`text` (docs/results.md) with the block between its markers rewritten from TABLES."""
     head, _, rest = text.partition(README_START)
     _, _, tail = rest.partition(README_END)
     return f"{head}{README_START}\n{readme_tables()}\n{README_END}{tail}"

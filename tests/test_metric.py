@@ -90,7 +90,7 @@ def test_a_metric_without_a_record_or_without_values_is_one_line(tmp_path, capsy
 
 
 def test_a_new_metric_is_one_kind_in_one_file(tmp_path):
-    """The README's walk for a metric, done in a copy of the code: a higher-is-better per-set kind added to
+    """The walk for a metric (docs/extending.md), done in a copy of the code: a higher-is-better per-set kind added to
     cart_sweeps/metric.py's KINDS ranks, tests and marks in its direction; the copy differs in that file alone
     (a run computes its values in train/loop.py's eval_metrics: the walk's second file, not needed to analyse)."""
     copy = tmp_path / "code"

@@ -24,6 +24,17 @@ from cart_sweeps.config import REPO_ROOT
 from cart_sweeps.demo import steps
 
 README = REPO_ROOT / "README.md"
+DOCS = [README, *sorted((REPO_ROOT / "docs").glob("*.md"))]  # the README and the reference pages it links to
+WALK = "## Your own study, step by step"  # its commands run in a folder of its own: tests/test_walkthrough.py
+
+
+def docs_text() -> str:
+    """The README (less its walk's section) and docs/, one text."""
+    head, _, rest = README.read_text().partition(WALK)
+    _, _, tail = rest.partition("\n## ")
+    return "\n".join([f"{head}## {tail}", *(path.read_text() for path in DOCS[1:])])
+
+
 ENTRY_POINTS = [
     "cart_sweeps",
     "cart_sweeps.plan",
@@ -36,9 +47,9 @@ ENTRY_POINTS = [
 
 
 def readme_commands() -> list[str]:
-    """Each line of the README's bash blocks, without its trailing comment, in order (once each: the quick start
-    and the demo's section show some of the same commands)."""
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    """Each line of the bash blocks of the README and docs/, without its trailing comment, in order (once each: the
+    quick start and the demo's section show some of the same commands)."""
+    blocks = re.findall(r"```bash\n(.*?)```", docs_text(), flags=re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     return list(dict.fromkeys(line for line in lines if line))
 
@@ -67,11 +78,12 @@ def test_the_demo_block_is_what_the_demo_runs():
 
 
 def test_the_readme_lists_the_registrys_tables():
-    """README's table list is written from analysis/registry.py; an edit to either without the other fails here."""
-    from cart_sweeps.analysis.registry import readme_with_tables
+    """docs/results.md's table list is written from analysis/registry.py; an edit to either without the other fails
+    here."""
+    from cart_sweeps.analysis.registry import TABLES_DOC, readme_with_tables
 
-    text = README.read_text()
-    stale = "README.md's table list is stale: run python -m cart_sweeps.analysis --readme-tables"
+    text = TABLES_DOC.read_text()
+    stale = "docs/results.md's table list is stale: run python -m cart_sweeps.analysis --readme-tables"
     assert readme_with_tables(text) == text, stale
 
 
@@ -150,7 +162,7 @@ def check_optuna_dashboard(args: list[str], root: Path) -> None:
 
 def test_the_python_example_runs():
     """The README's Python API example, run as written from the repo root."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", docs_text(), flags=re.S)
     assert len(blocks) == 1
     done = python(["-c", blocks[0]], dict(os.environ))
     assert done.returncode == 0, done.stderr

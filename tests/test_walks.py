@@ -1,6 +1,6 @@
-"""The README's extension walks ("Extending it"), each done in a copy of the repository: the edits the README
+"""The extension walks of docs/extending.md, each done in a copy of the repository: the edits the page
 names, then the real command run against the copy, and the files the walk touched counted against the number
-the README states (read from README.md, so the two cannot drift apart)."""
+the page states (read from docs/extending.md, so the two cannot drift apart)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TREES = ("src", "conf", "sweeps", "analysis", "tests")
+EXTENDING = "docs/extending.md"  # the walks, each with the number of files it touches
 SKIP = shutil.ignore_patterns("__pycache__", "out", "*.egg-info", ".pytest_cache")
 
 
 def stated_count(walk: str) -> int:
-    """The file count README.md's bullet `- **<walk>**` states ("..., 3 files: ...")."""
-    text = (REPO / "README.md").read_text()
+    """The file count the bullet `- **<walk>**` of docs/extending.md states ("..., 3 files: ...")."""
+    text = (REPO / EXTENDING).read_text()
     bullet = re.search(rf"^- \*\*{re.escape(walk)}\*\*(.*?)(?=^- |^\S|\Z)", text, re.M | re.S)
-    assert bullet, f"README.md has no extension walk `- **{walk}**`"
+    assert bullet, f"{EXTENDING} has no extension walk `- **{walk}**`"
     count = re.search(r"(\d+) files?\b", bullet.group(1))
-    assert count, f"README.md's walk `{walk}` states no file count"
+    assert count, f"{EXTENDING}'s walk `{walk}` states no file count"
     return int(count.group(1))
 
 
@@ -38,7 +39,7 @@ class Copy:
         self.root = root
         for tree in TREES:
             shutil.copytree(REPO / tree, root / tree, symlinks=True, ignore=SKIP)
-        shutil.copy(REPO / "README.md", root)
+        shutil.copytree(REPO / "docs", root / "docs")
         self.runs = root.parent / "runs"
 
     def path(self, rel: str) -> Path:
@@ -111,12 +112,12 @@ def test_a_stage_with_its_own_paper_table(copy: Copy) -> None:
     )
     assert len(copy.touched()) == stated_count("A stage with its own paper table")
     copy.run("-m", "analysis", "--readme-tables")
-    assert "warmup_grid" in copy.path("README.md").read_text()
+    assert "warmup_grid" in copy.path("docs/results.md").read_text()
     rows = plan_rows(copy.run("-m", "cart_sweeps.plan", "stage=warmup", "scale=tiny", "plan.format=csv"))
     assert len(rows) == 2
 
 
-SERIAL_POOL = '''"""One run at a time on this machine, GPUs or not: the README's launcher walk."""
+SERIAL_POOL = '''"""One run at a time on this machine, GPUs or not: docs/extending.md's launcher walk."""
 
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ def test_a_launcher(copy: Copy) -> None:
     ], refused.stderr
 
 
-BIGRAM = '''"""A bigram baseline: the tied embedding and a final norm, no layers (the README's model walk)."""
+BIGRAM = '''"""A bigram baseline: the tied embedding and a final norm, no layers (docs/extending.md's model walk)."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def show_stage(ns: argparse.Namespace) -> None:
                 end="",
             )
         return
-    print(f"# stage {stage.name} at scale={stage.base.scale.name} (paper numbers; see `scale` in README)")
+    print(f"# stage {stage.name} at scale={stage.base.scale.name} (paper numbers; see docs/scale.md)")
     print(OmegaConf.to_yaml(stage.spec), end="")
     if stage.runs:
         print(f"# its {count(len(stage.runs), 'run')} (label-id: the overrides each run receives)")

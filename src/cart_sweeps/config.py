@@ -261,7 +261,7 @@ class StageConfig:
     source: str | None = None  # evaluate stages: the run folder of the trained model
     eval_n_loops: int | None = None  # evaluate stages: the inference R
     num_fewshot: int | None = None  # evaluate stages: lm-eval's shot count (None: each task's own, 0 for the paper's)
-    # Seeds where a decision needs them (sweep/adaptive.py; README, "How sure is a finding"); off by default.
+    # Seeds where a decision needs them (sweep/adaptive.py; docs/statistics.md); off by default.
     replicates: int = 0  # a one-seed screen: per width, its K best configurations re-run with 2 more seeds
     max_seeds: int | None = None  # a seed axis: seeds added to a width's cells while its best R is undecided
     sentinels: int = 0  # select=zoom: per width, also the K configurations ranked just below the cutoff

@@ -23,7 +23,7 @@ from cart_sweeps.record.runfolder import SUMMARY
 from cart_sweeps.roles import stage_of, stage_roles
 
 STAGE = ["-m", "cart_sweeps", "-m", "scale=tiny", "launcher.slots=2"]
-# Seeds where the decisions need them (README, "How sure is a finding"): the screen re-runs each width's best
+# Seeds where the decisions need them (docs/statistics.md): the screen re-runs each width's best
 # and runner-up with two more seeds (--quick: its best, in its stage file's `quick:`), so its picks carry a
 # confidence; the same commands.
 SEEDS = {StageRole.screen: ["stage.replicates=2"]}
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         if path.exists():
             print(f"\n{path}:\n{path.read_text()}")
     if (findings := Path(args.out) / "findings.json").exists():
-        print(f"\nHow sure each finding is ({findings}, README 'How sure is a finding'):\n{decision_table(findings)}")
+        print(f"\nHow sure each finding is ({findings}, docs/statistics.md):\n{decision_table(findings)}")
     print(f"demo finished in {time.perf_counter() - start:.0f} s: runs in {runs}/, tables and figures in {args.out}/")
 
 

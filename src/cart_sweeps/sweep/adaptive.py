@@ -1,4 +1,4 @@
-"""Seeds a stage adds after its grid, where a decision needs them (README, "How sure is a finding").
+"""Seeds a stage adds after its grid, where a decision needs them (docs/statistics.md).
 
 - `stage.replicates=K`, a one-seed screen: per width, the K configurations its own seed ranks best (the
   current best and runner-up for K=2) are re-run with the next REPLICATE_SEEDS seeds of the list, so the
