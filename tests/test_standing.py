@@ -11,10 +11,10 @@ from optuna.trial import TrialState
 
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.ledger import Ledger
+from cart_sweeps.stagerecord.results import standing
 from cart_sweeps.stagerecord.runset import stage_runs
 from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.driver import standing
 from cart_sweeps.sweep.expand import Run
 
 RUN_ID, LABEL = "0123456789ab", "d32-P2-R2-s42"

@@ -28,11 +28,12 @@ from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.register import stage_paths
 from cart_sweeps.stagerecord.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
+from cart_sweeps.stagerecord.results import LOCK, Held, Results, standing
 from cart_sweeps.stagerecord.runset import stage_runs
+from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive, ladder
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
-from cart_sweeps.sweep.driver import LOCK, Held, Results, Standing, standing
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.pools.local import LocalPool

@@ -6,10 +6,9 @@ run's result lands in the ledger the moment its job ends, and one run failing ne
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,11 @@ from optuna.trial import FrozenTrial, Trial
 from cart_sweeps import interrupt
 from cart_sweeps.collector import long_lived
 from cart_sweeps.config import ConfigError
-from cart_sweeps.record.runfolder import read_summary
 from cart_sweeps.record.summary import RunSummary
-from cart_sweeps.stagerecord.ledger import Ledger, check_storage, last_number, ledger_path, status_of, writing
-from cart_sweeps.stagerecord.runset import OWNER, SCALE_ATTR, StageRecord, recorded_folder, stage_ledgers
-from cart_sweeps.stagerecord.standing import Standing, stand
+from cart_sweeps.stagerecord.ledger import Ledger, check_storage, last_number, ledger_path, writing
+from cart_sweeps.stagerecord.results import LOCK, Held, Results, standing
+from cart_sweeps.stagerecord.runset import OWNER, SCALE_ATTR, StageRecord, stage_ledgers
+from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep import adaptive, ladder
 from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
@@ -41,7 +40,6 @@ from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
 
 PoolFactory = Callable[[DictConfig, Path], Pool[Any]]
-LOCK = ".driver.lock"  # a stage folder's lock: held by its one driver (plan reads it: a driver runs now)
 
 
 @dataclass
@@ -62,93 +60,6 @@ def _attrs(run: Run) -> dict[str, Any]:
     attrs["config_id"] = run.config.config_id  # what its seeds share: the run set keeps one per table cell
     attrs[SCALE_ATTR] = run.config.cfg.scale.name  # a reading is of one scale (runset)
     return attrs | {"actual": run.actual}  # params are the paper's numbers; `actual`: those this scale changed
-
-
-@dataclass(frozen=True)
-class Held:
-    """A run's result and the folder holding it. `owner` names the other stage whose folder that is (a run is
-    trained once, by whichever stage needs it first: its id leaves out the stage); `scanned`: found by
-    `Results`' scan of the other stages, so the ledger does not name that folder yet; `moved`: found in a folder
-    of its stage or of the runs root under another name (renamed, misplaced), where it is to be put back from."""
-
-    summary: RunSummary
-    folder: Path
-    owner: str | None = None
-    scanned: bool = False
-    moved: bool = False
-
-
-def _held(run: Run, folder: Path, scanned: bool = False, moved: bool = False) -> Held | None:
-    summary = read_summary(folder)
-    if summary is None or summary.run_id != run.run_id or not summary.is_result:
-        return None
-    owner = folder.parent.name if folder.parent != run.run_dir.parent and not moved else None
-    return Held(summary, folder, owner, scanned, moved)
-
-
-class Results:
-    """Where runs' results are: a run's own folder, the one its newest trial names, else (no trial, or its
-    result's folder is gone) another stage's folder holding the same run id, else a folder of its stage or of
-    the runs root under another name. Other folders are read once, at the first run that needs them: a
-    relaunch of a finished stage reads none of them."""
-
-    def __init__(self) -> None:
-        self._by_id8: dict[Path, dict[str, list[Path]]] = {}  # per runs root: id[:8] -> run folders
-        self._by_id: dict[Path, dict[str, Path]] = {}  # per stage folder: run id -> a folder holding its result
-        self.occupants: dict[str, RunSummary] = {}  # run id -> another run's summary, in the run's own folder
-
-    def held(self, run: Run, trials: Sequence[FrozenTrial] = ()) -> Held | None:
-        """The run's result, where it is (the ledger alone is not the result); None when no folder holds it.
-        A run labelled before its stage's labels showed every key the stage varies keeps its folder."""
-        stage_dir = run.run_dir.parent
-        named = [recorded_folder(stage_dir.parent, stage_dir.name, t.user_attrs) for t in trials[-1:]]
-        for folder in dict.fromkeys([run.run_dir, *named]):
-            if held := _held(run, folder):
-                return held
-        if (other := read_summary(run.run_dir)) is not None and other.run_id != run.run_id:
-            self.occupants[run.run_id] = other
-        if trials and not status_of(trials[-1]).is_result:  # running or to retry: its own to train
-            return None
-        return next((h for f in self._elsewhere(run) if (h := _held(run, f, scanned=True))), None) or self._moved(run)
-
-    def _elsewhere(self, run: Run) -> list[Path]:
-        """Other stages' folders named for the run's id (`<root>/<stage>/<label>-<id8>`), in path order."""
-        stage_dir = run.run_dir.parent
-        root = stage_dir.parent
-        if root not in self._by_id8:
-            found: dict[str, list[Path]] = defaultdict(list)
-            for folder in (f for stage in _folders_in(root) for f in _folders_in(stage)):
-                found[folder.name.rsplit("-", 1)[-1]].append(folder)
-            self._by_id8[root] = found
-        return [f for f in self._by_id8[root].get(run.run_id[:8], []) if f.parent != stage_dir]
-
-    def _moved(self, run: Run) -> Held | None:
-        """The run's result in a folder of its stage or of the runs root under another name (`mv RUN mine`)."""
-        stage_dir = run.run_dir.parent
-        if stage_dir not in self._by_id:
-            found: dict[str, Path] = {}
-            for folder in (*_folders_in(stage_dir), *_folders_in(stage_dir.parent)):
-                if (summary := read_summary(folder)) is not None and summary.run_id and summary.is_result:
-                    found.setdefault(summary.run_id, folder)
-            self._by_id[stage_dir] = found
-        moved = self._by_id[stage_dir].get(run.run_id)
-        return _held(run, moved, moved=True) if moved is not None else None
-
-
-def _folders_in(path: Path) -> list[Path]:
-    try:
-        return sorted(Path(e.path) for e in os.scandir(path) if e.is_dir())
-    except OSError:
-        return []
-
-
-def standing(
-    run: Run, trials: Sequence[FrozenTrial], held: Held | None, occupant: RunSummary | None = None
-) -> Standing:
-    """Where `run` stands (stagerecord/standing.py), from its trials, `held`, where its result is (`Results.held`), and
-    `occupant`, another run's summary in its folder (`Results.occupants`)."""
-    scanned, moved = (held.scanned, held.moved) if held is not None else (False, False)
-    return stand(trials[-1] if trials else None, held is not None, scanned, moved, occupant is not None)
 
 
 def put_right(run: Run, held: Held | None, occupant: RunSummary | None) -> str:
