@@ -122,3 +122,10 @@ def read_only(folder: Path) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def user_stage(base: Path, text: str) -> Path:
+    """A config folder under `base` holding `text`, a stage file named as its `name:` says: for --config-dir."""
+    (base / "cfg" / "stage").mkdir(parents=True, exist_ok=True)
+    (base / "cfg" / "stage" / f"{text.split()[1]}.yaml").write_text(text)
+    return base / "cfg"

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
-
-from tests.stages import env, leftovers, sweep, sweep_cmd, trials, wait_for
+from stages import env, leftovers, sweep, sweep_cmd, trials, wait_for
 
 STAGE = """\
 name: wsdladder

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from optuna.trial import TrialState
+from stages import env, leftovers, sweep, sweep_cmd, trials, wait_for
 
 from cart_sweeps.analysis.__main__ import main as analysis
-from tests.stages import env, leftovers, sweep, sweep_cmd, trials, wait_for
 
 ARGS = ["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", "model.n_prelude=6"]
 ARGS += ["stage.rungs=[500,1000,2000]", "stage.max_seeds=2"]

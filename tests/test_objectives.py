@@ -9,9 +9,8 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
-
-from tests.stages import sweep
-from tests.test_axes import TINY, analysis, studies
+from stages import sweep, user_stage
+from test_axes import TINY, analysis, studies
 
 THROUGHPUT = """\
 name: fast
@@ -23,12 +22,6 @@ recipe:
   model.n_prelude: 2
   trainer.steps: 3000
 """
-
-
-def user_stage(base: Path, text: str) -> Path:
-    (base / "cfg" / "stage").mkdir(parents=True, exist_ok=True)
-    (base / "cfg" / "stage" / f"{text.split()[1]}.yaml").write_text(text)
-    return base / "cfg"
 
 
 @pytest.mark.slow

@@ -5,14 +5,12 @@ front per width. Real commands, tiny scale; fronts checked against fronts comput
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import optuna
 import pandas as pd
 import pytest
-
-from tests.stages import sweep
-from tests.test_axes import REPO, TINY, analysis, command, studies
+from stages import sweep, user_stage
+from test_axes import REPO, TINY, analysis, command, studies
 
 TWO = ["sweep.metrics=[ppl_austen,tokens_per_s]"]
 STAGE = """\
@@ -25,12 +23,6 @@ recipe:
   model.n_prelude: 1
   trainer.steps: 3000
 """
-
-
-def user_stage(base: Path, text: str) -> Path:
-    (base / "cfg" / "stage").mkdir(parents=True, exist_ok=True)
-    (base / "cfg" / "stage" / f"{text.split()[1]}.yaml").write_text(text)
-    return base / "cfg"
 
 
 def by_hand(points: dict[int, tuple[float, float]]) -> set[int]:

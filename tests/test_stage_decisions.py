@@ -16,9 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-
-from tests.stages import sweep
-from tests.test_axes import TINY, analysis, command
+from stages import sweep
+from test_axes import TINY, analysis, command
 
 STAGE = """\
 name: mine

@@ -17,12 +17,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from stages import FAULTS, env, sweep
 
 from cart_sweeps.identity import config_id, run_id
 from cart_sweeps.naming import run_dir, run_label
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.train.logger import wandb_metrics, wandb_tags
-from tests.stages import FAULTS, env, sweep
 
 REPO = Path(__file__).parents[1]
 TINY = ["scale=tiny", "trainer.steps=6", "trainer.eval_every=3", "trainer.log_every=2"]

@@ -148,6 +148,16 @@ def stage_folder(cfg: DictConfig) -> Path:
     return Path(cfg.paths.runs) / cfg.stage.name
 
 
+def runs_of_named_stage(cfg: DictConfig, purpose: str) -> Path:
+    """The folder of the stage `cfg` names, for a command that reads its runs (to `purpose` them); one line where
+    the command names no stage or the stage has no runs yet."""
+    if cfg.stage.name == "single":
+        raise ConfigError(f"name the stage whose runs to {purpose}: stage=<name> (e.g. stage=1)")
+    if not (stage_dir := stage_folder(cfg)).is_dir():
+        raise ConfigError(f"stage {cfg.stage.name} has no runs in {stage_dir}; launch it first, or set paths.runs")
+    return stage_dir
+
+
 def run_folder(stage_dir: Path, label: str, id_: str) -> Path:
     """`run_dir` from the run's stage folder, label and id, for a caller that has them (hashing is not free)."""
     return stage_dir / f"{label}-{id_[:8]}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.config import ConfigError
-from cart_sweeps.naming import stage_folder
+from cart_sweeps.naming import runs_of_named_stage
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS
 
@@ -100,11 +100,7 @@ def handler(stage: str, stage_dir: Path) -> type[BaseHTTPRequestHandler]:
 
 def serve(overrides: list[str], port: int) -> None:
     cfg = compose_config(overrides)
-    if cfg.stage.name == "single":
-        raise ConfigError("name the stage whose runs to show: stage=<name> (e.g. stage=1)")
-    stage_dir = stage_folder(cfg)
-    if not stage_dir.is_dir():
-        raise ConfigError(f"stage {cfg.stage.name} has no runs in {stage_dir}; launch it first, or set paths.runs")
+    stage_dir = runs_of_named_stage(cfg, "show")
     try:
         server = ThreadingHTTPServer(("127.0.0.1", port), handler(cfg.stage.name, stage_dir))
     except OSError as err:

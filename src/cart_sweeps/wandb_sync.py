@@ -19,9 +19,8 @@ from typing import cast
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import compose_config, run_cli
-from cart_sweeps.config import ConfigError
 from cart_sweeps.identity import run_id
-from cart_sweeps.naming import run_folder, run_label, stage_folder
+from cart_sweeps.naming import run_folder, run_label, runs_of_named_stage
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS, RunFolderBusy, owned, read_summary
 from cart_sweeps.status import RunStatus
@@ -112,11 +111,7 @@ def backfill_run(run_dir: Path, cfg: DictConfig, logger_cfg: DictConfig) -> int 
 def backfill(overrides: list[str]) -> Backfill:
     """Backfill every training run of the stage `overrides` compose (see USAGE)."""
     cfg = compose_config(overrides)
-    if cfg.stage.name == "single":
-        raise ConfigError("name the stage whose runs to backfill: stage=<name> (e.g. stage=1)")
-    stage_dir = stage_folder(cfg)
-    if not stage_dir.is_dir():
-        raise ConfigError(f"stage {cfg.stage.name} has no runs in {stage_dir}; launch it first, or set paths.runs")
+    stage_dir = runs_of_named_stage(cfg, "backfill")
     logger_cfg = OmegaConf.merge(cfg.logger, {"name": "wandb"})
     done = Backfill()
     for run_dir, run_cfg in training_runs(stage_dir):
