@@ -1,7 +1,7 @@
 """Keep runs of different recipes apart in every table, and say each row's recipe where a table's rows differ in it.
 
 A stage's runs can hold cells of different recipes: a narrowed relaunch with another trainer.steps supersedes
-only the cells it re-ran (cart_sweeps.sweep.runset), a results CSV or a folder without a ledger may hold anything.
+only the cells it re-ran (cart_sweeps.stagerecord.runset), a results CSV or a folder without a ledger may hold anything.
 A recipe key (analysis.load.TRAINER_KEYS) is *mixed* in a stage when it takes several values there that neither
 one of the stage's axes (an lr search, a ladder's horizons) nor its variants explain. Every table is then built
 once per recipe of the stages it reads (`apart`): no row pools a 30-step run with a 60-step one, and each row

@@ -140,11 +140,11 @@ def test_the_paper_grid_s_compute_front_per_width_is_the_hand_front(tmp_path):
 
 @pytest.mark.parametrize("storage", ["sqlite", "journal"])
 def test_the_ledger_tells_each_objective_and_reads_them_back_in_either_storage(tmp_path, storage):
-    from cart_sweeps.sweep.ledger import Ledger
-    from cart_sweeps.sweep.trials import all_trials
     from optuna.distributions import IntDistribution
 
     from cart_sweeps.record.summary import RunSummary
+    from cart_sweeps.stagerecord.ledger import Ledger
+    from cart_sweeps.stagerecord.trials import all_trials
     from cart_sweeps.status import RunStatus
 
     both = ["ppl_austen", "tokens_per_s"]
