@@ -66,12 +66,14 @@ def ended() -> dict[str, tuple[np.ndarray, list[tuple[int, bool, int]]]]:
     }
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_the_sequential_rule_is_wrong_at_most_at_alpha(ended):
     for name in ("all_equal", "two_tied"):
         decided = np.mean([d for _, d, _ in ended[name][1]])
         assert decided <= BOUND, (name, decided)  # every decision here is wrong
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_looking_at_alpha_each_round_would_not_be(ended):
     """The same rule without splitting alpha over the looks decides tied options too often: the split is needed."""
     naive = np.mean([d for _, d, _ in sequential(ended["two_tied"][0], 1)])
@@ -104,6 +106,7 @@ def test_plans_seeds_for_power_deliver_it():
     assert seeds_for_power(0.0, SD, ALPHA, len(R)) is None
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_the_analysis_decides_the_final_data_as_the_driver_did(ended, tmp_path):
     """The stage's final runs through `python -m cart_sweeps.analysis --from-csv` (its `looks` column): the best-R
     claims match the driver's last decisions, study for study."""

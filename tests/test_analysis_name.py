@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from cart_sweeps.config import REPO_ROOT
 
 # The files loaded as more than one module object (the same file under two names), printed last.
@@ -53,6 +55,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_no_analysis_module_is_loaded_under_two_names():
     for order in ('["cart_sweeps.analysis", "analysis"]', '["analysis", "cart_sweeps.analysis"]'):
         done = _run("-c", BOTH.replace("ORDER", order) + TWICE)
@@ -70,6 +73,7 @@ def test_the_tests_import_the_one_name():
             assert not re.search(r"^\s*(from analysis[. ]|import analysis\b)", path.read_text(), re.M), path
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_python_m_analysis_from_a_checkout_runs_the_one_package():
     """`python -m analysis` (the checkout's shim, as runpy runs it) is `python -m cart_sweeps.analysis`, and loads
     no module twice (test_readme runs both commands' --help as typed)."""

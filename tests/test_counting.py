@@ -117,6 +117,7 @@ def baseline(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
     return root, analysed(root, root.parent / "out")
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_the_ablations_table_equals_the_run_folders_by_hand(baseline):
     root, result = baseline
     table = result["tables"]["ablations"]
@@ -136,6 +137,7 @@ def test_the_ablations_table_equals_the_run_folders_by_hand(baseline):
     assert len(ablation) == 3 * len(SETS) and {d["noise"]["df"] for d in ablation} == {len(distinct) - 1}
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize("case", range(6))
 def test_duplicating_any_run_into_any_stage_changes_nothing(baseline, tmp_path, case):
     root, before = baseline
@@ -151,6 +153,7 @@ def test_duplicating_any_run_into_any_stage_changes_nothing(baseline, tmp_path, 
     same(before, analysed(copy, tmp_path / "out"))
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize("case", range(3))
 def test_renaming_a_variant_folder_changes_nothing(baseline, tmp_path, case):
     root, before = baseline
@@ -162,6 +165,7 @@ def test_renaming_a_variant_folder_changes_nothing(baseline, tmp_path, case):
     same(before, analysed(copy, tmp_path / "out"))
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_reading_the_same_run_through_more_stages_changes_no_table_that_pools_them(tmp_path, baseline):
     """The base's seed 42 read by stage 2 and the ablations only, or by parity too: the ablations' table, noise
     and decisions are the same (they were counted once per stage: one run as two seeds, p 20-60x too small)."""

@@ -94,6 +94,7 @@ def embedded(data_cache) -> Prepared:
     return load_prepared(cfg.data)
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_embedded_corpus_prepares_into_bins(embedded):
     m = embedded.manifest
     assert m["tokenizer"]["kind"] == "bpe" and embedded.vocab_size == 4096
@@ -179,6 +180,7 @@ def test_paper_recipe_code_path_on_local_standins(tmp_path):
         assert entry["bytes_per_token"] == pytest.approx(sum(len(t.encode()) for t in used) / n_tokens)
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_train_batch_is_addressed_by_step(embedded, caplog):
     tokens, seq, mbs, accum = embedded.train, 16, 4, 3
     x, y = train_batch(tokens, 2, 1, mbs, accum, seq)
@@ -242,6 +244,7 @@ def test_batches_equal_across_processes_and_restarts(tmp_path):
         assert hashlib.sha256(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest() == digest
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_val_windows_and_metrics(embedded):
     tokens = embedded.val["austen"]
     windows = val_windows(tokens, 50, 64)
@@ -329,6 +332,7 @@ def test_cli_usage_and_one_line_error(tmp_path, capsys):
     assert out.stderr.strip().splitlines()[-1].startswith("error: data=paper_mix: cannot fetch tokenizer")
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_the_data_cache_is_per_user_by_default(tmp_path):
     """Every working folder shares one cache: $XDG_CACHE_HOME/cart_sweeps, else ~/.cache/cart_sweeps (as HF
     and torch keep theirs); CART_SWEEPS_CACHE still overrides (every test here sets it)."""

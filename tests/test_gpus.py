@@ -77,6 +77,7 @@ def test_a_slot_per_gpu_and_runs_per_gpu_slots_on_each(on_standin, tmp_path):
     assert [slot.gpu for slot in LocalPool(cfg, tmp_path).slots] == ["0", "0", "1", "1", "2", "2"]
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_packing_beyond_a_gpus_memory_is_refused_before_launch(tmp_path):
     """The smallest GPU decides: two runs fit on GPU 0, not on the MIG device of GPU 1 beside it."""
     need = max(memory_need_bytes(run.config.cfg) for run in Stage(GRID).runs)

@@ -74,6 +74,7 @@ class Direct:
         return picked.gather(1, target[:, None]).sum().item(), bool((picked.argmax(-1) == target).all())
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_harness_accuracy_equals_a_direct_computation(harness, tiny_run):
     metrics, _ = harness
     direct = Direct(tiny_run, n_loops=2)
@@ -95,6 +96,7 @@ def test_harness_accuracy_equals_a_direct_computation(harness, tiny_run):
     assert metrics["bench_cart_nextpassage_acc_norm"] == pytest.approx(norm_hits / LIMIT)
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_results_json_is_lm_evals_own(harness):
     metrics, out = harness
     (path,) = (out / "lm_eval").rglob("results_*.json")
@@ -104,6 +106,7 @@ def test_results_json_is_lm_evals_own(harness):
     assert saved["n-shot"]["cart_nextpassage"] == 0
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_rolling_and_generation(tiny_run):
     lm = CartLM(run_dir=str(tiny_run), n_loops=3)
     text = "And God said, Let there be light: and there was light."

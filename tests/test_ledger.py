@@ -104,6 +104,7 @@ ENDINGS = {  # name: (intermediate values reported, how the run ended)
 }
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_finish_writes_what_optuna_tells_in_one_commit(tmp_path, ending):
     """Each way a run ends is recorded as Optuna's own calls record it (every field but the ids and times), with

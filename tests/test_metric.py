@@ -89,6 +89,7 @@ def test_a_metric_without_a_record_or_without_values_is_one_line(tmp_path, capsy
         assert len(err) == 1 and err[0].startswith(says), err
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_new_metric_is_one_kind_in_one_file(tmp_path):
     """The walk for a metric (docs/extending.md), done in a copy of the code: a higher-is-better per-set kind added to
     cart_sweeps/metric.py's KINDS ranks, tests and marks in its direction; the copy differs in that file alone

@@ -44,6 +44,7 @@ def test_a_maximized_metric_is_maximized_by_the_ledger_its_best_trial_and_the_de
     assert table["R"][0] == decision["choice"]  # its table ranks highest first
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize(
     ("setting", "says"),
     [
@@ -93,6 +94,7 @@ def test_a_search_samples_a_model_and_each_model_s_own_parameter_and_is_pictured
     assert set(table["model"]) <= {"cart", "dense"} and len(table) == 5
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize(
     ("search", "says"),
     [

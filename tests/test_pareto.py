@@ -80,6 +80,7 @@ recipe:
 """
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize(
     ("settings", "says"),
     [
@@ -107,6 +108,7 @@ def test_a_multi_objective_mistake_is_one_line_before_anything_launches(tmp_path
     assert not (tmp_path / "runs" / "look").exists()
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_the_paper_grid_s_compute_front_per_width_is_the_hand_front(tmp_path):
     fixture = REPO / "tests" / "fixtures" / "paper_results.csv"
     out = tmp_path / "out"

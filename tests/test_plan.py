@@ -91,6 +91,7 @@ def test_ablations_and_scale_tiny(runs_dir):
     assert axis(stage, "model.d_model") == {96} and stage.runs[0].config.cfg.model.max_seq_len == 128
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_planned_ids_are_the_ids_run_job_computes(runs_dir):
     """The fast composer must agree with compose_config, which run_job uses."""
     for args in (["stage=1", "scale=tiny"], ["stage=parity"]):
@@ -127,6 +128,7 @@ def test_a_config_option_that_reads_the_seed_names_each_seed_from_its_own_compos
     assert len({run.run_id for run in stage.runs}) == len({id(run.config) for run in stage.runs}) == 9
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_commands_check_and_its_stage_compose_a_base_once_and_an_edited_option_is_read_again(
     runs_dir, tmp_path, monkeypatch
 ):
@@ -159,6 +161,7 @@ def test_a_commands_check_and_its_stage_compose_a_base_once_and_an_edited_option
     assert [run.run_id for run in edited.runs] == [run_id(compose_config(run.overrides)) for run in edited.runs]
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_stage_and_its_drivers_history_are_built_without_the_collector_walking_them(runs_dir, tmp_path):
     """What a launch keeps to its end (the stage's configurations and runs, the ledger's history of its trials) is
     built with the collector paused and then moved to its oldest generation: no collection walks it as it is made
@@ -189,6 +192,7 @@ def test_a_stage_and_its_drivers_history_are_built_without_the_collector_walking
     assert len(driver.queue) == len(again.runs) == 64  # each run's trial was read: cut off, resumed
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -208,6 +212,7 @@ def test_a_composers_configs_are_hydras_whatever_their_overrides_share(runs_dir,
         assert OmegaConf.to_yaml(composer(args)) == OmegaConf.to_yaml(compose_config(args)), args
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_every_config_a_stage_composes_is_hydras(runs_dir):
     """Every configuration of a grid stage, as the stage composes it (at the seed of its first run), is the config
     `compose_config` (run_job's) gives for that run's overrides, key for key."""
@@ -301,6 +306,7 @@ def test_bad_input_is_one_line(runs_dir, capsys, args, says):
     assert not any(runs_dir.iterdir())  # nothing created, nothing launched
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_command_line(runs_dir):
     env = {**os.environ, "CART_SWEEPS_RUNS": str(runs_dir)}
     help_ = subprocess.run(

@@ -38,6 +38,7 @@ def test_the_headline_command_without_a_gpu_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_slurm_launch_is_not_refused_for_the_drivers_machine_but_unprepared_hub_data_is(tmp_path):
     """The SLURM launcher's runs get the cluster's GPUs; the paper's hub data, not prepared, is named with the
     command that prepares it (the command line's data settings included)."""
@@ -51,6 +52,7 @@ def test_a_slurm_launch_is_not_refused_for_the_drivers_machine_but_unprepared_hu
     assert forced.stderr.startswith("error: data=paper_mix is not prepared"), forced.stderr  # past the GPU check
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_plan_estimates_this_machines_time_where_no_gpu_is_named(tmp_path):
     done = command(tmp_path / "runs", "cart_sweeps.plan", "stage=1", "scale=tiny", **NO_GPU)
     assert done.returncode == 0, done.stderr

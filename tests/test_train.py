@@ -60,6 +60,7 @@ def finished_run(tmp_path_factory, data_cache) -> Path:
     return run_dir
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_loss_falls_and_the_run_folder_holds_everything(finished_run):
     train = [r for r in rows(finished_run) if r["kind"] == "train"]
     evals = [r for r in rows(finished_run) if r["kind"] == "eval"]
@@ -81,6 +82,7 @@ def test_loss_falls_and_the_run_folder_holds_everything(finished_run):
     assert meta["step"] == 40 and meta["run_id"] == s["run_id"]
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_finished_run_keeps_its_final_weights_alone(finished_run, tmp_path):
     """No optimizer state and no earlier checkpoint: the folder is at most 1.5x its weights, plus its logs;
     trainer.keep_final_optimizer=true keeps both, for a run meant to train further."""
@@ -124,6 +126,7 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path, data_cache, finished_r
     assert {k: summary(run_dir)[k] for k in final} == final
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_ctrl_c_python_swallows_stops_a_single_run_at_its_next_step(tmp_path, data_cache):
     """The single-run command keeps a Ctrl-C that Python dropped (cart_sweeps.interrupt), as a stage's runs do
     (test_workers.py): the run records itself interrupted after the step it was in."""
@@ -134,6 +137,7 @@ def test_a_ctrl_c_python_swallows_stops_a_single_run_at_its_next_step(tmp_path, 
     assert [row["step"] for row in rows(run_dir) if row["kind"] == "train"] == [1, 2, 3]
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_finished_run_relaunched_does_nothing(finished_run):
     before = (finished_run / "summary.json").stat().st_mtime_ns
     from cart_sweeps.compose import compose_config
@@ -143,6 +147,7 @@ def test_finished_run_relaunched_does_nothing(finished_run):
     assert (finished_run / "summary.json").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_another_config_in_a_used_folder_is_refused(finished_run, capsys):
     from cart_sweeps.compose import compose_config
     from cart_sweeps.config import ConfigError
@@ -161,6 +166,7 @@ def test_huge_lr_ends_diverged_with_one_line(tmp_path, data_cache):
     assert summary(run_dir)["status"] == "diverged"
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
@@ -239,6 +245,7 @@ def test_lr_schedule_warms_up_then_anneals_to_min(compose):
     assert lr_at(t.steps // 2, t) < 3e-4
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_bench_prints_the_figures(capsys):
     result = bench(["scale=tiny", "bench.warmup=1", "bench.steps=2"])
     assert result["tokens_per_s"] > 0 and result["ms_per_step"] > 0

@@ -102,6 +102,7 @@ def test_a_stage_with_its_own_axes(copy: Copy) -> None:
     assert [r["label"] for r in rows] == ["d32-P2-R4-wd0-s42", "d32-P2-R4-wd0.1-s42"]
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_stage_with_its_own_paper_table(copy: Copy) -> None:
     """The stage file with its role, and its record in analysis/registry.py: the analysis lists its table."""
     copy.write("sweeps/warmup.yaml", "name: warmup\nrole: warmup\ngrid:\n  trainer.warmup_steps: [0, 100]\n")
@@ -143,6 +144,7 @@ class SerialPool(LocalPool):
 '''
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_launcher(copy: Copy) -> None:
     """A pool module with its settings and a launcher file: `plan` costs the stage on its one slot, and a
     setting out of its bounds is one line."""
@@ -209,6 +211,7 @@ print(json.dumps([sum(p.numel() for p in model.parameters()), param_counts(cfg.m
 """
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_model(copy: Copy) -> None:
     """Its spec, its module and its file: `plan` labels and counts it, its built parameters are its formula's,
     and a name no spec registers is one line."""
@@ -229,6 +232,7 @@ def test_a_model(copy: Copy) -> None:
     assert "model.name=bigrm: no such model (known: cart, dense, bigram)" in refused.stderr
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_an_ablation_switch(copy: Copy) -> None:
     """A switch (the final norm left out): `plan` labels its variant and counts its parameters, and the tests
     the README names pass in the copy (the switch built as counted, its default pinned)."""

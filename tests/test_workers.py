@@ -26,6 +26,7 @@ RUN = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2", "train
 STEPS = ["trainer.steps=20", "trainer.deterministic=true"]
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_one_worker_forks_a_process_per_run_with_the_numbers_of_a_cold_start(tmp_path, data_cache):
     """Two runs through one slot: two processes of one worker; the second, forked from a worker that has
     trained a model before, logs what the same run started alone in a fresh process logs."""
@@ -162,6 +163,7 @@ def test_a_worker_hashes_the_data_once_and_its_runs_inherit_the_hashes(tmp_path,
         load_prepared(damaged.data)  # what the run then says, in one line
 
 
+@pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_a_worker_preloads_what_its_stages_runs_import():
     """torch._dynamo (imported by torch.optim's first step) for training stages only: an evaluation, run in a
     fresh process, never imports it, so an evaluate stage's workers skip it; lm-eval where harness.tasks."""
