@@ -43,8 +43,9 @@ class Part:
 def mixed(rows: pd.DataFrame, axes: Iterable[str]) -> list[str]:
     """The recipe keys these rows (one stage's) differ in that its `axes` and its variants do not explain."""
     own = {str(a).rsplit(".", 1)[-1] for a in axes}
-    # a key that follows an axis (a ladder's warm-up shrinks with its horizon) is constant within that axis's values
-    by = [c for c in ("variant", VARIANT_AXIS, *sorted(own - {"seed"})) if c in rows]
+    # a key that follows a recipe axis (a ladder's warm-up shrinks with its horizon, trainer.steps) is constant
+    # within that axis's values; a key that differs between cells of a model axis is a mix (a narrowed relaunch)
+    by = [c for c in ("variant", VARIANT_AXIS, *sorted(own & set(TRAINER_KEYS))) if c in rows]
     keys = [k for k in TRAINER_KEYS if k in rows and k not in own]
     if rows.empty or not keys:
         return []

@@ -211,7 +211,7 @@ def _stages_read(final: pd.DataFrame, table: str) -> list[str]:
     """The stages whose runs `table` reads: its own stage's (a stage's table, a ladder's), else its roles'."""
     if table.startswith(stage_tables.PREFIX):
         return [stage_tables.stage_of(table)]
-    if (stage := ladder.stage_of(table)) is not None:
+    if (stage := ladder.stage_of(table) or pareto.stage_of(table)) is not None:
         return [stage]
     return sorted(final.loc[final["role"].isin(TABLES[table].reads), "stage"].unique()) if "role" in final else []
 

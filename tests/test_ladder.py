@@ -111,10 +111,10 @@ def test_the_ladder_against_the_fixed_design_over_many_studies():
     """The full table's error rate (every truth) and its power on the clear reversal; the compute goal (30% less
     than the fixed design) is reported by `python -m cart_sweeps.sweep.ladder_sim`, not asserted: it is not met
     at the paper's grid (docs/ladder.md)."""
-    rows = {(r.truth, r.design): r for r in simulate(reps=100)}
+    rows = {(r.truth, r.design): r for r in simulate(reps=50)}  # 200 studies per truth: ~50 s on 2 cores
     for truth in ("paper", "ties", "flat_r", "clear"):
         for ladder in ("ladder", "ladder (branch)"):
-            assert rows[(truth, ladder)].false <= bound(400), (truth, ladder)
+            assert rows[(truth, ladder)].false <= bound(200), (truth, ladder)
     assert rows[("clear", "ladder")].right >= 0.7
 
 

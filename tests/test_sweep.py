@@ -162,7 +162,7 @@ def test_failed_and_diverged_runs_are_recorded_and_the_rest_finish(tmp_path, dat
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
-        ("model.d_model=256,100", "no width at scale=tiny"),
+        ("model.d_model=256,100", "nor one of their widths at scale=tiny"),
         ("model.n_loops=0,2", "model.n_loops=0"),
         ("trainer.steps=10,abc", "abc"),
     ],
