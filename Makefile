@@ -26,7 +26,7 @@ setup: $(VENV)/.installed ## create .venv: torch $(TORCH_VERSION) unless one is 
 demo: setup ## the tiny study end to end on the embedded corpus, ending in tables
 	$(PY) -m cart_sweeps.demo
 
-test: setup ## the fast tier (~4 min on 2 cores): units, and narrowed stages through the real entry points
+test: setup ## the fast tier (~2 min on 2 cores): units, and narrowed stages through the real entry points
 	$(PYTEST) -m "not slow"
 
 test-full: test ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)

@@ -7,15 +7,13 @@ last-rung branch (a branch of a branch) ends on the numbers of a fresh WSD run o
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from optuna.trial import TrialState
-from stages import env, leftovers, sweep, sweep_cmd, trials, wait_for
+from stages import env
+from test_ladder_stage import done, killed_and_relaunched
 
 STAGE = """\
 name: wsdladder
@@ -44,15 +42,6 @@ execute(cfg, Path(sys.argv[2]))
 """
 
 
-def done(runs: Path) -> list:
-    if not (runs / "wsdladder" / "ledger.db").exists():
-        return []
-    try:
-        return [t for t in trials(runs, "wsdladder") if t.state == TrialState.COMPLETE]
-    except KeyError:
-        return []
-
-
 def summaries(runs: Path) -> dict[tuple[int, int, int], dict]:
     """(steps, R, seed) -> the run folder's summary, with its folder."""
     out = {}
@@ -68,19 +57,7 @@ def test_a_wsd_branch_ladder_relaunched_branches_each_rung_and_equals_fresh_runs
     (tmp_path / "cfg" / "stage" / "wsdladder.yaml").write_text(STAGE)
     runs = tmp_path / "runs"
     args = ["--config-dir", str(tmp_path / "cfg"), "stage=wsdladder", "scale=tiny"]
-    driver = subprocess.Popen(sweep_cmd(*args), env=env(runs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_for(lambda: any(t.params["trainer.steps"] == 2000 for t in done(runs)), 300, "a rung-2 run")
-    finally:
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=60)
-    wait_for(lambda: not leftovers(runs), 120, "the killed driver's runs to end")
-    again = sweep(runs, *args)
-    assert again.returncode == 0, again.stderr[-3000:]
-    record = json.loads((runs / "wsdladder" / "ladder.json").read_text())
-    once_more = sweep(runs, *args)
-    assert once_more.returncode == 0 and "0 completed" in once_more.stderr, once_more.stderr[-2000:]
-    assert json.loads((runs / "wsdladder" / "ladder.json").read_text()) == record
+    killed_and_relaunched(runs, "wsdladder", args, 2000)
 
     found = summaries(runs)
     assert {h for h, _, _ in found} == {10, 20, 40}  # both R reached the last rung (the wide allowance)
@@ -91,7 +68,7 @@ def test_a_wsd_branch_ladder_relaunched_branches_each_rung_and_equals_fresh_runs
         parent = found[(steps // 2, r, seed)]  # the previous rung's run of this configuration and seed
         decay_start = steps // 2 - round(0.2 * (steps // 2))  # 8 of 10, 16 of 20
         assert (s["parent_run_id"], s["branch_step"]) == (parent["run_id"], decay_start)
-    assert len({t.user_attrs["run_id"] for t in done(runs)}) == len(found) == 12  # each run trained once
+    assert len({t.user_attrs["run_id"] for t in done(runs, "wsdladder")}) == len(found) == 12  # each run trained once
 
     branch = found[(40, 2, 42)]  # rung 3, branched from rung 2's branch at its decay start (16)
     fresh = tmp_path / "fresh"

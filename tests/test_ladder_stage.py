@@ -24,30 +24,38 @@ ARGS = ["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", 
 ARGS += ["stage.rungs=[500,1000,2000]", "stage.max_seeds=2"]
 
 
-def done(runs: Path) -> list:
-    if not (runs / "ladder" / "ledger.db").exists():
+def done(runs: Path, stage: str = "ladder") -> list:
+    """The ladder's completed trials (none before its ledger exists)."""
+    if not (runs / stage / "ledger.db").exists():
         return []
     try:
-        return [t for t in trials(runs, "ladder") if t.state == TrialState.COMPLETE]
+        return [t for t in trials(runs, stage) if t.state == TrialState.COMPLETE]
     except KeyError:
         return []
 
 
-@pytest.mark.slow
-def test_a_ladder_killed_mid_stage_resumes_to_the_same_ladder_and_its_tables_match_its_runs(tmp_path, data_cache):
-    driver = subprocess.Popen(sweep_cmd(*ARGS), env=env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def killed_and_relaunched(runs: Path, stage: str, args: list[str], rung_two: int) -> dict:
+    """Kill the ladder's driver (SIGKILL) once a run of its second rung (`rung_two` steps) is done, relaunch it to
+    its end, then once more: that launch trains nothing and records the same ladder. Returns the record."""
+    driver = subprocess.Popen(sweep_cmd(*args), env=env(runs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: any(t.params["trainer.steps"] == 1000 for t in done(tmp_path)), 300, "a rung-2 run")
+        wait_for(lambda: any(t.params["trainer.steps"] == rung_two for t in done(runs, stage)), 300, "a rung-2 run")
     finally:
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=60)
-    wait_for(lambda: not leftovers(tmp_path), 120, "the killed driver's runs to end")
-    again = sweep(tmp_path, *ARGS)
+    wait_for(lambda: not leftovers(runs), 120, "the killed driver's runs to end")
+    again = sweep(runs, *args)
     assert again.returncode == 0, again.stderr[-3000:]
-    record = json.loads((tmp_path / "ladder" / "ladder.json").read_text())
-    once_more = sweep(tmp_path, *ARGS)
+    record = json.loads((runs / stage / "ladder.json").read_text())
+    once_more = sweep(runs, *args)
     assert once_more.returncode == 0 and "0 completed" in once_more.stderr, once_more.stderr[-2000:]
-    assert json.loads((tmp_path / "ladder" / "ladder.json").read_text()) == record  # the same ladder
+    assert json.loads((runs / stage / "ladder.json").read_text()) == record  # the same ladder
+    return record
+
+
+@pytest.mark.slow
+def test_a_ladder_killed_mid_stage_resumes_to_the_same_ladder_and_its_tables_match_its_runs(tmp_path, data_cache):
+    record = killed_and_relaunched(tmp_path, "ladder", ARGS, 1000)
 
     completed = done(tmp_path)
     runs = {(t.params["trainer.steps"], t.params["model.n_loops"], t.params["seed"]) for t in completed}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from stages import with_fault
+from test_wandb import inspect
 
 from cart_sweeps.bench import bench
 from cart_sweeps.compose import compose_config
@@ -193,13 +194,7 @@ def test_wandb_offline_run_holds_loss_and_rho(tmp_path, data_cache):
     execute(compose_config([*TINY, "trainer.steps=10", "logger=wandb"]), run_dir)
     wandb.teardown()  # finish() returns before wandb-core has closed the run's .wandb log
     [offline_run] = run_dir.glob("wandb/offline-run-*")
-    out = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(offline_run)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    records = [json.loads(line) for line in out.splitlines()]
+    records = inspect(offline_run)
     history = [r["history"]["item"] for r in records if r["type"] == "history"]
     assert {"train/loss", "rho", "step"} <= set().union(*history)
     assert "train/mfu" not in set().union(*history)  # no MFU on the CPU: left out, not logged as null
