@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from stages import env
-from test_ladder_stage import done, killed_and_relaunched
+from stages import completed, env
+from test_ladder_stage import killed_and_relaunched
 
 STAGE = """\
 name: wsdladder
@@ -68,7 +68,9 @@ def test_a_wsd_branch_ladder_relaunched_branches_each_rung_and_equals_fresh_runs
         parent = found[(steps // 2, r, seed)]  # the previous rung's run of this configuration and seed
         decay_start = steps // 2 - round(0.2 * (steps // 2))  # 8 of 10, 16 of 20
         assert (s["parent_run_id"], s["branch_step"]) == (parent["run_id"], decay_start)
-    assert len({t.user_attrs["run_id"] for t in done(runs, "wsdladder")}) == len(found) == 12  # each run trained once
+    assert (
+        len({t.user_attrs["run_id"] for t in completed(runs, "wsdladder")}) == len(found) == 12
+    )  # each run trained once
 
     branch = found[(40, 2, 42)]  # rung 3, branched from rung 2's branch at its decay start (16)
     fresh = tmp_path / "fresh"

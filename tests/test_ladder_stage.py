@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from optuna.trial import TrialState
-from stages import env, leftovers, sweep, sweep_cmd, trials, wait_for
+from stages import completed, env, leftovers, sweep, sweep_cmd, wait_for
 
 from cart_sweeps.analysis.__main__ import main as analysis
 
@@ -24,22 +23,14 @@ ARGS = ["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", 
 ARGS += ["stage.rungs=[500,1000,2000]", "stage.max_seeds=2"]
 
 
-def done(runs: Path, stage: str = "ladder") -> list:
-    """The ladder's completed trials (none before its ledger exists)."""
-    if not (runs / stage / "ledger.db").exists():
-        return []
-    try:
-        return [t for t in trials(runs, stage) if t.state == TrialState.COMPLETE]
-    except KeyError:
-        return []
-
-
 def killed_and_relaunched(runs: Path, stage: str, args: list[str], rung_two: int) -> dict:
     """Kill the ladder's driver (SIGKILL) once a run of its second rung (`rung_two` steps) is done, relaunch it to
     its end, then once more: that launch trains nothing and records the same ladder. Returns the record."""
     driver = subprocess.Popen(sweep_cmd(*args), env=env(runs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: any(t.params["trainer.steps"] == rung_two for t in done(runs, stage)), 300, "a rung-2 run")
+        wait_for(
+            lambda: any(t.params["trainer.steps"] == rung_two for t in completed(runs, stage)), 300, "a rung-2 run"
+        )
     finally:
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=60)
@@ -57,15 +48,15 @@ def killed_and_relaunched(runs: Path, stage: str, args: list[str], rung_two: int
 def test_a_ladder_killed_mid_stage_resumes_to_the_same_ladder_and_its_tables_match_its_runs(tmp_path, data_cache):
     record = killed_and_relaunched(tmp_path, "ladder", ARGS, 1000)
 
-    completed = done(tmp_path)
-    runs = {(t.params["trainer.steps"], t.params["model.n_loops"], t.params["seed"]) for t in completed}
-    assert len(runs) == len({t.user_attrs["run_id"] for t in completed})  # each run trained once
+    finished = completed(tmp_path, "ladder")
+    runs = {(t.params["trainer.steps"], t.params["model.n_loops"], t.params["seed"]) for t in finished}
+    assert len(runs) == len({t.user_attrs["run_id"] for t in finished})  # each run trained once
     promoted = {(r["steps"], r["config"]) for r in record["records"] if r["action"] == "promoted"}
     for steps, nxt in ((500, 1000), (1000, 2000)):
         ran_next = {r for h, r, _ in runs if h == nxt}
         assert ran_next == {int(c.split()[0].split("=")[1]) for h, c in promoted if h == steps}  # n_loops=R ...
     assert {s for _, _, s in runs} == {42, 137}
-    assert all("added" in t.user_attrs for t in completed if t.params["trainer.steps"] > 500)
+    assert all("added" in t.user_attrs for t in finished if t.params["trainer.steps"] > 500)
 
     out = tmp_path / "out"
     assert analysis(["--runs", str(tmp_path), "--out", str(out), "--only", "ladder"]) == 0
