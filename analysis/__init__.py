@@ -5,7 +5,7 @@ layers (pyproject's [tool.importlinter]): it reads runs through cart_sweeps's ru
 run set and ledger (cart_sweeps.stagerecord.runset, .ledger: optuna), and types through its schema and stage roles;
 it imports no torch.
 
-One package under one name, the one the wheel ships: cart_sweeps.analysis. A checkout's `python -m cart_sweeps.analysis`
+One package under one name, the one the wheel ships: cart_sweeps.analysis. A checkout's `python -m analysis`
 finds this folder under the top-level name `analysis` too; there the name stands for cart_sweeps.analysis and
 each of its modules (analysis/alias.py), so no module is ever loaded twice.
 """

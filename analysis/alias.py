@@ -3,7 +3,7 @@
 From a checkout, the repository root on sys.path makes this folder importable as `analysis` beside its one name
 cart_sweeps.analysis (src/cart_sweeps/analysis links here). Imported as `analysis`, the package puts the one
 package in its place, and `analysis.<module>` resolves to `cart_sweeps.analysis.<module>` (a module replacing
-itself in sys.modules, as importlib allows), so `python -m cart_sweeps.analysis` runs the one package's __main__.
+itself in sys.modules, as importlib allows), so a checkout's `python -m analysis` runs the one package's __main__.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         sys.modules[module.__name__] = importlib.import_module(real_name(module.__name__))
 
     def get_code(self, fullname: str) -> CodeType | None:
-        """The one module's code, for runpy (`python -m cart_sweeps.analysis` runs analysis.__main__ as __main__)."""
+        """The one module's code, for runpy (`python -m analysis` runs analysis.__main__ as __main__)."""
         spec = importlib.util.find_spec(real_name(fullname))
         loader = spec.loader if spec else None
         return loader.get_code(real_name(fullname)) if isinstance(loader, importlib.abc.InspectLoader) else None
