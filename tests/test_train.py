@@ -42,6 +42,18 @@ def cli(args: list[str], env: dict[str, str] | None = None, **kwargs) -> subproc
     )
 
 
+def killed_at_checkpoint(args: list[str], run_dir: Path, step: int, timeout: float) -> None:
+    """Start the single-run command `args`, SIGKILL it once its checkpoint at `step` is written, and see it left
+    `running` (cut off, as a crash leaves it)."""
+    proc, deadline = cli(args), time.time() + timeout
+    while not (run_dir / "checkpoints" / f"step_{step:07d}.json").exists():
+        assert proc.poll() is None and time.time() < deadline, f"the run ended before its checkpoint at step {step}"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert summary(run_dir)["status"] == "running"
+
+
 def rows(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
@@ -112,14 +124,7 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path, data_cache, finished_r
     """SIGKILL mid-run, relaunch the same command: same rows, no duplicates, no gaps, same final metrics."""
     run_dir = tmp_path / "killed"
     args = [*TINY, "trainer.deterministic=true", f"hydra.run.dir={run_dir}"]
-    proc = cli(args)
-    deadline = time.time() + 120
-    while not (run_dir / "checkpoints" / "step_0000020.json").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoints"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert summary(run_dir)["status"] == "running"
+    killed_at_checkpoint(args, run_dir, 20, 120)
     out, _ = cli(args).communicate(timeout=300)
     assert "resuming from step" in out
     assert rows(run_dir) == rows(finished_run)

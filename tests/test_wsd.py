@@ -4,13 +4,11 @@ branch through the real command equal to a fresh run of its length, killed or no
 from __future__ import annotations
 
 import json
-import signal
-import time
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from test_train import cli, rows, summary
+from test_train import cli, killed_at_checkpoint, rows, summary
 
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError, ScaleConfig
@@ -168,13 +166,7 @@ def test_a_branch_killed_mid_way_resumes_to_the_same_numbers(tmp_path, data_cach
         f"trainer.branch_from={parent}",
         f"hydra.run.dir={folder}",
     ]
-    proc, deadline = cli(args), time.time() + 300
-    while not (folder / "checkpoints" / "step_0000013.json").exists():  # a checkpoint of its own, mid-way
-        assert proc.poll() is None and time.time() < deadline, "the branch ended before its first checkpoint"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert summary(folder)["status"] == "running"
+    killed_at_checkpoint(args, folder, 13, 300)  # at a checkpoint of its own, mid-way
     out, _ = cli(args).communicate(timeout=600)
     assert "resuming from step 1" in out and "branching" not in out
     assert rows(folder) == _from(fresh, 12)
