@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from cart_sweeps.config import RECIPE_KEYS
 from cart_sweeps.metric import DEFAULT, metric, require_error
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS
@@ -54,17 +55,6 @@ RUN_KEY = (
     "seed",
     "eval_n_loops",
     "num_fewshot",
-)
-TRAINER_KEYS = (
-    "steps",
-    "lr",
-    "min_lr",
-    "warmup_steps",
-    "weight_decay",
-    "decay_all",
-    "schedule",
-    "decay_fraction",
-    "decay_shape",
 )
 MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
@@ -255,7 +245,7 @@ def _run_meta(stage: str, summary: dict[str, Any], run: StageRun, root: Path) ->
         "seed": summary.get("seed"),
         "model": model.get("name", "cart"),
         **{k: model.get(k) for k in MODEL_KEYS},
-        **{k: trainer.get(k) for k in TRAINER_KEYS},
+        **{k: trainer.get(k) for k in RECIPE_KEYS},
         "run_dir": str(folder),
     }
     if summary.get("stage_variant"):  # the stage's name for the run's variant (its ledger's, where it has one)
@@ -294,6 +284,6 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
         frame["run"] = frame[key].map(str).agg("|".join, axis=1)
         if "run_id" not in frame:
             frame["run_id"] = frame["run"]
-    by_columns = frame[[c for c in (*CELL, *TRAINER_KEYS) if c in frame]].map(str).agg("|".join, axis=1)
+    by_columns = frame[[c for c in (*CELL, *RECIPE_KEYS) if c in frame]].map(str).agg("|".join, axis=1)
     frame["config"] = frame["config"].fillna(by_columns) if "config" in frame else by_columns
     return frame.reset_index(drop=True)

@@ -2,7 +2,7 @@
 
 A stage's runs can hold cells of different recipes: a narrowed relaunch with another trainer.steps supersedes
 only the cells it re-ran (cart_sweeps.stagerecord.runset), a results CSV or a folder without a ledger may hold anything.
-A recipe key (analysis.load.TRAINER_KEYS) is *mixed* in a stage when it takes several values there that neither
+A recipe key (cart_sweeps.config.RECIPE_KEYS) is *mixed* in a stage when it takes several values there that neither
 one of the stage's axes (an lr search, a ladder's horizons) nor its variants explain. Every table is then built
 once per recipe of the stages it reads (`apart`): no row pools a 30-step run with a 60-step one, and each row
 carries its recipe in a column per mixed key (`steps`; `steps (stage 1)` where the table reads several stages).
@@ -18,8 +18,10 @@ from typing import Any
 
 import pandas as pd
 
+from cart_sweeps.config import RECIPE_KEYS
+
 from .errors import AnalysisError
-from .load import TRAINER_KEYS, VARIANT_AXIS, Study
+from .load import VARIANT_AXIS, Study
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ def mixed(rows: pd.DataFrame, axes: Iterable[str]) -> list[str]:
     own = {str(a).rsplit(".", 1)[-1] for a in axes}
     # a key that follows a recipe axis (a ladder's warm-up shrinks with its horizon, trainer.steps) is constant
     # within that axis's values; a key that differs between cells of a model axis is a mix (a narrowed relaunch)
-    by = [c for c in ("variant", VARIANT_AXIS, *sorted(own & set(TRAINER_KEYS))) if c in rows]
-    keys = [k for k in TRAINER_KEYS if k in rows and k not in own]
+    by = [c for c in ("variant", VARIANT_AXIS, *sorted(own & set(RECIPE_KEYS))) if c in rows]
+    keys = [k for k in RECIPE_KEYS if k in rows and k not in own]
     if rows.empty or not keys:
         return []
     groups = rows.groupby(by, dropna=False) if by else [((), rows)]

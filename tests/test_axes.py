@@ -137,30 +137,48 @@ def test_a_search_is_tabled_trial_by_trial_best_first(tmp_path, data_cache):
     assert len({p.name.rsplit("-", 1)[0] for p in (runs / "lr").glob("d*")}) == 3  # lr in every label
 
 
+def newest_values(runs: Path, lr: float) -> dict[int, float]:
+    """Each R's ppl_austen, read by hand from the summaries of the stage-1 run folders trained at `lr`."""
+    summaries = [json.loads(p.read_text()) for p in (runs / "1").glob("*/summary.json")]
+    return {s["model"]["n_loops"]: s["ppl_austen"] for s in summaries if s["trainer"]["lr"] == lr}
+
+
 @pytest.mark.slow
 def test_zoom_promotes_from_the_runs_the_analysis_tables(tmp_path, data_cache):
-    """Launch 1 screens R=2 and R=4; launch 2 re-runs the better of the two with a learning rate too small to
-    learn. Its superseded run is still the best value in the ledger; the run set's best cell, for zoom and
-    the analysis alike, is the other R."""
+    """Launch 1 screens R=2 and R=4; launch 2 re-runs both at a learning rate too small to learn. The ledger's
+    best value is a superseded run of launch 1; the run set's best cell, for zoom and the analysis alike, is
+    launch 2's best, read by hand from its run folders. Launch 3 then re-runs one cell with another recipe:
+    zoom refuses to rank the mix in one line, and the analysis tables the recipes apart."""
     runs = tmp_path / "runs"
-    screen = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2"]
-    assert sweep(runs, *screen, "model.n_loops=2,4", "trainer.lr=3e-3").returncode == 0
-    first = studies(runs, "1")["1"].best_trial.params["model.n_loops"]
-    other = 6 - first
-    assert sweep(runs, *screen, f"model.n_loops={first}", "trainer.lr=1e-6", "trainer.min_lr=1e-6").returncode == 0
+    screen = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2", "model.n_loops=2,4"]
+    assert sweep(runs, *screen, "trainer.lr=3e-2", "trainer.min_lr=3e-2").returncode == 0
+    ledger_best = studies(runs, "1")["1"].best_trial
+    assert sweep(runs, *screen, "trainer.lr=1e-6", "trainer.min_lr=1e-6").returncode == 0
+    values = newest_values(runs, 1e-6)
+    expected = min(values, key=values.__getitem__)
     trials = [t for s in studies(runs, "1").values() for t in s.trials if t.value is not None]
-    best = min(trials, key=lambda t: t.value)  # the superseded run: the ledger's best value
-    assert best.params["model.n_loops"] == first and "trainer.lr=3e-3" in best.user_attrs["overrides"]
+    assert min(trials, key=lambda t: t.value).number == ledger_best.number  # still the ledger's best value
+    assert expected != ledger_best.params["model.n_loops"]  # so zoom from the ledger would pick another R
     findings = analysis(runs, tmp_path / "out")
-    assert findings["stages"]["1"]["R"] == other
+    assert findings["stages"]["1"]["R"] == expected
+    assert findings["stages"]["1"]["ppl_austen"] == pytest.approx(values[expected])
     superseded = [e for e in findings["selection"]["1"]["excluded"] if e["reason"].startswith("superseded")]
-    assert [e["differs"] for e in superseded] == [["trainer.lr 0.003 -> 1e-06", "trainer.min_lr 0.0003 -> 1e-06"]]
+    assert [e["differs"] for e in superseded] == [["trainer.lr 0.03 -> 1e-06", "trainer.min_lr 0.03 -> 1e-06"]] * 2
     args = ["stage=2", *TINY, "stage.select=zoom", "model.d_model=256", "seed=42", "plan.format=csv"]
     plan = command(runs, "cart_sweeps.plan", *args)
     assert plan.returncode == 0, plan.stderr
     zoomed = pd.read_csv(StringIO(plan.stdout))
-    cross = {2: [2, 4], 4: [2, 4, 6]}[other]  # R and its neighbours in the grid {2, 4}, past its top edge by 2
+    cross = {2: [2, 4], 4: [2, 4, 6]}[expected]  # R and its neighbours in the grid {2, 4}, past its top edge by 2
     assert sorted(zip(zoomed["model.n_loops"], zoomed["model.n_prelude"], strict=True)) == [(r, 2) for r in cross]
+
+    relaunch = [*screen[:-1], f"model.n_loops={expected}", "trainer.lr=1e-3", "trainer.min_lr=1e-6"]
+    assert sweep(runs, *relaunch).returncode == 0
+    plan = command(runs, "cart_sweeps.plan", *args)
+    assert plan.returncode == 2 and plan.stderr.count("\n") == 1 and "Traceback" not in plan.stderr
+    assert "stage.select=zoom: stage 1's runs at d=256 mix recipes (trainer.lr 0.001, 1e-06)" in plan.stderr
+    findings = analysis(runs, tmp_path / "out")
+    assert "1" not in findings["stages"]  # no best across two recipes
+    assert {d["cell"]["lr"] for d in findings["decisions"] if d["claim"] == "best_R"} == {1e-3, 1e-6}
 
 
 @pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)

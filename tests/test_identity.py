@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from cart_sweeps import register
+from cart_sweeps import composer, register
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import (
     Config,
@@ -143,6 +143,7 @@ class ConfigWithNewFields(Config):
 def new_fields(monkeypatch):
     """The schema as it would be after someone adds a field with a default to model, trainer and a data source."""
     monkeypatch.setattr(register, "Config", ConfigWithNewFields)  # the schema Hydra is given
+    monkeypatch.setattr(composer, "_BASES", {})  # bases composed with this schema stay out of the process's cache
     register.register_configs.cache_clear()  # registered once per process: again with this schema
     yield
     register.register_configs.cache_clear()  # and again with the real one (monkeypatch has restored it)

@@ -150,6 +150,21 @@ class DataConfig:
 IN_STEPS = {"in_steps": True}  # field metadata: a count of steps, shrunk with the run's length by a scale
 
 
+# The trainer settings that make a run's recipe: runs that differ in one are never pooled into one comparison
+# (the analysis builds a table per recipe, zoom and the benchmarks' best refuse a mix).
+RECIPE_KEYS = (
+    "steps",
+    "lr",
+    "min_lr",
+    "warmup_steps",
+    "weight_decay",
+    "decay_all",
+    "schedule",
+    "decay_fraction",
+    "decay_shape",
+)
+
+
 @dataclass
 class TrainerConfig:
     """The training recipe. The trainer group's file (conf/trainer/paper.yaml: the paper's) states the MISSING

@@ -7,17 +7,21 @@ the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds R=10). The
 and its neighbours along each axis (a cross, not a square). `stage.sentinels=K` also promotes the K
 configurations ranked just below that cutoff, so the analysis can tell whether the cutoff would have missed
 Stage 2's winner.
+
+A width's runs of different recipes (a relaunch of some cells with another trainer.lr) are never ranked together:
+zoom and the benchmarks' best refuse them in one line, as the analysis builds a table per recipe.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import RECIPE_KEYS, ConfigError
 from cart_sweeps.decide import best_per, ranked
 from cart_sweeps.metric import require
-from cart_sweeps.stagerecord.runset import RunSet
+from cart_sweeps.stagerecord.runset import RunSet, StageRun
 
 D, R, P = "model.d_model", "model.n_loops", "model.n_prelude"
 ZOOM_AXES = (D, R, P)
@@ -35,14 +39,34 @@ def neighbours(grid: list[int], best: int, lowest: int) -> list[int]:
     return [v for v in (below, best, above) if v >= lowest]
 
 
-def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[float, dict[str, Any], str]]:
-    """(metric value, grid point in the paper's numbers, run folder) of each run the source's conclusions use."""
+def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[float, dict[str, Any], StageRun]]:
+    """(metric value, grid point in the paper's numbers, run) of each run the source's conclusions use."""
     out = []
     for run in runs.used:
         value = run.summary.value(metric) if run.summary else None
         if value is not None and all(k in run.params for k in keys):
-            out.append((value, run.params, str(run.folder)))
+            out.append((value, run.params, run))
     return out
+
+
+def _one_recipe(runs: RunSet, d: int, width: list[StageRun], select: str) -> None:
+    """Refuse a width whose runs mix recipes (`select`: the stage.select that would rank them)."""
+    if mix := recipe_mix(width):
+        raise ConfigError(
+            f"stage.select={select}: stage {runs.stage}'s runs at d={d} mix recipes ({'; '.join(mix)}), which it "
+            f"never ranks together (the analysis tables them apart): relaunch stage {runs.stage} at d={d} with one "
+            "recipe"
+        )
+
+
+def recipe_mix(runs: list[StageRun]) -> list[str]:
+    """Each recipe key (config.RECIPE_KEYS) the runs differ in, with its values: 'trainer.lr 0.003, 1e-06'."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for run in runs:
+        trainer = (run.summary.details.get("trainer") or {}) if run.summary else {}
+        for key in RECIPE_KEYS:
+            values[key].add(json.dumps(trainer.get(key), default=str))
+    return [f"trainer.{k} {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
 
 
 def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
@@ -57,7 +81,10 @@ def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
         raise ConfigError(f"stage.select=best: stage {runs.stage} has no completed run with {metric}")
     out = {}
     for d, top in chosen.items():
-        seeds = [(record.sign * value, folder) for value, p, folder in scored if (p[D], _cell(p)) == (d, top.choice)]
+        _one_recipe(runs, d, [run for _, p, run in scored if p[D] == d], "best")
+        seeds = [
+            (record.sign * value, str(run.folder)) for value, p, run in scored if (p[D], _cell(p)) == (d, top.choice)
+        ]
         out[d] = {R: cells[(d, top.choice)][R], "run_dir": min(seeds)[1]}
     return out
 
@@ -95,13 +122,14 @@ def ranking(scored: list[tuple[float, dict[str, Any]]], metric: str) -> list[tup
 def zoom_candidates(runs: RunSet, metric: str, widths: list[int], k: int = 0) -> list[dict[str, Any]]:
     """The (d, R, P) points to confirm, for each width in `widths`, from the runs the source's conclusions
     use; `k` sentinels per width (stage.sentinels) beside them."""
-    by_width: dict[int, list[tuple[float, dict[str, Any]]]] = defaultdict(list)
-    for value, params, _ in _scored(runs, metric, ZOOM_AXES):
-        by_width[params[D]].append((value, params))
+    by_width: dict[int, list[tuple[float, dict[str, Any], StageRun]]] = defaultdict(list)
+    for value, params, run in _scored(runs, metric, ZOOM_AXES):
+        by_width[params[D]].append((value, params, run))
     out = []
     for d in widths:
         if not by_width.get(d):
             raise ConfigError(f"stage.select=zoom: stage {runs.stage} has no completed run with {metric} at d={d}")
-        order = ranking(by_width[d], metric)
+        _one_recipe(runs, d, [run for _, _, run in by_width[d]], "zoom")
+        order = ranking([(value, params) for value, params, _ in by_width[d]], metric)
         out += [{D: d, R: r, P: p} for r, p in sorted([*promoted(order), *sentinels(order, k)])]
     return out
