@@ -46,10 +46,10 @@ def _numeric(table: pd.DataFrame) -> list[bool]:
 
 
 def direction(column: str, ranking: str | None = None) -> int:
-    """-1 where lower is better, +1 where higher is, 0 for the rest (configuration, statistics, spreads): which
+    """-1 where lower is better, +1 where higher is, 0 for the rest (configuration, statistics, spreads, ranks): which
     columns get a best value marked. A column is a metric (cart_sweeps.metric: ppl_wiki, bench_piqa_acc), a
     metric's seed mean or stage value (ppl_wiki_mean, stage1_ppl_wiki), or `R=k`, a grid of the ranking metric."""
-    if column.endswith(("_std", "_pct")) or column.startswith(("p_", "t_")):
+    if column.endswith(("_std", "_pct", "_rank")) or column.startswith(("p_", "t_")):
         return 0
     name = ranking if column.startswith("R=") and ranking else column.removesuffix("_mean")
     for prefix in STAGE_PREFIXES:

@@ -140,7 +140,7 @@ def run(
             report.findings["stage_decisions"] = own_decisions
         report.summary = words(report.findings, _notes(study, note, report.skipped, split, report.absent_line()))
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
-        (folder / "report.md").write_text(_markdown_report(tables, report, study, metric))
+        (folder / "report.md").write_text(_markdown_report(tables, report, study, metric, _title(final)))
         report.written += [folder / "findings.json", folder / "report.md"]
     report.written = [out / p.name for p in report.written]
     return report
@@ -255,9 +255,17 @@ def _notes(
     return notes
 
 
-def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str) -> str:
+def _title(final: pd.DataFrame) -> str:
+    """What the report is of: the CART study where a stage takes one of the paper's roles, else the stages read."""
+    if "role" in final and final["role"].notna().any():
+        return "CART study"
+    stages = sorted(map(str, final["stage"].unique())) if "stage" in final else []
+    return f"Stage{'s' if len(stages) > 1 else ''} {', '.join(stages)}" if stages else "Study"
+
+
+def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str, title: str) -> str:
     """The findings in words first, then the runs used and every table and figure on one page."""
-    parts = ["# CART study: regenerated tables\n", f"## Findings\n\n{report.summary}\n"]
+    parts = [f"# {title}: regenerated tables\n", f"## Findings\n\n{report.summary}\n"]
     if study.selection:
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")

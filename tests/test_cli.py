@@ -183,6 +183,11 @@ def test_shell_completion_completes_both_spellings(tmp_path):
             "hydra.sweep.dir=elsewhere: a stage's runs go to "
             "<paths.runs>/<stage>/<label>-<id>; set paths.runs=DIR instead (its runs then land in DIR/1/)",
         ),
+        (
+            ["stage=1", "hydra.job.chdir=true"],
+            "hydra.job.chdir=true: Hydra's own settings do not reach a stage's runs (its driver launches them; "
+            "hydra.searchpath is the one it reads); drop it, or set it on one run without stage=",
+        ),
         (["--cfg", "job", "model.n_loop=6"], "model.n_loop: model has no setting n_loop; did you mean model.n_loops?"),
         (
             ["stage=paritty"],

@@ -103,6 +103,7 @@ def test_a_user_stage_s_decision_is_in_findings_and_its_table_as_computed_by_han
         expected = "best" if record["decided"] else "tied"
         assert marks[record["choice"]] == expected
     summary = (base / "out" / "report.md").read_text()
+    assert summary.startswith("# Stage mine: regenerated tables\n")  # one's own stage, not "the CART study"
     assert all(d["said"] in summary for d in decisions)
 
 

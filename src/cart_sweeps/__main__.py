@@ -37,6 +37,7 @@ from cart_sweeps.text import count
 from cart_sweeps.validate import check_interpolations, check_settings
 
 PLUGINS = "cart_sweeps"  # the name of the project's sweeper and launcher in hydra/sweeper, hydra/launcher
+HYDRA_PLUGIN_GROUPS = ("hydra/sweeper", "hydra/launcher")
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -81,7 +82,7 @@ def named_stage(parsed: list[Override]) -> str | None:
     its jobs on the `launcher` group's pools, never on another Hydra sweeper or launcher."""
     names = [o.value() for o in parsed if o.key_or_group == "stage" and not o.is_delete()]
     stage = str(names[-1]) if names and names[-1] is not None else None
-    for group, does in (("hydra/sweeper", "a stage runs through the"), ("hydra/launcher", "a stage's jobs run on the")):
+    for group, does in zip(HYDRA_PLUGIN_GROUPS, ("a stage runs through the", "a stage's jobs run on the"), strict=True):
         chosen = [str(o.value()) for o in parsed if o.key_or_group == group]
         if stage is not None and chosen and chosen[-1] != PLUGINS:  # another would run it without a ledger
             what = "sweeper" if group.endswith("sweeper") else "launcher (launcher=local|slurm)"
@@ -136,14 +137,20 @@ def as_typed(message: str, sweeps: dict[str, Override]) -> str:
     return message
 
 
-def refuse_placement(parsed: list[Override], stage: str) -> None:
-    """Under a stage, Hydra's placement of jobs (hydra.sweep.dir, hydra.run.dir) is not where runs go: say so."""
+def refuse_hydra_settings(parsed: list[Override], stage: str) -> None:
+    """Under a stage, Hydra's own settings never reach the runs (the stage's driver launches them, with
+    hydra.searchpath the one it reads): each is one line, not ignored; placement names what to set instead."""
     for o in parsed:
         key = o.get_key_element().lstrip("+~")
         if key.startswith("hydra.sweep.") or key == "hydra.run.dir":
             raise ConfigError(
                 f"{o.input_line}: a stage's runs go to <paths.runs>/<stage>/<label>-<id>; "
                 f"set paths.runs=DIR instead (its runs then land in DIR/{stage}/)"
+            )
+        if o.is_hydra_override() and key != "hydra.searchpath" and o.key_or_group not in HYDRA_PLUGIN_GROUPS:
+            raise ConfigError(
+                f"{o.input_line}: Hydra's own settings do not reach a stage's runs (its driver launches them; "
+                "hydra.searchpath is the one it reads); drop it, or set it on one run without stage="
             )
 
 
@@ -206,7 +213,7 @@ def main() -> None:
             stage = named_stage(parsed)
         if stage is not None:
             stage_roles()  # a role taken twice or unknown, in any config source: one line before composing
-            refuse_placement(parsed, stage)
+            refuse_hydra_settings(parsed, stage)
         if stage is not None and (ns.help or ns.cfg in ("job", "all")):
             show_stage(ns)
             return
