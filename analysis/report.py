@@ -120,7 +120,7 @@ def run(
                     decisions.extend(replace(c, cell={**c.cell, **part.values}) for c in claims)
                     return table
 
-                pieces = recipe.parts(study, _stages_read(final, name))
+                pieces = recipe.parts(study, stages_read(final, name))
                 tables[name], failed = recipe.apart(pieces, build)
                 if pieces[0].values:
                     split[name] = list(pieces[0].values)
@@ -207,7 +207,7 @@ def runs_used(study: Study, table: str) -> str:
     return f"Runs: {'; '.join(lines)}." if lines else ""
 
 
-def _stages_read(final: pd.DataFrame, table: str) -> list[str]:
+def stages_read(final: pd.DataFrame, table: str) -> list[str]:
     """The stages whose runs `table` reads: its own stage's (a stage's table, a ladder's), else its roles'."""
     if table.startswith(stage_tables.PREFIX):
         return [stage_tables.stage_of(table)]

@@ -21,6 +21,8 @@ import pandas as pd
 import pytest
 from stages import env, sweep
 
+from cart_sweeps.compose import compose_config
+from cart_sweeps.dashboard import stage_tables
 from cart_sweeps.sweep.expand import Stage
 
 REPO = Path(__file__).parents[1]
@@ -179,6 +181,10 @@ def test_zoom_promotes_from_the_runs_the_analysis_tables(tmp_path, data_cache):
     findings = analysis(runs, tmp_path / "out")
     assert "1" not in findings["stages"]  # no best across two recipes
     assert {d["cell"]["lr"] for d in findings["decisions"] if d["claim"] == "best_R"} == {1e-3, 1e-6}
+    grid = stage_tables(compose_config(["stage=1", "scale=tiny", f"paths.runs={runs}"]))["stage1_grid"]
+    written = pd.read_csv(tmp_path / "out" / "stage1_grid.csv")
+    assert sorted(grid["lr"]) == [1e-6, 1e-3]  # the dashboard's table: a row per recipe, as the analysis wrote it
+    pd.testing.assert_frame_equal(grid[written.columns].reset_index(drop=True), written, check_dtype=False)
 
 
 @pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)

@@ -10,6 +10,7 @@ logged in to W&B) it also saves them to W&B, so an offline spec is pushed by the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,30 +57,38 @@ def group_keys(cfg: DictConfig) -> list[str]:
 
 def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
     """The analysis tables that read this stage, from the runs its conclusions use (none where it has no
-    finished runs): its own table, and the paper's tables of its role."""
+    finished runs): its own table, and the paper's tables of its role; each built per recipe where the stages
+    it reads mix recipes, as the analysis writes it (cart_sweeps.analysis.recipe)."""
+    from cart_sweeps.analysis import recipe
     from cart_sweeps.analysis import stage_tables as own
     from cart_sweeps.analysis.load import AnalysisError, load_runs, pick_metric
     from cart_sweeps.analysis.registry import TABLES
+    from cart_sweeps.analysis.report import stages_read
 
     try:
         study = load_runs(Path(cfg.paths.runs))
         metric, _ = pick_metric(study.final(), cfg.sweep.metric if cfg.sweep.metric in study.evals else None)
     except AnalysisError:
         return {}
-    tables = {}
-    if cfg.stage.name in study.axes:
-        try:
-            name = f"{own.PREFIX}{cfg.stage.name}"
-            tables[name] = own.stage_table(study.final(), cfg.stage.name, study.axes[cfg.stage.name], metric)
-        except AnalysisError:
-            pass
     final = study.final()
-    for name, table in TABLES.items():
-        if cfg.stage.role in table.reads:
-            try:
-                tables[name] = table.of(study, final, metric)
-            except AnalysisError:  # the stage's runs so far do not give this table
-                continue
+    stage = str(cfg.stage.name)
+
+    def own_table(part: recipe.Part) -> pd.DataFrame:
+        return own.stage_table(part.rows(final), stage, study.axes[stage], metric)
+
+    def paper_table(name: str) -> Callable[[recipe.Part], pd.DataFrame]:
+        return lambda part: TABLES[name].of(part.study(study), part.rows(final), metric)
+
+    builds: dict[str, Callable[[recipe.Part], pd.DataFrame]] = (
+        {f"{own.PREFIX}{stage}": own_table} if stage in study.axes else {}
+    )
+    builds |= {name: paper_table(name) for name, table in TABLES.items() if cfg.stage.role in table.reads}
+    tables = {}
+    for name, build in builds.items():
+        try:
+            tables[name], _ = recipe.apart(recipe.parts(study, stages_read(final, name)), build)
+        except AnalysisError:  # the stage's runs so far do not give this table
+            continue
     return tables
 
 
