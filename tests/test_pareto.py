@@ -69,7 +69,9 @@ def test_a_two_objective_stage_is_a_multi_objective_study_and_its_pareto_table_i
     assert list(table["ppl_austen"]) == sorted(table["ppl_austen"])  # best first by the first objective
     assert (tmp_path / "out" / "pareto_two_plot.png").stat().st_size > 0
     header, _, *rows = [
-        line.strip("|").split("|") for line in (tmp_path / "out" / "pareto_two.md").read_text().split("\n")[:-1]
+        line.strip("|").split("|")
+        for line in (tmp_path / "out" / "pareto_two.md").read_text().splitlines()
+        if line.startswith("|")  # the table, not the line naming its runs
     ]
     column = {name.strip(): [row[i].strip() for row in rows] for i, name in enumerate(header)}
     assert column["ppl_austen"][0].startswith("**")  # each objective's best in bold, its rank never
