@@ -1,6 +1,6 @@
-"""Each recipe value is stated once: where a group's files state a key (conf/model, conf/trainer, conf/data), its
-schema dataclass gives it no default (MISSING, as for a launcher's settings: conf/launcher/*.yaml), so changing
-the recipe is one edit and no default silently disagrees with its file. A schema default stays where some file
+"""Each recipe value is stated once: where a group's files state a key (conf/model, conf/trainer, conf/data,
+conf/logger), its schema dataclass gives it no default (MISSING, as for a launcher's settings:
+conf/launcher/*.yaml), so changing the recipe is one edit and no default silently disagrees with its file. A schema default stays where some file
 of the group leaves the key to it (data.train_tokens: None, the whole stream), as long as no file repeats it."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from omegaconf import MISSING, OmegaConf
 
-from cart_sweeps.config import CONF_DIR, DataConfig, ModelConfig, TrainerConfig
+from cart_sweeps.config import CONF_DIR, DataConfig, LoggerConfig, ModelConfig, TrainerConfig
 
 # The groups whose files state a recipe, by their schema. The scale group is left out: a scale's file
 # (@package _global_) overrides values on purpose, and names them as the paper's numbers it changes.
-GROUPS = {"model": ModelConfig, "trainer": TrainerConfig, "data": DataConfig}
+GROUPS = {"model": ModelConfig, "trainer": TrainerConfig, "data": DataConfig, "logger": LoggerConfig}
 
 
 def _default(f: Field[Any]) -> Any:

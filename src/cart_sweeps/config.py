@@ -208,7 +208,7 @@ class TrainerConfig:
 
 @dataclass
 class LoggerConfig:
-    name: LoggerName = LoggerName.none
+    name: LoggerName = MISSING  # each conf/logger file names its logger
     project: str = "cart-sweeps"
     entity: str | None = None
     mode: LoggerMode = LoggerMode.offline  # never prompts
