@@ -123,6 +123,13 @@ def test_rolling_and_generation(tiny_run):
 def test_bad_model_args_are_one_line(tiny_run, tmp_path):
     with pytest.raises(ConfigError, match="n_loops=17"):
         CartLM(run_dir=str(tiny_run), n_loops=17)
+    dense = tmp_path / "dense"  # a dense run's config, no weights: the loops are refused before any load
+    dense.mkdir()
+    cfg = OmegaConf.load(tiny_run / "config.yaml")
+    cfg.model.name = "dense"
+    OmegaConf.save(cfg, dense / "config.yaml")
+    with pytest.raises(ConfigError, match="^n_loops=2: a dense model has no loops; drop n_loops from --model_args$"):
+        CartLM(run_dir=str(dense), n_loops=2)
     with pytest.raises(ConfigError, match="holds no config.yaml"):
         CartLM(run_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="--batch_size auto"):

@@ -24,8 +24,7 @@ from tokenizers import Tokenizer
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared
-from cart_sweeps.model.cart import CART
-from cart_sweeps.model.dense import Dense
+from cart_sweeps.modelspec import spec_of
 from cart_sweeps.record.runfolder import CONFIG, read_summary
 from cart_sweeps.train.checkpoint import load_trained
 from cart_sweeps.train.device import amp_dtype, pick_device
@@ -74,16 +73,15 @@ def _batch_size(value: int | str | None) -> int:
     return size
 
 
-def _loops(n_loops: int | str | None, model: CART | Dense) -> int | None:
-    """The inference R (None: the trained R), checked against what this model can run."""
+def _loops(n_loops: int | str | None, model: DictConfig) -> int | None:
+    """The inference R (None: the trained R), checked against what the run's model config allows, by the
+    model's own rule (cart_sweeps.modelspec: the loop-index table's rows, unshared cores), before any weight loads."""
     if n_loops is None:
         return None
-    if not isinstance(model, CART):
-        raise ConfigError(f"n_loops={n_loops}: a dense model has no loops; drop n_loops from --model_args")
-    try:
-        model._check_loops(int(n_loops))  # the model's own rule (table rows, unshared cores)
-    except ValueError as err:
-        raise ConfigError(f"n_loops={n_loops}: {err}") from None
+    check = spec_of(model).check_loops
+    if check is None:
+        raise ConfigError(f"n_loops={n_loops}: a {model.name} model has no loops; drop n_loops from --model_args")
+    check(model, int(n_loops), "n_loops")
     return int(n_loops)
 
 
@@ -105,8 +103,8 @@ class CartLM(TemplateLM):
         self.cfg = saved_config(self.run_dir)
         self._device = _device(device, self.cfg.trainer.device)
         self.amp = amp_dtype(self.cfg.trainer.precision, self._device)
+        self.n_loops = _loops(n_loops, self.cfg.model)
         self.model, self.step = load_trained(self.run_dir, self.cfg.model, self._device, "run_dir", step)
-        self.n_loops = _loops(n_loops, self.model)
         data = load_prepared(self.cfg.data)
         self.tok = Tokenizer.from_file(str(data.tokenizer_path))
         self.bos_id = data.manifest["tokenizer"]["bos_id"]
