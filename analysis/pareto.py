@@ -191,11 +191,13 @@ def compute_figure(study: Study, metric: str) -> Figure:
         front = width[width["front"]].sort_values(FLOPS)
         ax.plot(width[FLOPS], width[metric], "o", color=f"C{i}", alpha=0.35)
         ax.plot(front[FLOPS], front[metric], "o-", color=f"C{i}", label=f"d = {d}: front")
-        for _, row in front.iterrows():
+        for j, (_, row) in enumerate(front.iterrows()):  # labels above and below in turn: neighbours stay apart
             ax.annotate(
                 f"P{row['P']} R{row['R']}",
                 (row[FLOPS], row[metric]),
-                xytext=(3, 3),
+                xytext=(0, 5 if j % 2 == 0 else -5),
+                ha="center",
+                va="bottom" if j % 2 == 0 else "top",
                 fontsize=6,
                 textcoords="offset points",
             )
