@@ -5,6 +5,7 @@ hand so that the best single run and the best seed mean disagree."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -12,11 +13,12 @@ import pytest
 
 from cart_sweeps.analysis.load import load_csv
 from cart_sweeps.analysis.report import run
+from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import best, ranked
 from cart_sweeps.metric import require
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.runset import RunSet, StageRun
-from cart_sweeps.stagerecord.zoom import D, P, R, best_single_run, ranking
+from cart_sweeps.stagerecord.zoom import D, P, R, best_single_run, ranking, zoom_candidates
 
 PPL = require("ppl_wiki")
 # Stage 2, P=6, two seeds: (d, R) -> ppl_wiki per seed. At d=32 the best single run (R=2 seed 1: 10.0) is not in
@@ -60,14 +62,22 @@ def tables(tmp_path_factory) -> dict[str, pd.DataFrame]:
     return {name: pd.read_csv(tmp / "out" / f"{name}.csv") for name in ("stage2_best", "screen_promotion")}
 
 
-def _stage2_runs() -> RunSet:
-    """Stage 2's runs as the benchmarks stage reads them (cart_sweeps.stagerecord.runset), from the same numbers."""
+def _stage2_runs(lr: Callable[[int, int], float] = lambda d, r: 3e-3) -> RunSet:
+    """Stage 2's runs as the benchmarks stage reads them (cart_sweeps.stagerecord.runset), from the same numbers;
+    `lr(d, R)`: each cell's recorded trainer.lr."""
     out = RunSet("2", "by hand")
     for (d, r), values in STAGE2.items():
         for seed, value in enumerate(values, start=1):
             label = f"d{d}-P6-R{r}-s{seed}"
             params = {D: d, R: r, P: 6, "seed": seed}
-            summary = RunSummary.from_dict({"status": "completed", "run_id": label, "label": label, "ppl_wiki": value})
+            record = {
+                "status": "completed",
+                "run_id": label,
+                "label": label,
+                "ppl_wiki": value,
+                "trainer": {"lr": lr(d, r)},
+            }
+            summary = RunSummary.from_dict(record)
             cell = tuple(sorted((k, v) for k, v in params.items() if k != "seed"))
             out.used.append(
                 StageRun(label, label, Path(label), params, {}, cell, label, 0, (), 0, "completed", summary)
@@ -87,3 +97,18 @@ def test_tables_zoom_promotion_and_benchmarks_name_one_best(tables):
     runs = _stage2_runs().used
     at = {d: [(r.summary.value("ppl_wiki"), r.params) for r in runs if r.params[D] == d] for d in (32, 48)}
     assert ranking(at[32], "ppl_wiki")[0] == (4, 6) and ranking(at[48], "ppl_wiki")[:2] == [(2, 6), (4, 6)]
+
+
+def test_zoom_and_the_benchmarks_best_never_rank_two_recipes_together():
+    """d=32's R=2 relaunched at another lr: the benchmarks' best refuses that width in one line, and zoom, asked
+    for d=48 alone, still ranks it (a mix refuses only the widths it is in)."""
+    mixed = _stage2_runs(lambda d, r: 1e-3 if (d, r) == (32, 2) else 3e-3)
+    with pytest.raises(ConfigError) as refused:
+        best_single_run(mixed, "ppl_wiki")
+    assert str(refused.value) == (
+        "stage.select=best: stage 2's runs at d=32 mix recipes (trainer.lr 0.001, 0.003), which it never ranks "
+        "together (the analysis tables them apart): relaunch stage 2 at d=32 with one recipe"
+    )
+    with pytest.raises(ConfigError, match=r"^stage.select=zoom: stage 2's runs at d=32 mix recipes"):
+        zoom_candidates(mixed, "ppl_wiki", [32])
+    assert {(c[R], c[P]) for c in zoom_candidates(mixed, "ppl_wiki", [48])} == {(2, 6), (4, 6)}  # R=2 and above it

@@ -1,7 +1,8 @@
 """Each recipe value is stated once: where a group's files state a key (conf/model, conf/trainer, conf/data,
 conf/logger), its schema dataclass gives it no default (MISSING, as for a launcher's settings:
-conf/launcher/*.yaml), so changing the recipe is one edit and no default silently disagrees with its file. A schema default stays where some file
-of the group leaves the key to it (data.train_tokens: None, the whole stream), as long as no file repeats it."""
+conf/launcher/*.yaml), so changing the recipe is one edit and no default silently disagrees with its file. A
+schema default stays where some file of the group leaves the key to it (data.train_tokens: None, the whole
+stream), as long as no file repeats it."""
 
 from __future__ import annotations
 
