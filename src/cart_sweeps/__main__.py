@@ -103,6 +103,19 @@ def adhoc_stage(parsed: list[Override]) -> list[str]:
     return ["stage=adhoc", f"stage.name=adhoc-{digest}"]
 
 
+def basic_sweeper(parsed: list[Override]) -> list[Override]:
+    """An ad-hoc multirun asking for Hydra's basic sweeper runs the same product of its swept keys through the
+    project's, as the ad-hoc stage (a ledger, labels, a table): one line says so, and the choice is dropped."""
+    chosen = [o for o in parsed if o.key_or_group == HYDRA_PLUGIN_GROUPS[0] and str(o.value()) == "basic"]
+    if chosen:
+        print(
+            f"{chosen[-1].input_line}: this multirun runs the same runs through the {PLUGINS} sweeper, as an ad-hoc "
+            "stage with a ledger (docs/commands.md)",
+            file=sys.stderr,
+        )
+    return [o for o in parsed if o not in chosen]
+
+
 def precheck(parsed: list[Override]) -> None:
     """Compose the command's config once, so a bad override (or interpolation) is one line before Hydra starts
     anything.
@@ -207,6 +220,7 @@ def main() -> None:
         use_config_sources(ns.config_dir, ns.config_name, parsed)
         stage = named_stage(parsed)
         if stage is None and ns.multirun:
+            parsed = basic_sweeper(parsed)
             anonymous = adhoc_stage(parsed)
             ns.overrides += anonymous
             parsed += parse_overrides(anonymous)

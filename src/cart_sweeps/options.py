@@ -85,8 +85,16 @@ class CandidateSelection(StrEnum):
 
 
 class Sampler(StrEnum):
-    grid = "grid"
-    tpe = "tpe"
+    """How a stage chooses its runs: its grid, or one of Optuna's samplers over its search space (each built and
+    checked against the space in cart_sweeps.sweep.samplers)."""
+
+    grid = "grid"  # every point of stage.grid
+    tpe = "tpe"  # TPESampler (MOTPE with several objectives)
+    random = "random"  # RandomSampler
+    gp = "gp"  # GPSampler: Gaussian-process Bayesian optimization (torch, scipy)
+    cmaes = "cmaes"  # CmaEsSampler (the `cmaes` package): numeric parameters, one objective
+    nsga2 = "nsga2"  # NSGAIISampler: a genetic algorithm, for several objectives
+    qmc = "qmc"  # QMCSampler: a scrambled Sobol sequence
 
 
 class StageNumbers(StrEnum):

@@ -1,6 +1,7 @@
 """The ledger of a stage: an Optuna study stored in the stage's sweep folder.
 
-Every attempt at a run is one trial. Its params are the run's grid point (paper numbers), its user
+Every attempt at a run is one trial (a search's trial that samples a run the ledger holds is a repeat: it names the
+run in `repeat_of`, not `run_id`, and takes its result). Its params are the run's grid point (paper numbers), its user
 attrs the run id, label, overrides, run folder, job id, status and final metrics, its value the sweep
 metric (the study's named objective; one per metric of sweep.metrics in a multi-objective study:
 sweep/objectives.py), and its intermediate values that metric at each evaluation (one objective only).
@@ -57,6 +58,9 @@ LAUNCHES = "launches"  # study user attr: what each launch asked for (see Ledger
 NUMBER = "number"  # a launch's number in its stage (Ledger.record_launch): what orders launches
 AS_BEFORE = "run_ids_as_before"  # a stored launch that stands for the runs of the launch before it (_compact)
 LAUNCH = "launch"  # trial user attr: the number of the launch that started the trial (Ledger.record_launch)
+# trial user attr, in place of run_id: a search trial whose sampled params are a run the ledger already holds, the
+# run's id; it takes that run's result (no second run), and no reader counts it as an attempt at the run
+REPEAT = "repeat_of"
 OBJECTIVE = "objective"  # study user attr: {"metric": ..., "recipe": ...}, what the study's values mean
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
 
@@ -420,8 +424,12 @@ class Ledger:
         (no number: recorded before launches were numbered)."""
         return _expanded(self.study.user_attrs.get(LAUNCHES, []))
 
+    def repeats(self) -> list[FrozenTrial]:
+        """A search's repeat trials (`REPEAT`), oldest first."""
+        return [t for t in all_trials(self.study) if REPEAT in t.user_attrs]
+
     def attempts(self) -> dict[str, list[FrozenTrial]]:
-        """Run id -> its trials, oldest first."""
+        """Run id -> its trials, oldest first (a repeat is none of them)."""
         out: dict[str, list[FrozenTrial]] = defaultdict(list)
         for trial in all_trials(self.study):
             if "run_id" in trial.user_attrs:
@@ -441,6 +449,7 @@ class Ledger:
         return self.study.ask()
 
     def tag(self, trial: Trial, attrs: dict[str, Any]) -> None:
+        """Record a sampled trial's run (or, with `REPEAT`, the run it repeats) and this launch, as running."""
         for key, value in {**attrs, **self._launch_attr(), "status": RunStatus.RUNNING.value}.items():
             trial.set_user_attr(key, value)
 
@@ -493,7 +502,8 @@ def _end_trial(
     five commits: a run's ending is in the ledger whole or not at all (an error or a Ctrl-C midway leaves the trial
     running, to be resumed); `values`: one per objective. A pruned trial (of one objective: Optuna prunes no other)
     takes its last intermediate value (unless NaN), as tell does; tell's
-    `sampler.after_trial` is left out: the ledger's samplers (TPE without constraints) do nothing there.
+    `sampler.after_trial` is left out: the ledger's samplers (sweep/samplers.py, none with constraints) do nothing
+    there (checked against optuna 5.1).
     Optuna's session helper and `_without_commit` writers are private: checked against optuna 5.0 (pinned <6)."""
     with _create_scoped_session(storage.scoped_session) as session:  # rolled back and closed on any error
         row = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)

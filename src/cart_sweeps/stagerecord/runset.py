@@ -50,6 +50,7 @@ from cart_sweeps.stagerecord.ledger import (
     merged_attempts,
     merged_launches,
     shared,
+    status_of,
     trial_order,
 )
 from cart_sweeps.stagerecord.standing import stand, status_at
@@ -290,11 +291,17 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
         config=str(config),
         launch=newest.get(run_id, -1),
         order=trial_order(last),
-        trial=last.number,
+        trial=_own_trial(trials, result is not None).number,
         status=status,
         summary=summary if holds else None,
         scale=scale,
     )
+
+
+def _own_trial(trials: list[FrozenTrial], has_result: bool) -> FrozenTrial:
+    """The trial a run's row names: the newest that recorded its result, where it has one (a failed attempt after
+    it, as two drivers racing for one folder once left, lends no trial its value), else its newest."""
+    return next((t for t in reversed(trials) if status_of(t).is_result), trials[-1]) if has_result else trials[-1]
 
 
 def _choose_cell(root: Path, group: list[StageRun], out: RunSet) -> None:

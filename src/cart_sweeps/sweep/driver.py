@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import shlex
 import signal
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import optuna
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig
-from optuna.trial import FrozenTrial, Trial
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cart_sweeps import interrupt
 from cart_sweeps.collector import long_lived
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.summary import RunSummary
-from cart_sweeps.stagerecord.ledger import Ledger, check_storage, last_number, ledger_path, writing
+from cart_sweeps.stagerecord.ledger import REPEAT, Ledger, check_storage, last_number, ledger_path, writing
 from cart_sweeps.stagerecord.results import LOCK, Held, Results, standing
 from cart_sweeps.stagerecord.runset import OWNER, SCALE_ATTR, StageRecord, stage_ledgers
 from cart_sweeps.stagerecord.standing import Standing
@@ -36,6 +35,8 @@ from cart_sweeps.sweep.objectives import objectives
 from cart_sweeps.sweep.pool import JOBS, Pool, Task
 from cart_sweeps.sweep.preflight import preflight
 from cart_sweeps.sweep.progress import Progress
+from cart_sweeps.sweep.samplers import LEARNS, make_sampler
+from cart_sweeps.sweep.search_trials import SearchTrials
 from cart_sweeps.text import count
 from cart_sweeps.train.output import run_log
 
@@ -107,6 +108,10 @@ class StageDriver:
         self.referenced: list[tuple[Run, Held]] = []
         self.misplaced: list[tuple[Run, str]] = []  # moved or occupied: trained once its folder is put right
         self.results = Results()
+        self.outcomes: dict[str, RunSummary] = {}  # run id -> how it ended, where known in this launch
+        self.in_flight: set[str] = set()  # run ids taken to run now
+        self.waiting: defaultdict[str, list[Trial]] = defaultdict(list)  # repeats of a run running now, by its id
+        self.repeated = 0
         self.progress: Progress | None = None
         rule = ladder if stage.spec.rungs else adaptive
         earlier = rule.earlier(stage, self.history)  # runs a seed rule added: resumed or skipped like the grid's
@@ -121,6 +126,12 @@ class StageDriver:
         )
         for run in launch_order(self.known, run_costs(self.known, throughput)):
             self._classify(run, self.history.get(run.run_id, []), held[run.run_id])
+        self.search: SearchTrials | None = None
+        if not stage.runs:
+            repeats = ledger.repeats()
+            say = lambda line: print(line, flush=True)  # noqa: E731
+            self.search = SearchTrials(stage.name, stage.space, self.sweep.n_trials, self.history, repeats, say)
+            self._settle(t for t in repeats if t.state == TrialState.RUNNING)
 
     def _classify(self, run: Run, trials: list[FrozenTrial], held: Held | None) -> None:
         """Queue, attach or skip the run by where it stands; `held`: where its result is."""
@@ -134,12 +145,16 @@ class StageDriver:
             job_id = last.user_attrs.get("job_id")
             if result is not None:  # it ended after its driver did
                 self.ledger.finish(trial, result, self.objectives)
+                self.outcomes[run.run_id] = result
                 self.skipped += 1
             elif job := (self.pool.attach(job_id) if job_id else None):
                 self.attached.append((Attempt(run, trial, reported=reported), job))
+                self.in_flight.add(run.run_id)
             else:
                 self.queue.append(Attempt(run, trial, reported=reported))
         elif where == Standing.DONE:
+            assert held is not None
+            self.outcomes[run.run_id] = held.summary
             self.skipped += 1
         elif where in (Standing.MOVED, Standing.OCCUPIED):
             self.misplaced.append((run, put_right(run, held, occupant)))
@@ -160,15 +175,54 @@ class StageDriver:
             self.queue.append(Attempt(run))
 
     def _sampled_attempt(self) -> Attempt | None:
-        """A new search trial, while the search has fewer than sweep.n_trials runs."""
-        if self.stage.runs or len(self.history) >= self.sweep.n_trials:
-            return None
-        trial = self.ledger.ask()
-        run = self.stage.run(self.stage.space.sample(trial))
-        self.ledger.tag(trial, _attrs(run))
-        self.ledger.add_to_launch(run.run_id)
-        self.history[run.run_id] = []
-        return Attempt(run, trial)
+        """A new search trial's run. A trial whose params are a run the ledger holds is a repeat: it takes that run's
+        result, now or when the run (running now) ends, and trains nothing (sweep/search_trials.py). None: nothing
+        to ask now (the search ended, or a repeat waits: the sampler hears how that run ends first)."""
+        search = self.search
+        while search is not None and not any(self.waiting.values()) and search.may_ask():
+            trial = self.ledger.ask()
+            params = self.stage.space.sample(trial)
+            run = self.stage.run(params)
+            repeat = run.run_id in self.history
+            search.sampled(params, repeat)
+            if not repeat:
+                self.ledger.tag(trial, _attrs(run))
+                self.ledger.add_to_launch(run.run_id)
+                self.history[run.run_id] = []
+                return Attempt(run, trial)
+            self.repeated += 1
+            self.ledger.tag(trial, {REPEAT: run.run_id, "label": run.label, "run_dir": str(run.run_dir)})
+            if self._open(run.run_id):
+                self.waiting[run.run_id].append(trial)
+            else:
+                self.ledger.finish(trial, self._outcome(run.run_id, run.label), self.objectives)
+        return None
+
+    def _open(self, run_id: str) -> bool:
+        """Whether the run is to run in this launch: queued, or running now."""
+        return run_id in self.in_flight or any(a.run.run_id == run_id for a in self.queue)
+
+    def _outcome(self, run_id: str, label: str) -> RunSummary:
+        """How a run ended, for a repeat of it; a run this launch does not run (its folder to put right) failed."""
+        return self.outcomes.get(run_id) or RunSummary(
+            RunStatus.FAILED, error=f"its run {label} ({run_id}) has no result in this launch"
+        )
+
+    def _settle(self, repeats: Iterable[FrozenTrial]) -> None:
+        """Repeats a dead driver left running: each waits for its run where this launch runs it, else takes how it
+        ended."""
+        for left in repeats:
+            run_id, trial = left.user_attrs[REPEAT], self.ledger.resume(left)
+            if self._open(run_id):
+                self.waiting[run_id].append(trial)
+            else:
+                self.ledger.finish(trial, self._outcome(run_id, left.user_attrs.get("label", run_id)), self.objectives)
+
+    def _ended(self, run_id: str, summary: RunSummary) -> None:
+        """A run ended for good in this launch: the repeats waiting for it take its result."""
+        self.outcomes[run_id] = summary
+        for trial in self.waiting.pop(run_id, []):
+            self.ledger.finish(trial, summary, self.objectives)
 
     def take(self, n: int) -> list[Attempt]:
         interrupt.raise_if_received()  # a SIGINT/SIGTERM the collector swallowed
@@ -179,6 +233,7 @@ class StageDriver:
             attempt = self.queue.popleft() if self.queue else self._sampled_attempt()
             if attempt is None:
                 break
+            self.in_flight.add(attempt.run.run_id)
             if attempt.trial is None:
                 run, why = attempt.run, self.why.get(attempt.run.run_id)
                 attrs = _attrs(run) | ({adaptive.WHY: why} if why else {})
@@ -201,8 +256,6 @@ class StageDriver:
             self.ledger.add_to_launch(a.run.run_id)
             trials = self.history.get(a.run.run_id, [])
             self._classify(a.run, trials, self.results.held(a.run, trials))
-        if self.progress is not None:
-            self.progress.to_run += len(added)
 
     def task(self, attempt: Attempt) -> Task:
         """The run's config, composed now (the driver keeps none) with the pool's settings (threads)."""
@@ -235,26 +288,34 @@ class StageDriver:
             summary.status, summary.error = RunStatus.PRUNED, None
         status = self.ledger.finish(attempt.trial, summary, self.objectives)
         retry = status.retry_now and attempt.tries <= self.sweep.max_retries
-        self.progress.finished(attempt.run.label, status, summary, not retry, run_log(attempt.run.run_dir))
-        if retry:
+        self.in_flight.discard(attempt.run.run_id)
+        if retry:  # queued before the progress line, which counts it as left
             self.queue.appendleft(Attempt(attempt.run, tries=attempt.tries + 1))
-        elif not status.is_result:
+        else:
+            self._ended(attempt.run.run_id, summary)
+        self.progress.finished(attempt.run.label, status, summary, not retry, run_log(attempt.run.run_dir))
+        if not retry and not status.is_result:
             self.failed_finally += 1
 
     def on_refused(self, attempt: Attempt, error: str) -> None:
         """The scheduler refused the run's job: its trial ends rejected, so no relaunch takes it as cut off."""
         assert attempt.trial is not None
-        self.ledger.finish(attempt.trial, RunSummary(RunStatus.REJECTED, error=error), self.objectives)
+        refused = RunSummary(RunStatus.REJECTED, error=error)
+        self.ledger.finish(attempt.trial, refused, self.objectives)
+        self.in_flight.discard(attempt.run.run_id)
+        self._ended(attempt.run.run_id, refused)
 
-    def to_run(self) -> int:
-        left = self.sweep.n_trials - len(self.history) if not self.stage.runs else 0
-        return len(self.queue) + len(self.attached) + max(0, left)
+    def left(self) -> int:
+        """Runs still to start: those queued, and the new runs a search may still sample (a repeat trains none)."""
+        return len(self.queue) + (self.search.new_runs_left() if self.search else 0)
 
     def launch(self) -> int:
         """Run everything left; the exit code: 0, 1 when a run failed, 130 when interrupted."""
         s = self.stage
+        size = count(len(self.known), "run") if s.runs else f"sweep.n_trials={self.sweep.n_trials}, "
+        size += "" if s.runs else f"{count(len(self.known), 'run')} sampled so far"
         print(
-            f"stage {s.name}: {count(len(self.known) if s.runs else self.sweep.n_trials, 'run')}; "
+            f"stage {s.name}: {size}; "
             f"{self.skipped} done, skipped; {len(self.attached)} still queued or running; "
             f"{sum(a.trial is not None for a in self.queue)} cut off, resumed; "
             f"-> {s.sweep_dir}",
@@ -285,7 +346,7 @@ class StageDriver:
             others = f" ({count(rest, 'more run')} so: python -m cart_sweeps.plan lists them)" if rest else ""
             print(f"stage {s.name}: {run.label}: {fix}{others}", flush=True)
         interrupted = False
-        with Progress(s.name, self.to_run(), self.sweep.metric) as self.progress:
+        with Progress(s.name, self.left() + len(self.attached), self.sweep.metric, left=self.left) as self.progress:
             for _ in self.attached:
                 self.progress.started()
             try:
@@ -303,6 +364,12 @@ class StageDriver:
                 interrupted = True
             where = ledger_path(s.sweep_dir, self.sweep.storage) or self.sweep.storage
             self.progress.close(self.skipped, str(where), interrupted)
+        if self.repeated:
+            print(
+                f"stage {s.name}: {count(self.repeated, 'trial')} sampled a run the ledger held and took its result "
+                f"(a repeat: user attr {REPEAT}); no run was trained twice",
+                flush=True,
+            )
         return 130 if interrupted else int(self.failed_finally > 0 or bool(self.misplaced))
 
 
@@ -310,10 +377,11 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     """Validate the stage, take its driver lock, launch what is left; returns the exit code."""
     stage = Stage(arguments)
     pruner = make_pruner(stage.base.sweep, stage.name, search=not stage.runs)
-    if not stage.runs and stage.base.sweep.n_trials <= stage.base.sweep.startup_trials:
+    sweep = stage.base.sweep
+    if not stage.runs and sweep.sampler in LEARNS and sweep.n_trials <= sweep.startup_trials:
         print(
-            f"stage {stage.name}: sweep.n_trials={stage.base.sweep.n_trials} <= sweep.startup_trials="
-            f"{stage.base.sweep.startup_trials}, so TPE samples every trial at random; run more trials or lower "
+            f"stage {stage.name}: sweep.n_trials={sweep.n_trials} <= sweep.startup_trials={sweep.startup_trials}, "
+            f"so sweep.sampler={sweep.sampler} samples every trial at random; run more trials or lower "
             "sweep.startup_trials",
             flush=True,
         )
@@ -325,11 +393,8 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
     except Timeout as err:
         raise ConfigError(f"stage {stage.name} is already being run by another driver ({lock.lock_file})") from err
     previous = interrupt.install(signal.SIGTERM, signal.SIGINT)
-    sweep = stage.base.sweep
     try:
-        # grid trials have fixed params: the sampler is unused there; in a study of several objectives TPE samples
-        # in its multi-objective mode (sweep/objectives.py)
-        sampler = optuna.samplers.TPESampler(seed=stage.base.seed, n_startup_trials=sweep.startup_trials)
+        sampler = make_sampler(sweep.sampler, stage.base.seed, sweep.startup_trials)  # sweep/samplers.py
         with writing(ledger_path(stage.sweep_dir, sweep.storage)):
             ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner, stage.objective())
             if ledger.study.study_name != stage.name and not ledger.study.trials:

@@ -25,12 +25,12 @@ from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
-from cart_sweeps.options import StageNumbers
+from cart_sweeps.options import Sampler, StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.roles import stage_files, stage_roles
 from cart_sweeps.stagerecord.runset import RunSet, stage_runs
 from cart_sweeps.stagerecord.zoom import ZOOM_AXES, best_single_run, zoom_candidates
-from cart_sweeps.sweep import objectives, space, stage_checks
+from cart_sweeps.sweep import objectives, samplers, space, stage_checks
 from cart_sweeps.sweep.overrides import Arguments, split_arguments
 from cart_sweeps.sweep.scale import check_apart, to_paper, to_scale
 from cart_sweeps.validate import check_interpolations, validate
@@ -102,8 +102,8 @@ class Stage:
         sizes = {**{k: len(v) for k, v in grid.items()}, **self.args.sizes}
         if self.spec.variants:
             sizes[VARIANT] = len(self.spec.variants)
-        tpe = self.base.sweep.sampler == "tpe"
-        if not tpe:  # counted before any axis is listed: the axes zoom selects from are counted as it selects
+        searching = self.base.sweep.sampler != Sampler.grid
+        if not searching:  # counted before any axis is listed: the axes zoom selects from are counted as it selects
             self._check_size({k: n for k, n in sizes.items() if self.select != "zoom" or k not in ZOOM_AXES})
         self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
         self.train = self.spec.kind == "train"
@@ -126,18 +126,16 @@ class Stage:
         self.space = space.parse(cast(dict[str, Any], OmegaConf.to_container(self.spec.search, resolve=True)))
         self.search = self.space.dists
         self.varied = varied_keys(self.axes, list(self.search), self.spec.variants)
-        if tpe:
-            if not self.search or not self.base.sweep.n_trials:
-                raise ConfigError(
-                    f"sweep.sampler=tpe needs a stage with a search space and sweep.n_trials=N; stage {self.name} "
-                    + ("has none" if not self.search else "has one, so add sweep.n_trials")
-                )
-            self._check_size({"sweep.n_trials": self.base.sweep.n_trials})
+        if searching:
+            self._check_search()
             self.runs: list[Run] = []
             self._check_search_ends()
         else:  # grid (sweep.sampler is a Sampler: compose refuses anything else)
             if self.search and not self.spec.grid:
-                raise ConfigError(f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N")
+                raise ConfigError(
+                    f"stage {self.name} is a search: add sweep.sampler=tpe sweep.n_trials=N (or another sampler: "
+                    f"{'|'.join(samplers.SEARCH)})"
+                )
             self.runs = self._grid_runs()
         stage_checks.check(self)
 
@@ -145,6 +143,24 @@ class Stage:
         """A stage's value in the paper's numbers (a width the scale shows read back), or as written where the
         stage's numbers are the run's own (stage.numbers: own)."""
         return value if self._own else to_paper(key, value, self._scale)
+
+    def _check_search(self) -> None:
+        """Refuse, in one line, a search its sampler cannot run: no space or no n_trials, a grid beside it (a
+        search runs the points it samples, never a grid's), a space its sampler cannot sample (sweep/samplers.py)."""
+        sampler, n_trials = self.base.sweep.sampler, self.base.sweep.n_trials
+        if not self.search or not n_trials or n_trials < 1:
+            raise ConfigError(
+                f"sweep.sampler={sampler} needs a stage with a search space and sweep.n_trials=N; stage {self.name} "
+                + ("has none" if not self.search else "has one, so add sweep.n_trials (1 or more)")
+            )
+        if grid := [k for k in self.axes if k != VARIANT] + (["stage.variants"] if self.spec.variants else []):
+            raise ConfigError(
+                f"stage {self.name} is a search (sweep.sampler={sampler}): it samples stage.search, not a grid, so "
+                f"{grid[0]} would take none of its values; give it one value (stage.recipe, or key=value), declare "
+                f"it in stage.search ({{choices: [...]}}), or run the grid with sweep.sampler=grid"
+            )
+        samplers.check(sampler, self.space, objectives.objectives(self.base.sweep), self.name)
+        self._check_size({"sweep.n_trials": n_trials})
 
     def _check_search_ends(self) -> None:
         """A search samples its runs as it goes: the runs at the ends of its space are composed and validated

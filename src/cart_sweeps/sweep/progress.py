@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -32,11 +33,20 @@ def _duration(seconds: float) -> str:
 class Progress:
     """Counts of this launch, with an ETA from the pace of the runs finished so far.
 
-    In a terminal the status line stays live at the bottom; in a log each finished run's line carries it.
+    In a terminal the status line stays live at the bottom; in a log each finished run's line carries it. `left`,
+    where given, says how many runs are still to start (a search learns as it goes how many it samples): the runs
+    to run are then those done, running and left.
     """
 
-    def __init__(self, stage: str, to_run: int, metric: str, console: Console | None = None) -> None:
-        self.stage, self.to_run, self.metric = stage, to_run, metric
+    def __init__(
+        self,
+        stage: str,
+        to_run: int,
+        metric: str,
+        console: Console | None = None,
+        left: Callable[[], int] | None = None,
+    ) -> None:
+        self.stage, self.to_run, self.metric, self.left = stage, to_run, metric, left
         self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
         self.counts: Counter[str] = Counter()
         self.running = 0
@@ -56,9 +66,11 @@ class Progress:
 
     def status(self) -> str:
         done = sum(self.counts[s] for s in FINAL)
-        left = self.to_run - done - self.running
+        if self.left is not None:
+            self.to_run = done + self.running + max(0, self.left())
+        left = max(0, self.to_run - done - self.running)
         elapsed = time.monotonic() - self.t0
-        eta = _duration(elapsed / done * (self.to_run - done)) if done else "?"
+        eta = _duration(elapsed / done * (left + self.running)) if done else "?"
         return (
             f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
             f"{sum(self.counts[s] for s in FINAL if not s.is_result)} failed, {left} left, ETA {eta}"

@@ -7,13 +7,15 @@ another takes a given value; each declaration checked in one line before anythin
       trainer.lr: {low: 3.0e-4, high: 3.0e-3, log: true}     # numeric (log: sampled on a log scale)
 
 A condition names an unconditional categorical parameter of the same space and one of its choices (or a list of
-them). TPE samples what a trial's conditions allow, define-by-run (Optuna's suggest_* in declaration order), so a
-run without the condition has no value for the parameter: its stage's recipe holds.
+them). A trial samples what its conditions allow, define-by-run (Optuna's suggest_* in declaration order, each
+conditional parameter moved after the categorical it names wherever the file declares it), so a run without the
+condition has no value for the parameter: its stage's recipe holds.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +31,8 @@ Scalar = (str, int, float, bool)
 
 @dataclass(frozen=True)
 class Space:
-    """The declared parameters (key -> its distribution) and their conditions (key -> {key: allowed values})."""
+    """The declared parameters (key -> its distribution, each after those its condition names) and their
+    conditions (key -> {key: allowed values})."""
 
     dists: dict[str, BaseDistribution] = field(default_factory=dict)
     when: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
@@ -58,6 +61,48 @@ class Space:
                 seen.add(key)
                 yield kept
 
+    def holds(self, params: Mapping[str, Any]) -> bool:
+        """Whether `params` is a point of this space: each parameter its conditions allow, each within its range or
+        among its choices (a trial of a launch with another space may not be)."""
+        if set(params) != {k for k in self.dists if self.active(k, params)}:
+            return False
+        return all(_within(self.dists[k], v) for k, v in params.items())
+
+    def size(self) -> int | None:
+        """How many distinct points the space holds (a parameter a condition leaves out adds none); None where
+        a float range spans more than one value."""
+        counts = {key: _count(dist) for key, dist in self.dists.items()}
+        if None in counts.values():
+            return None
+        named = sorted({k for condition in self.when.values() for k in condition})  # the categoricals conditions name
+        total = 0
+        for values in itertools.product(*(_ends(self.dists[k]) for k in named)):
+            chosen = dict(zip(named, values, strict=True))
+            total += math.prod(n for k, n in counts.items() if k not in chosen and self.active(k, chosen) and n)
+        return total
+
+
+def point(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A sampled point as a key: the same params (in any order, a value as Optuna gives it back) are one point."""
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def _within(dist: BaseDistribution, value: Any) -> bool:
+    if isinstance(dist, CategoricalDistribution):
+        return any(type(value) is type(c) and value == c for c in dist.choices)
+    assert isinstance(dist, IntDistribution | FloatDistribution)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and dist.low <= value <= dist.high and (isinstance(value, int) or isinstance(dist, FloatDistribution))
+
+
+def _count(dist: BaseDistribution) -> int | None:
+    if isinstance(dist, IntDistribution):
+        return dist.high - dist.low + 1
+    if isinstance(dist, FloatDistribution):
+        return 1 if dist.low == dist.high else None
+    assert isinstance(dist, CategoricalDistribution)
+    return len(dist.choices)
+
 
 def suggest(trial: Trial, key: str, dist: BaseDistribution) -> Any:
     if isinstance(dist, IntDistribution):
@@ -79,7 +124,23 @@ def parse(search: Mapping[str, Any]) -> Space:
     """stage.search as a Space, or one line naming the first declaration that is not one (and the forms)."""
     dists = {key: _distribution(key, spec) for key, spec in search.items()}
     when = {key: _condition(key, spec[WHEN], search, dists) for key, spec in search.items() if WHEN in spec}
-    return Space(dists, when)
+    return Space(_drawn_in_order(dists, when), when)
+
+
+def _drawn_in_order(
+    dists: dict[str, BaseDistribution], when: Mapping[str, Mapping[str, Any]]
+) -> dict[str, BaseDistribution]:
+    """The parameters in the order a trial draws them: as declared, but each conditional one after every
+    parameter its condition names (a trial knows whether `model.n_loops: {when: {model: cart}}` applies only once
+    it has drawn `model`, wherever the file declares it)."""
+    ordered: dict[str, BaseDistribution] = {}
+    waiting: list[str] = []  # declared above a parameter its condition names
+    for key in dists:  # a condition names unconditional parameters only (_condition): each is placed as declared
+        waiting.append(key)
+        for ready in [k for k in waiting if all(n in ordered for n in when.get(k, {}))]:
+            ordered[ready] = dists[ready]
+            waiting.remove(ready)
+    return ordered
 
 
 def _forms(key: str) -> str:
