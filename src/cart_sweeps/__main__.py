@@ -202,7 +202,7 @@ def show_stage(ns: argparse.Namespace) -> None:
             print(f"{run.label}-{run.run_id[:8]}: {' '.join(run.overrides[1:])}")
     else:
         trials = stage.base.sweep.n_trials
-        print(f"# a search: sweep.n_trials={trials}: {count(trials, 'run')}, sampled as the stage runs")
+        print(f"# a search: sweep.n_trials={trials}: up to {count(trials, 'run')}, sampled as the stage runs")
     print(f"# cost and ledger status: {plan_command(ns)}")
 
 

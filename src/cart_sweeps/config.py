@@ -254,8 +254,9 @@ class StageConfig:
     Keys of `grid`, `recipe` and `variants` are override keys in the paper's numbers; the sweep maps
     them through `scale`. A run is one point of the product of the grid's axes, plus one variant when
     `variants` is set (a variant may ask for `dense_parity: stored|effective`, a dense depth derived
-    from the CART model of the same point). `search` (sampler tpe): key -> {low, high, log} or {choices: [...]},
-    either with `when: {key: choice}` (cart_sweeps.sweep.space checks each declaration, so any value composes).
+    from the CART model of the same point). `search` (a search sampler: tpe, random, ...): key -> {low, high, log}
+    or {choices: [...]}, either with `when: {key: choice}` (cart_sweeps.sweep.space checks each declaration, so any
+    value composes).
     """
 
     name: str = "single"
@@ -295,9 +296,10 @@ class StageConfig:
 @dataclass
 class SweepConfig:
     sampler: Sampler = Sampler.grid
-    n_trials: int | None = None  # tpe only
-    startup_trials: int = 10  # tpe only: trials sampled at random before TPE (and the pruner) learn; Optuna's default
-    pruner: Pruner = Pruner.none  # tpe only
+    # a search (any sampler but grid: sweep/samplers.py): its trials, repeats among them (sweep/search_trials.py)
+    n_trials: int | None = None
+    startup_trials: int = 10  # a search: trials sampled at random before its sampler (and the pruner) learn
+    pruner: Pruner = Pruner.none  # a search only
     metric: str = DEFAULT_METRIC
     # several objectives: a multi-objective ledger, the first the ranking metric (sweep/objectives.py); [] for one
     metrics: list[str] = field(default_factory=list)

@@ -2,10 +2,10 @@
 ledger an Optuna multi-objective study, each objective in its metric's own direction (cart_sweeps.metric).
 
 With `sweep.metrics`, the first is the stage's ranking metric: `sweep.metric` is set to it, so every reader of
-the ranking metric (tables, progress, seed rules) reads the first objective. A search samples with Optuna's
-TPESampler, which in a study of several directions is its multi-objective mode (MOTPE): unlike NSGA-II it
-samples a conditional space (a parameter only some trials draw) and categorical choices by their distance.
-Optuna prunes no multi-objective trial (`Trial.report` refuses one), so a pruner with several is refused.
+the ranking metric (tables, progress, seed rules) reads the first objective. A search samples with its
+sweep.sampler in the study's multi-objective mode (TPE's is MOTPE); CMA-ES ranks by one value and is refused
+(sweep/samplers.py). Optuna prunes no multi-objective trial (`Trial.report` refuses one), so a pruner with
+several is refused.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ n_startup_trials, NSGA-II's first generation (its population_size).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,7 +50,9 @@ _BUILD: dict[Sampler, Callable[[int, int], optuna.samplers.BaseSampler]] = {
 
 def make_sampler(sampler: Sampler, seed: int, startup_trials: int) -> optuna.samplers.BaseSampler:
     """The study's sampler, seeded by the stage's seed (a grid's trials have fixed params: TPE, unused there)."""
-    return _BUILD.get(sampler, _BUILD[Sampler.tpe])(seed, startup_trials)
+    with warnings.catch_warnings():  # QMCSampler is marked experimental (optuna 5.1): a line a user can do nothing of
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _BUILD.get(sampler, _BUILD[Sampler.tpe])(seed, startup_trials)
 
 
 def check(sampler: Sampler, space: Space, objectives: Sequence[str], stage: str) -> None:
