@@ -143,30 +143,30 @@ def test_a_tpe_search_over_a_narrow_int_range_ends_each_run_trained_once(tmp_pat
     """Issue 45/48: 6 points and sweep.n_trials=10 once ran for ever (2,000 trials in 4 minutes), its repeats racing
     for one folder, the progress at -3 left and the exit code 1. Each repeat is now a reference to its run."""
     cfg, runs = user_stage(tmp_path, NARROW), tmp_path / "runs"
-    first = sweep(runs, "--config-dir", str(cfg), *NARROW_ARGS, "sweep.n_trials=10", timeout=240)
+    first = sweep(runs, "--config-dir", str(cfg), *NARROW_ARGS, "sweep.n_trials=5", timeout=240)
     assert first.returncode == 0, first.stderr[-3000:]
     _progress_follows_the_runs(first.stderr)
     ledger, folders = _ledger(runs, "narrow"), _folders(runs, "narrow")
-    assert len(ledger) == 10  # n_trials counts trials, repeats among them
+    assert len(ledger) == 5  # n_trials counts trials, repeats among them (6 points: none is exhausted in 5)
     own = {t.user_attrs["run_id"]: t for t in ledger if "run_id" in t.user_attrs}
     repeats = [t for t in ledger if "repeat_of" in t.user_attrs]
-    assert len(own) + len(repeats) == 10 and set(own) == set(folders)  # one folder per distinct run
+    assert len(own) + len(repeats) == 5 and set(own) == set(folders)  # one folder per distinct run
     for t in repeats:  # a repeat takes its run's result, and names the run
         run = own[t.user_attrs["repeat_of"]]
         assert t.params == run.params and t.values == run.values and t.state == TrialState.COMPLETE
     for run_id, t in own.items():
-        assert t.state == TrialState.COMPLETE and t.values == [folders[run_id]["metrics"]["ppl_austen"]]
+        assert t.state == TrialState.COMPLETE and t.values == [folders[run_id]["ppl_austen"]]
     _trained_once(runs, "narrow")
-    again = sweep(runs, "--config-dir", str(cfg), *NARROW_ARGS, "sweep.n_trials=10")
+    again = sweep(runs, "--config-dir", str(cfg), *NARROW_ARGS, "sweep.n_trials=5")
     assert again.returncode == 0 and f"{len(own)} done, skipped" in again.stdout, again.stderr[-3000:]
-    assert len(_ledger(runs, "narrow")) == 10 and "0 completed" in again.stderr
+    assert len(_ledger(runs, "narrow")) == 5 and "0 completed" in again.stderr
     more = sweep(runs, "--config-dir", str(cfg), *NARROW_ARGS, "sweep.n_trials=40", timeout=240)
     assert more.returncode == 0, more.stderr[-3000:]
     assert "every one of its search space's 6 points has been sampled, so the search ends at" in more.stdout
     _progress_follows_the_runs(more.stderr)
     folders = _folders(runs, "narrow")
     assert sorted(s["trainer"]["warmup_steps"] for s in folders.values()) == [1, 2, 3, 4, 5, 6]
-    assert 10 < len(_ledger(runs, "narrow")) <= 40
+    assert 6 <= len(_ledger(runs, "narrow")) < 40
     _trained_once(runs, "narrow")
     last = sweep(runs, "--config-dir", str(cfg), *NARROW_ARGS, "sweep.n_trials=40")  # exhausted: asks nothing
     assert last.returncode == 0 and len(_ledger(runs, "narrow")) == len(trials(runs, "narrow"))
@@ -177,14 +177,37 @@ def test_a_tpe_search_over_a_narrow_int_range_ends_each_run_trained_once(tmp_pat
     by_warmup = {s["trainer"]["warmup_steps"]: s for s in folders.values()}
     for row in table.to_dict("records"):
         summary = by_warmup[row["warmup_steps"]]
-        assert row["ppl_austen"] == pytest.approx(summary["metrics"]["ppl_austen"])
+        assert row["ppl_austen"] == pytest.approx(summary["ppl_austen"])
         assert row["trial"] == own[summary["run_id"]].number
+    _a_raced_attempt_lends_no_trial_its_value(tmp_path, runs, own)
+
+
+def _a_raced_attempt_lends_no_trial_its_value(tmp_path, runs, own: dict) -> None:
+    """A ledger of an earlier version holds a run's repeat as a second attempt, rejected (it raced the first for
+    the folder): the run's row still names the trial that recorded its result."""
+    run_id, done = next(iter(own.items()))
+    study = optuna.load_study(study_name="narrow", storage=f"sqlite:///{runs / 'narrow' / 'ledger.db'}")
+    attrs = {**done.user_attrs, "status": "rejected", "error": "in use by another process"}
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.FAIL, params=done.params, distributions=done.distributions, user_attrs=attrs
+        )
+    )
+    (row,) = [
+        r
+        for r in _table(tmp_path, runs, "narrow").to_dict("records")
+        if r["trial"] in (done.number, len(study.trials) - 1)
+    ]
+    assert row["trial"] == done.number and row["ppl_austen"] == pytest.approx(done.values[0])
 
 
 def _table(tmp_path, runs, stage: str):
+    import shutil
+
     import pandas as pd
     from test_axes import analysis
 
+    shutil.rmtree(tmp_path / "out", ignore_errors=True)
     analysis(runs, tmp_path / "out")
     return pd.read_csv(tmp_path / "out" / f"runs_{stage}.csv")
 
@@ -245,7 +268,7 @@ search:
 recipe:
   seed: 42
   model.d_model: 32
-  trainer.steps: 4
+  trainer.steps: 8
 """
 
 
@@ -327,3 +350,35 @@ def test_a_search_sampler_on_a_grid_stage_is_one_line(tmp_path, monkeypatch):
     ):
         run_stage([*grid, "sweep.sampler=nsga2", "sweep.n_trials=2"], make_pool)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_search_that_only_repeats_or_has_sampled_every_point_stops_asking_in_one_line():
+    from cart_sweeps.sweep.search_trials import MAX_REPEATS, SearchTrials
+    from cart_sweeps.sweep.space import parse
+
+    said: list[str] = []
+    endless = SearchTrials("s", parse({"trainer.lr": {"low": 1e-3, "high": 3e-3}}), 1000, {}, [], said.append)
+    endless.sampled({"trainer.lr": 2e-3}, repeat=False)
+    for _ in range(MAX_REPEATS):
+        assert endless.may_ask()
+        endless.sampled({"trainer.lr": 2e-3}, repeat=True)
+    assert not endless.may_ask() and not endless.may_ask() and endless.new_runs_left() == 0
+    assert said == [
+        f"stage s: the sampler repeated runs the ledger holds for {MAX_REPEATS} trials in a row, so the search ends "
+        f"at {MAX_REPEATS + 1} of sweep.n_trials=1000 trials (a relaunch asks again)"
+    ]
+    said.clear()
+    space = parse(
+        {"model.n_loops": {"low": 2, "high": 3, "when": {"model": "cart"}}, "model": {"choices": ["cart", "dense"]}}
+    )
+    assert space.size() == 3 and list(space.dists) == ["model", "model.n_loops"]
+    finite = SearchTrials("s", space, 10, {}, [], said.append)
+    for params in ({"model": "dense"}, {"model": "cart", "model.n_loops": 2}, {"model": "dense"}):
+        assert finite.may_ask()
+        finite.sampled(params, repeat=params == {"model": "dense"} and finite.trials > 0)
+    assert finite.new_runs_left() == 1 and finite.may_ask()
+    finite.sampled({"model": "cart", "model.n_loops": 3}, repeat=False)
+    assert not finite.may_ask() and said == [
+        "stage s: every one of its search space's 3 points has been sampled, so the search ends at 4 of "
+        "sweep.n_trials=10 trials (another trial could only repeat a run)"
+    ]

@@ -296,7 +296,10 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
     if line := recipe_line(stage, stage.known_runs({})):
         console.print(line, highlight=False)
     if not stage.runs:
-        console.print(f"search: {len(table_rows)} of sweep.n_trials={stage.base.sweep.n_trials} sampled so far")
+        console.print(
+            f"search: {count(len(table_rows), 'run')} sampled so far, of sweep.n_trials={stage.base.sweep.n_trials} "
+            "trials (a trial that samples a run again takes its result: docs/decisions.md)"
+        )
     console.print(
         f"total: {total_flops:.3g} training FLOPs = {total_hours:,.1f} GPU-hours ({total_hours / 24:,.2f} GPU-days) "
         f"on one {p.gpu} at {p.mfu:.0%} MFU{others}; ledger status from {stage.sweep_dir}",

@@ -394,7 +394,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
         raise ConfigError(f"stage {stage.name} is already being run by another driver ({lock.lock_file})") from err
     previous = interrupt.install(signal.SIGTERM, signal.SIGINT)
     try:
-        sampler = make_sampler(sweep.sampler, stage.base.seed, sweep.startup_trials)  # sweep/samplers.py
+        sampler = make_sampler(sweep.sampler, stage.seed(), sweep.startup_trials)  # sweep/samplers.py
         with writing(ledger_path(stage.sweep_dir, sweep.storage)):
             ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner, stage.objective())
             if ledger.study.study_name != stage.name and not ledger.study.trials:

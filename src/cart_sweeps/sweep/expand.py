@@ -162,6 +162,11 @@ class Stage:
         samplers.check(sampler, self.space, objectives.objectives(self.base.sweep), self.name)
         self._check_size({"sweep.n_trials": n_trials})
 
+    def seed(self) -> int:
+        """The seed its runs take (the command line's, else its recipe's, else the config's): a search's sampler's."""
+        recipe = self.spec.recipe.get("seed") if "seed" not in self.args.passed else None
+        return int(recipe if isinstance(recipe, int) else self.base.seed)
+
     def _check_search_ends(self) -> None:
         """A search samples its runs as it goes: the runs at the ends of its space are composed and validated
         now, so a range its runs cannot take (a learning rate below trainer.min_lr) is one line before launch."""

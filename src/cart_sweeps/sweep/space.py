@@ -137,7 +137,7 @@ def _drawn_in_order(
     waiting: list[str] = []  # declared above a parameter its condition names
     for key in dists:  # a condition names unconditional parameters only (_condition): each is placed as declared
         waiting.append(key)
-        for ready in [k for k in waiting if all(n in ordered for n in when.get(k, {}))]:
+        while ready := next((k for k in waiting if all(n in ordered for n in when.get(k, {}))), None):
             ordered[ready] = dists[ready]
             waiting.remove(ready)
     return ordered
