@@ -142,6 +142,11 @@ class Stage:
             self.runs = self._grid_runs()
         stage_checks.check(self)
 
+    @property
+    def recipe(self) -> dict[str, Any]:
+        """The stage's recipe in the paper's numbers (as its grid's values are; as written under numbers: own)."""
+        return self._recipe
+
     def _as_paper(self, key: str, value: Any) -> Any:
         """A stage's value in the paper's numbers (a width the scale shows read back), or as written where the
         stage's numbers are the run's own (stage.numbers: own)."""
