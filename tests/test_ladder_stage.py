@@ -95,7 +95,7 @@ def test_a_ladder_copied_into_a_root_holding_its_runs_references_them_and_record
     the copy's runs are all the shipped ladder's, so it trains none, referencing each; the seed its rule adds
     (stage.max_seeds) is recorded as its own addition (crashed: 271 not in the grid's seed range)."""
     runs, out = tmp_path / "runs", tmp_path / "out"
-    shipped = sweep(runs, "stage=ladder", *COPIED)
+    shipped = sweep(runs, "stage=ladder", *COPIED, timeout=900)
     assert shipped.returncode == 0, shipped.stderr[-3000:]
     assert 271 in {t.params["seed"] for t in completed(runs, "ladder")}  # the rule added a seed: the copy will too
     text = (REPO / "sweeps" / "ladder.yaml").read_text().replace("name: ladder\n", "")
