@@ -71,11 +71,6 @@ def _check_spelling(where: str, role: str) -> None:
             raise ConfigError(f"{where}: role: {role} is no role of the study; use one of {allowed}, or leave role out")
 
 
-def _claimants(role: str, files: list[StageFile]) -> list[StageFile]:
-    """The stage files claiming `role`, one per stage name (a stage found twice is one stage)."""
-    return list({f.name: f for f in reversed(files) if f.role == role}.values())[::-1]
-
-
 def _refuse_shared(role: str, first: StageFile, second: StageFile) -> ConfigError:
     return ConfigError(
         f"stages {first.name} ({first.path}) and {second.name} ({second.path}) both claim role: {role}; "
@@ -91,19 +86,19 @@ def check_claim(stage: str, option: str, role: str | None) -> None:
     files = stage_files()
     own = next((f.path for f in reversed(files) if f.path.stem == option), None)
     _check_spelling(str(own) if own else f"stage {stage}", role)
-    claimants = _claimants(role, files)
-    if others := [f for f in claimants if f.name != stage]:
-        pair = [f for f in claimants if f.name == stage or f is others[0]]  # in the order the files are found
-        if len(pair) < 2:  # its role set by an override (stage.role=...), not by its file
-            pair.append(StageFile(stage, own or Path(option), role))
-        raise _refuse_shared(role, *pair)
+    claimants = [f for f in files if f.role == role]
+    if other := next((f for f in claimants if f.name != stage), None):
+        mine = next((f for f in claimants if f.name == stage), None)
+        if mine is None:  # its role set by an override (stage.role=...), not by its file
+            raise _refuse_shared(role, other, StageFile(stage, own or Path(option), role))
+        first, second = sorted((other, mine), key=claimants.index)  # in the order the files are found
+        raise _refuse_shared(role, first, second)
 
 
 def stage_roles() -> dict[str, StageFile]:
     """Role -> the one stage file claiming it; two claiming one role is one line naming both files."""
-    files = stage_files()
     out: dict[str, StageFile] = {}
-    for stage in files:
+    for stage in stage_files():
         if stage.role is None:
             continue
         _check_spelling(str(stage.path), stage.role)
