@@ -38,7 +38,7 @@ from .figures import metric_label, save
 from .load import Study
 from .promotion import agreement
 
-STEPS, D, SEED = "trainer.steps", "model.d_model", "seed"
+STEPS, D, SEED, WIDTH = "trainer.steps", "model.d_model", "seed", "d_model"
 PREFIX = "ladder_"
 KINDS = ("rungs", "agreement", "drift")
 
@@ -59,6 +59,12 @@ def _config_keys(study: Study, stage: str) -> list[str]:
     return [c for c in study.axes[stage].columns if c not in (D, SEED, STEPS)]
 
 
+def _width(study: Study, stage: str) -> str:
+    """The column of each run's width, the ladder's decision group: its grid's axis, else the width the run had
+    (a width in the recipe, or the model's own), which every run records."""
+    return D if D in study.axes[stage].columns else WIDTH
+
+
 def _rows(study: Study, stage: str, metric: str) -> pd.DataFrame:
     final = study.final()
     rows = final[(final["stage"] == stage)].dropna(subset=[metric, STEPS])
@@ -67,14 +73,14 @@ def _rows(study: Study, stage: str, metric: str) -> pd.DataFrame:
     return rows
 
 
-def _data(rows: pd.DataFrame, keys: list[str], metric: str) -> tuple[list[int], dict, dict]:
+def _data(rows: pd.DataFrame, width: str, keys: list[str], metric: str) -> tuple[list[int], dict, dict]:
     """(rungs, groups: width -> configurations, data: (rung, width, config) -> seed -> value), as walk reads."""
     rungs = sorted(int(h) for h in rows[STEPS].unique())
     data: dict = {}
     groups: dict = {}
     for _, row in rows.iterrows():
         config = tuple((k, row[k]) for k in keys)
-        d = row[D] if D in row else None
+        d = int(row[width])
         k = rungs.index(int(row[STEPS]))
         data.setdefault((k, d, config), {})[int(row[SEED])] = float(row[metric])
         if k == 0 and config not in groups.setdefault(d, []):
@@ -101,7 +107,7 @@ def _design(study: Study, stage: str, rungs: list[int], data: dict, metric: str,
 def _walked(study: Study, stage: str, metric: str, alpha: float) -> tuple[list[int], dict, Walk, list[str]]:
     rows = _rows(study, stage, metric)
     keys = _config_keys(study, stage)
-    rungs, groups, data = _data(rows, keys, metric)
+    rungs, groups, data = _data(rows, _width(study, stage), keys, metric)
     if len(rungs) < 2:
         raise AnalysisError(f"ladder stage {stage} has runs at one horizon only ({rungs[0]} steps)")
     return rungs, data, walk(_design(study, stage, rungs, data, metric, alpha), groups, data), keys
@@ -198,18 +204,19 @@ def table_jobs(study: Study, metric: str, alpha: float) -> dict[str, Callable[[]
 def curves(study: Study, stage: str, metric: str) -> Figure:
     rows = _rows(study, stage, metric)
     keys = _config_keys(study, stage)
-    widths = sorted(rows[D].unique()) if D in rows else [None]
+    width = _width(study, stage)
+    widths = sorted(rows[width].unique())
     fig = Figure(figsize=(3.6 * len(widths), 3.4))
     axes = fig.subplots(1, len(widths), squeeze=False)[0]
     for ax, d in zip(axes, widths, strict=True):
-        here = rows[rows[D] == d] if d is not None else rows
+        here = rows[rows[width] == d]
         for config, group in here.groupby(keys, sort=True) if keys else [((), here)]:
             means = group.groupby(STEPS)[metric].mean()
             label = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, np.atleast_1d(config), strict=True))
             ax.plot(means.index, means.values, marker="o", label=label or "all")
         ax.set_xscale("log")
         ax.set_xlabel("horizon (steps of the run)")
-        ax.set_title(f"d = {d}" if d is not None else stage)
+        ax.set_title(f"d = {d:g}")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(metric_label(metric))
     fig.suptitle(f"ladder {stage}: each configuration against the horizon")

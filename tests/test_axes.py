@@ -189,29 +189,35 @@ def test_zoom_promotes_from_the_runs_the_analysis_tables(tmp_path, data_cache):
 
 @pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 @pytest.mark.parametrize(
-    ("file", "says"),
+    ("file", "refused", "says"),
     [
         (
             "name: mine\nrole: screen\ngrid: {seed: [1, 2]}\n",
+            ["mine", "1"],
             r"stages 1 \(.*sweeps/1.yaml\) and mine \(.*stage/mine.yaml\) both claim role: screen; a role is one "
             r"stage's: remove `role:` from one of them",
         ),
         (
             "name: mine\nrole: scren\ngrid: {seed: [1, 2]}\n",
+            ["mine"],
             r".*stage/mine.yaml: role: scren is no role of the study; use one of screen, confirm, parity, ablations, "
             r"variable_r, benchmarks, or leave role out",
         ),
     ],
 )
-def test_a_taken_or_unknown_role_is_one_line(tmp_path, file, says):
+def test_a_taken_or_unknown_role_is_one_line(tmp_path, file, refused, says):
+    """Refused for the stages it concerns (the stage claiming it, the stage it takes the role from); another
+    stage's command reads no role but its own, and runs."""
     (tmp_path / "cfg" / "stage").mkdir(parents=True)
     (tmp_path / "cfg" / "stage" / "mine.yaml").write_text(file)
     folder = str(tmp_path / "cfg")
-    for module, stage in [("cart_sweeps.plan", "mine"), ("cart_sweeps.plan", "2"), ("cart_sweeps", "mine")]:
-        done = command(tmp_path / "runs", module, "--config-dir", folder, f"stage={stage}")  # any stage fails
+    for module, stage in [*(("cart_sweeps.plan", s) for s in refused), ("cart_sweeps", "mine")]:
+        done = command(tmp_path / "runs", module, "--config-dir", folder, f"stage={stage}", "scale=tiny")
         assert done.returncode == 2 and done.stdout == ""
         (line,) = done.stderr.splitlines()
         assert re.fullmatch(f"error: {says}", line), line
+    other = command(tmp_path / "runs", "cart_sweeps.plan", "--config-dir", folder, "stage=2", "scale=tiny")
+    assert other.returncode == 0 and other.stderr == "", other.stderr
 
 
 @pytest.mark.slow

@@ -30,7 +30,6 @@ from cart_sweeps.composer import Composer
 from cart_sweeps.config import CONF_DIR, ConfigError
 from cart_sweeps.naming import check_stage_name
 from cart_sweeps.register import register_configs
-from cart_sweeps.roles import stage_roles
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.command import run_stage_command
 from cart_sweeps.text import count
@@ -226,7 +225,6 @@ def main() -> None:
             parsed += parse_overrides(anonymous)
             stage = named_stage(parsed)
         if stage is not None:
-            stage_roles()  # a role taken twice or unknown, in any config source: one line before composing
             refuse_hydra_settings(parsed, stage)
         if stage is not None and (ns.help or ns.cfg in ("job", "all")):
             show_stage(ns)

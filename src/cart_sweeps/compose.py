@@ -21,7 +21,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cart_sweeps import collector
+from cart_sweeps import collector, stagefile
 from cart_sweeps.config import CONF_DIR, ConfigError
 from cart_sweeps.config_errors import file_mistake
 from cart_sweeps.register import register_configs
@@ -89,6 +89,17 @@ def config_dirs() -> list[Path]:
     return [CONF_DIR, *(Path(p.removeprefix("file://")) for p in searchpath() if p.startswith("file://"))]
 
 
+def user_stage_files(overrides: Sequence[str]) -> list[Path]:
+    """The files of the user's config folders that the stage `overrides` choose (`stage=mine`) could be read
+    from: DIR/stage/mine.yaml. Only those: a sibling stage file is never read for another stage."""
+    chosen = (o for o in map(parse_override, quote_stage(overrides)) if o.key_or_group == "stage")
+    names = [o.value() for o in chosen if not o.is_delete()]
+    if not names or names[-1] is None:
+        return []
+    found = (folder / "stage" / f"{names[-1]}.yaml" for folder in config_dirs()[1:])
+    return [path for path in found if os.path.lexists(path)]
+
+
 def quote_stage(argv: Sequence[str]) -> list[str]:
     """`stage=1` -> `stage='1'`: Hydra reads an unquoted 1 as an int, which is no group option."""
     return [re.sub(r"^(\+{0,2}stage)=(\d\w*)$", r"\1='\2'", a) for a in argv]
@@ -100,6 +111,8 @@ def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) ->
     Hydra's own composition errors (unknown key, wrong type, missing group option) become ConfigError.
     """
     register_configs()
+    for path in user_stage_files(overrides):
+        stagefile.check(path)  # a FIFO, an alias bomb, a YAML mistake: one line, before Hydra reads it
     GlobalHydra.instance().clear()
     name = os.environ.get(CONFIG_NAME_ENV, "config")  # the user's folders: hydra_plugins/.../searchpath.py
     try:

@@ -46,7 +46,7 @@ def variable_r_source(runs: Path, quick: bool) -> Path:
 def stage_args(role: StageRole, quick: bool) -> list[str]:
     """The overrides after `stage=<name>`: the tiny scale, and --quick's narrowing (the stage file's `quick:`:
     corners of each grid, enough for every table; a plain override wins over the stage's recipe)."""
-    return [*STAGE[3:], *(stage_roles()[role].quick if quick else SEEDS.get(role, []))]
+    return [*STAGE[3:], *(stage_roles()[role].quick() if quick else SEEDS.get(role, []))]
 
 
 def steps(runs: Path, out: Path, quick: bool) -> list[tuple[str, list[str]]]:

@@ -6,17 +6,23 @@ A role is an open name, so a new table's stage names its own; a near miss of a p
 here as a typo, and a role no table reads is refused by the analysis, which knows the tables. Stages come from
 the shipped sweeps/ and from the user's config folders (`--config-dir DIR`, `hydra.searchpath`:
 DIR/stage/*.yaml), so a role is checked across all of them: one stage per role.
+
+Finding who claims a role reads each file's top-level `name:` and `role:` alone (stagefile.top_level): a stage
+file that cannot be read (a YAML mistake, no UTF-8, a FIFO) is skipped with one warning line, so a broken
+sibling never stops another stage's command; it is refused in full when a command reads that stage itself.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
+from cart_sweeps import stagefile
 from cart_sweeps.compose import config_dirs
 from cart_sweeps.config import ConfigError
 from cart_sweeps.options import StageRole
@@ -28,26 +34,65 @@ class StageFile:
     name: str
     path: Path
     role: str | None
-    quick: list[str] = field(default_factory=list)  # the demo's --quick overrides (StageConfig.quick)
+
+    def quick(self) -> list[str]:
+        """The demo's --quick overrides (StageConfig.quick): the whole file read, this stage's alone."""
+        node = stagefile.load(self.path)
+        return [str(o) for o in (node.get("quick") or [])] if isinstance(node, dict) else []
 
 
 def stage_files() -> list[StageFile]:
-    """Every stage file this command can compose: sweeps/*.yaml, then each config folder's stage/*.yaml."""
-    return [_read(path) for path in stage_paths(config_dirs())]
+    """Every stage file this command can compose that can be read: sweeps/*.yaml, then each config folder's
+    stage/*.yaml, each by its top-level `name:` and `role:` alone."""
+    return [f for path in stage_paths(config_dirs()) if (f := _head(path)) is not None]
 
 
-def _read(path: Path) -> StageFile:
-    node = OmegaConf.load(path)
-    if not isinstance(node, DictConfig):
-        raise ConfigError(f"{path}: a stage file is a mapping (name:, grid:, recipe:, ...)")
-    role = node.get("role")
-    if role is not None and role not in StageRole.__members__:
-        misspelt = difflib.get_close_matches(str(role), list(StageRole), n=1)
-        if misspelt or not re.fullmatch(r"[a-z][a-z0-9_]*", str(role)):
+def _head(path: Path) -> StageFile | None:
+    try:
+        head: dict[str, Any] = stagefile.top_level(path, ("name", "role"))
+    except ConfigError as err:
+        _warn(f"{err} (skipped when finding which stage plays each role)")
+        return None
+    role = head.get("role")
+    return StageFile(str(head.get("name", path.stem)), path, str(role) if role is not None else None)
+
+
+@functools.cache  # once a process: a command reads the roles more than once
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _check_spelling(where: str, role: str) -> None:
+    """A near miss of a paper role (or no name at all) is a typo: one line naming the roles."""
+    if role not in StageRole.__members__:
+        misspelt = difflib.get_close_matches(role, list(StageRole), n=1)
+        if misspelt or not re.fullmatch(r"[a-z][a-z0-9_]*", role):
             allowed = ", ".join(StageRole)
-            raise ConfigError(f"{path}: role: {role} is no role of the study; use one of {allowed}, or leave role out")
-    quick = [str(o) for o in node.get("quick", [])]
-    return StageFile(str(node.get("name", path.stem)), path, str(role) if role is not None else None, quick)
+            raise ConfigError(f"{where}: role: {role} is no role of the study; use one of {allowed}, or leave role out")
+
+
+def _refuse_shared(role: str, first: StageFile, second: StageFile) -> ConfigError:
+    return ConfigError(
+        f"stages {first.name} ({first.path}) and {second.name} ({second.path}) both claim role: {role}; "
+        "a role is one stage's: remove `role:` from one of them"
+    )
+
+
+def check_claim(stage: str, option: str, role: str | None) -> None:
+    """The role the stage `stage` (its file `option`) runs with: spelt as a role, and no other stage's. Other
+    stages' roles are theirs: a conflict between two others is refused where the roles are read together."""
+    if role is None:
+        return
+    files = stage_files()
+    own = next((f.path for f in reversed(files) if f.path.stem == option), None)
+    _check_spelling(str(own) if own else f"stage {stage}", role)
+    claimants = [f for f in files if f.role == role]
+    if other := next((f for f in claimants if f.name != stage), None):
+        mine = next((f for f in claimants if f.name == stage), None)
+        if mine is None:  # its role set by an override (stage.role=...), not by its file
+            raise _refuse_shared(role, other, StageFile(stage, own or Path(option), role))
+        first, second = sorted((other, mine), key=claimants.index)  # in the order the files are found
+        raise _refuse_shared(role, first, second)
 
 
 def stage_roles() -> dict[str, StageFile]:
@@ -56,11 +101,9 @@ def stage_roles() -> dict[str, StageFile]:
     for stage in stage_files():
         if stage.role is None:
             continue
+        _check_spelling(str(stage.path), stage.role)
         if (first := out.get(stage.role)) is not None and first.name != stage.name:
-            raise ConfigError(
-                f"stages {first.name} ({first.path}) and {stage.name} ({stage.path}) both claim role: {stage.role}; "
-                "a role is one stage's: remove `role:` from one of them"
-            )
+            raise _refuse_shared(stage.role, first, stage)
         out[stage.role] = stage
     return out
 

@@ -67,10 +67,19 @@ DRIFT_PRIOR = round(paper_rate(), 4)
 
 
 def name(config: Any) -> str:
-    """A configuration as text: a cell's `n_loops=8 n_prelude=6`, else its repr."""
+    """A configuration as text: a cell's `n_loops=8 n_prelude=6` (a ladder varying nothing but the width: its one
+    configuration), else its repr."""
+    if config == ():
+        return "the one configuration"
     if isinstance(config, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in config):
         return " ".join(f"{str(k).rsplit('.', 1)[-1]}={v}" for k, v in config)
     return str(config)
+
+
+def group_name(group: Any) -> str:
+    """A decision group as text: its width (`d_model=256`, from the grid or the recipe), else the stage (one group:
+    no width set)."""
+    return "the stage" if group is None else f"d_model={group}"
 
 
 @dataclass(frozen=True)
@@ -298,7 +307,7 @@ def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Wal
             j = judge(values[g], design.metric, allowance, design.alpha, design.looks, noise)
             out.judged[(k, g)] = j
             if j.open and have < design.most:
-                why = f"rung {k + 1} ({horizon} steps): {name(g)} open with {have} seeds ({_open(j)})"
+                why = f"rung {k + 1} ({horizon} steps): {group_name(g)} open with {have} seeds ({_open(j)})"
                 seeding += [Want(k, g, c, design.seeds[have], f"{why}; seed {design.seeds[have]} added") for c in m]
                 continue
             out.calls += _calls(k, horizon, g, j, k == last, drift)
@@ -327,7 +336,7 @@ def _open(j: Judged) -> str:
 
 def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drift) -> list[Call]:
     """The records of one group's settled rung."""
-    where = f"at {horizon} steps, {name(group)}"
+    where = f"at {horizon} steps, {group_name(group)}"
     if j.noise is None or not j.noise.measurable:
         basis = "no measurable seed spread: nothing dropped"
     else:

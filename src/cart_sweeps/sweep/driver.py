@@ -100,7 +100,7 @@ class StageDriver:
         self.queue: deque[Attempt] = deque()
         self.attached: list[tuple[Attempt, Any]] = []
         self.skipped = 0
-        ledger.adopt_queued(stage.dists)
+        ledger.adopt_queued(lambda params: adaptive.dists(stage, params))
         self.history = ledger.attempts()
         self.failed_finally = 0
         self.lost: list[Run] = []
@@ -163,8 +163,8 @@ class StageDriver:
             self.queue.append(Attempt(run))
         elif where in (Standing.RECOVERED, Standing.REFERENCED):
             assert held is not None
-            attrs = _attrs(run) | ({"run_dir": str(held.folder), OWNER: held.owner} if held.owner else {})
-            trial = self.ledger.start(run.params, self.stage.dists(run.params), attrs)
+            attrs = self._attrs(run) | ({"run_dir": str(held.folder), OWNER: held.owner} if held.owner else {})
+            trial = self.ledger.start(run.params, adaptive.dists(self.stage, run.params), attrs)
             self.ledger.finish(trial, held.summary, self.objectives)
             if where == Standing.REFERENCED:
                 self.referenced.append((run, held))
@@ -173,6 +173,12 @@ class StageDriver:
             self.skipped += 1
         else:  # new, or tried before without a result: this launch tries again
             self.queue.append(Attempt(run))
+
+    def _attrs(self, run: Run) -> dict[str, Any]:
+        """A trial's attributes: who the run is, and why it exists where the stage's seed rule added it (a run
+        another stage trained too: the seed is this stage's own, referenced)."""
+        why = self.why.get(run.run_id)
+        return _attrs(run) | ({adaptive.WHY: why} if why else {})
 
     def _sampled_attempt(self) -> Attempt | None:
         """A new search trial's run. A trial whose params are a run the ledger holds is a repeat: it takes that run's
@@ -235,27 +241,31 @@ class StageDriver:
                 break
             self.in_flight.add(attempt.run.run_id)
             if attempt.trial is None:
-                run, why = attempt.run, self.why.get(attempt.run.run_id)
-                attrs = _attrs(run) | ({adaptive.WHY: why} if why else {})
-                attempt.trial = self.ledger.start(run.params, adaptive.dists(self.stage, run.params), attrs)
+                run = attempt.run
+                attempt.trial = self.ledger.start(run.params, adaptive.dists(self.stage, run.params), self._attrs(run))
             out.append(attempt)
         return out
 
     def _add_round(self) -> None:
         """Queue the runs the stage's seed rule adds now (sweep/adaptive.py), each with why; none after a run
-        failed for good (its cell would stay short of the round's seed)."""
+        failed for good (its cell would stay short of the round's seed). A round whose runs are all done already
+        (another stage's, referenced: a copy of a stage in its root) is in at once, so the next is asked for."""
         ladders = bool(self.stage.spec.rungs)
         if self.failed_finally or not (ladders or adaptive.adds(self.stage)):
             return
         say = lambda line: print(line, flush=True)  # noqa: E731
-        rule = ladder.next_round(self.stage, self.ledger, say) if ladders else adaptive.next_round(self.stage)
-        added = [a for a in rule if a.run.run_id not in self.why]
-        for a in added:
-            print(f"stage {self.stage.name}: {a.run.label}: {a.why}", flush=True)
-            self.why[a.run.run_id] = a.why
-            self.ledger.add_to_launch(a.run.run_id)
-            trials = self.history.get(a.run.run_id, [])
-            self._classify(a.run, trials, self.results.held(a.run, trials))
+        while True:
+            rule = ladder.next_round(self.stage, self.ledger, say) if ladders else adaptive.next_round(self.stage)
+            added = [a for a in rule if a.run.run_id not in self.why]
+            skipped = self.skipped
+            for a in added:
+                print(f"stage {self.stage.name}: {a.run.label}: {a.why}", flush=True)
+                self.why[a.run.run_id] = a.why
+                self.ledger.add_to_launch(a.run.run_id)
+                trials = self.history.get(a.run.run_id, [])
+                self._classify(a.run, trials, self.results.held(a.run, trials))
+            if not added or self.skipped - skipped < len(added):
+                return
 
     def task(self, attempt: Attempt) -> Task:
         """The run's config, composed now (the driver keeps none) with the pool's settings (threads)."""

@@ -19,7 +19,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.collector import long_lived
-from cart_sweeps.compose import axis_value, format_value, parse_overrides
+from cart_sweeps.compose import axis_value, config_dirs, format_value, parse_overrides
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
@@ -27,7 +27,8 @@ from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
 from cart_sweeps.options import Sampler, StageNumbers
 from cart_sweeps.record.runfolder import with_source
-from cart_sweeps.roles import stage_files, stage_roles
+from cart_sweeps.register import stage_paths
+from cart_sweeps.roles import check_claim
 from cart_sweeps.stagerecord.runset import RunSet, stage_runs
 from cart_sweeps.stagerecord.zoom import ZOOM_AXES, best_single_run, zoom_candidates
 from cart_sweeps.sweep import objectives, samplers, space, stage_checks
@@ -82,9 +83,8 @@ class Stage:
         parsed = parse_overrides(arguments)  # once: sorted twice, before and after the stage's axes are known
         first = split_arguments(parsed, ())
         if first.stage is None:
-            names = sorted({f.path.stem for f in stage_files()})
+            names = sorted({path.stem for path in stage_paths(config_dirs())})
             raise ConfigError(f"name a stage: stage=<name>, one of {names}")
-        stage_roles()  # one stage per role, over every config source: refused in one line before anything else
         self._compose = Composer()
         self._configurations: dict[tuple[str, ...], Configuration] = {}
         self._first_seeds: dict[str, Run] = {}  # a configuration's first run: its other seeds are named from it
@@ -93,6 +93,7 @@ class Stage:
         self.spec = self.base.stage
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
         self.name: str = check_stage_name(self.spec.name)
+        check_claim(self.name, first.stage, self.spec.role)  # its role, no other stage's: before anything else
         objectives.settle(self.base.sweep, self.name)  # sweep.metrics: its first is the ranking metric
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
@@ -138,6 +139,11 @@ class Stage:
                 )
             self.runs = self._grid_runs()
         stage_checks.check(self)
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        """The stage's recipe in the paper's numbers (as its grid's values are; as written under numbers: own)."""
+        return self._recipe
 
     def _as_paper(self, key: str, value: Any) -> Any:
         """A stage's value in the paper's numbers (a width the scale shows read back), or as written where the

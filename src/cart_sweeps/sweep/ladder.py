@@ -27,7 +27,17 @@ from optuna.trial import FrozenTrial
 from cart_sweeps.decide import seed_order
 from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.schedule import decay_start
-from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, name, walk
+from cart_sweeps.stagerecord.ladder_rule import (
+    DRIFT_PRIOR,
+    RECORD,
+    RECORD_FILE,
+    Call,
+    Design,
+    Walk,
+    group_name,
+    name,
+    walk,
+)
 from cart_sweeps.stagerecord.runset import stage_runs
 from cart_sweeps.sweep.adaptive import WHY, Added, Cell, ranked_by
 from cart_sweeps.sweep.stage_checks import SEED, STEPS, D
@@ -47,10 +57,11 @@ def design(stage: Stage) -> Design:
     return Design(rungs, seeds, len(grid_seeds), most, ranked_by(stage), prior, branch=branch)
 
 
-def split(params: dict[str, Any]) -> tuple[Any, Cell]:
-    """A run's (decision group, configuration): its width, and its params less width, seed and horizon."""
+def split(stage: Stage, params: dict[str, Any]) -> tuple[Any, Cell]:
+    """A run's (decision group, configuration): its width (the grid's; else the recipe's, the stage's one group;
+    None where neither sets it), and its params less width, seed and horizon."""
     config = tuple(sorted((k, v) for k, v in params.items() if k not in (D, SEED, STEPS)))
-    return params.get(D), config
+    return params.get(D, stage.recipe.get(D)), config
 
 
 def groups(stage: Stage) -> dict[Any, list[Cell]]:
@@ -58,7 +69,7 @@ def groups(stage: Stage) -> dict[Any, list[Cell]]:
     out: dict[Any, list[Cell]] = defaultdict(list)
     for run in stage.runs:
         if run.params.get(SEED) == stage.axes[SEED][0]:
-            group, config = split(run.params)
+            group, config = split(stage, run.params)
             out[group].append(config)
     return dict(out)
 
@@ -71,14 +82,14 @@ def current(stage: Stage) -> Walk:
     for run in stage_runs(Path(stage.base.paths.runs), stage.name).used:
         value = run.summary.value(metric) if run.summary else None
         if value is not None and run.params.get(STEPS) in rung_of and SEED in run.params:
-            group, config = split(run.params)
+            group, config = split(stage, run.params)
             data[(rung_of[run.params[STEPS]], group, config)][int(run.params[SEED])] = value
     return walk(design(stage), groups(stage), data)
 
 
 def params_of(stage: Stage, rung: int, group: Any, config: Cell, seed: int) -> dict[str, Any]:
     """The grid point of a configuration at a rung and seed (paper numbers)."""
-    return {**({D: group} if group is not None else {}), **dict(config), STEPS: stage.spec.rungs[rung], SEED: seed}
+    return {**({D: group} if D in stage.axes else {}), **dict(config), STEPS: stage.spec.rungs[rung], SEED: seed}
 
 
 def next_round(stage: Stage, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
@@ -115,7 +126,7 @@ def as_row(call: Call) -> dict[str, Any]:
     return {
         "rung": call.rung + 1,
         "steps": call.horizon,
-        "group": name(call.group),
+        "group": group_name(call.group),
         "config": name(call.config),
         "action": call.action,
         "reason": call.reason,
@@ -128,7 +139,7 @@ def earlier(stage: Stage, history: dict[str, list[FrozenTrial]]) -> list[Added]:
     out = []
     for trials in history.values():
         attrs, params = trials[-1].user_attrs, dict(trials[-1].params)
-        if WHY in attrs and split(params) in configs and params.get(STEPS) in stage.spec.rungs:
+        if WHY in attrs and split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs:
             out.append(Added(stage.run(params), str(attrs[WHY])))
     return out
 
@@ -199,7 +210,7 @@ def _hours_per_config(stage: Stage, hours: dict[str, float]) -> dict[tuple[Any, 
     """GPU-hours per step of each configuration, from its first-rung run's estimate."""
     out: dict[tuple[Any, Cell], float] = {}
     for run in stage.runs:
-        key = split(run.params)
+        key = split(stage, run.params)
         out[key] = max(out.get(key, 0.0), hours.get(run.run_id, 0.0) / stage.spec.rungs[0])
     return out
 
