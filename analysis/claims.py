@@ -120,13 +120,15 @@ def _reversal_at(top: Decision, opts: list, pick: Any, metric: str) -> Decision:
     if decided:
         why = f"R={top.choice} beats Stage 1's pick R={pick}"
     else:
-        why = f"R={top.choice} and Stage 1's pick R={pick} are not distinguishable with {seeds_text(opts)} (p={p:.2g})"
+        seeds = seeds_text([o.seeds for o in opts])
+        why = f"R={top.choice} and Stage 1's pick R={pick} are not distinguishable with {seeds} (p={p:.2g})"
     return replace(
         top,
         choice="reversed",
         decided=decided,
         tied=[] if decided else [pick],
         margin=margin(opts[0], picked, top.noise, top.alpha, metric),
+        comparisons=[],  # the best-of-k's; this claim tests the other R against the pick
         p_value=p,
         method=method_text(top.noise, f"one-sided (another R beats the pick), Holm over {len(others)}"),
         why=why,
@@ -177,6 +179,7 @@ def _ordering_at(top: Decision, order: list, metric: str) -> Decision:
         decided=decided,
         tied=tied,
         margin=margin(*weak, top.noise, top.alpha, metric),
+        comparisons=[],  # the best-of-k's; this claim tests pairs of the ranking
         p_value=p,
         method=method_text(top.noise, what),
         why=f"P ranking {ranking} {word} at the seeds' noise (p={p:.2g})",

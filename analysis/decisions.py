@@ -13,6 +13,8 @@ resolution ("no measurable seed spread"), nor a claim one of whose options has n
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -20,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from cart_sweeps.decide import ALPHA, Noise, Option, against_others, gap, pool, resolution
+from cart_sweeps.decide import ALPHA, Noise, Option, gap, holm, pool, resolution, two_sided
 from cart_sweeps.metric import Metric, metric, require_error
 
 from .errors import AnalysisError
@@ -48,6 +50,15 @@ class Margin:
 
 
 @dataclass(frozen=True)
+class Comparison(Margin):
+    """The choice against one other option: the margin, its two-sided p, and that p after Holm over the claim's
+    comparisons (the choice beats `over` at alpha where p_adjusted <= alpha)."""
+
+    p: float
+    p_adjusted: float
+
+
+@dataclass(frozen=True)
 class Decision:
     """One claim: the choice the data point to, whether it is decided at alpha, and what it rests on."""
 
@@ -59,7 +70,8 @@ class Decision:
     decided: bool
     why: str
     tied: list[Any] = field(default_factory=list)  # options the data cannot tell from the choice
-    margin: Margin | None = None
+    margin: Margin | None = None  # the runner-up's
+    comparisons: list[Comparison] = field(default_factory=list)  # the choice against each other option, in rank
     p_value: float | None = None  # the largest Holm-adjusted p of the comparisons the claim needs
     method: str = ""
     seeds: dict[str, int] = field(default_factory=dict)  # seeds behind each option
@@ -67,6 +79,7 @@ class Decision:
     noise: Noise | None = None  # the seed noise the tests used
     alpha: float = ALPHA
     role: str | None = None  # the part of the paper's study the stage plays (screen, confirm, ...)
+    no_level: int = 0  # the cell's runs with no value of the axis (a dense run's R): no option, left out
 
     @property
     def d(self) -> Any:
@@ -84,6 +97,7 @@ class Decision:
             out["choice"] = None
         if self.margin:
             out["margin"] = {**out["margin"], "over": _plain(self.margin.over), "ci_pct": list(self.margin.ci_pct)}
+        out["comparisons"] = [{**asdict(c), "over": _plain(c.over), "ci_pct": list(c.ci_pct)} for c in self.comparisons]
         return out
 
 
@@ -97,9 +111,14 @@ def label(axis: str, level: Any) -> str:
     return f"{SHORT[axis]}={_plain(level)}" if axis in SHORT else str(level)
 
 
-def and_(items: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 2 else items)
+def and_(items: list[str], word: str = "and") -> str:
+    """'a', 'a and b', 'a, b and c' (or with `word`: 'a, b or c')."""
+    return f" {word} ".join([", ".join(items[:-1]), items[-1]] if len(items) > 2 else items)
+
+
+def cell_key(values: Any) -> tuple:
+    """A cell's values as a key: missing (NaN, NA) as None, so two cells both missing a value are one cell."""
+    return tuple(None if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v for v in values)
 
 
 def where(stage: str, cell: dict[str, Any]) -> str:
@@ -116,6 +135,11 @@ def record_of(name: str) -> Metric:
     return found
 
 
+def leveled(rows: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """The rows holding a value of `axis`: a run without one (a dense run's R, a blank in a CSV) is no option."""
+    return rows[rows[axis].notna()]
+
+
 def _observations(rows: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows holding a valid value of metric `name`, each run once."""
     record = record_of(name)
@@ -125,9 +149,10 @@ def _observations(rows: pd.DataFrame, name: str) -> pd.DataFrame:
 
 def grouped_options(rows: pd.DataFrame, metric: str, axis: str, cell: list[str]) -> dict[tuple, list[Option]]:
     """Every cell's options (one groupby for the whole frame), best (as the tables rank, in the metric's
-    direction) first; rows without a valid value of the metric are left out, and each run counts once."""
+    direction) first; rows without a valid value of the metric or a value of the axis are left out, and each run
+    counts once."""
     record = record_of(metric)
-    rows = _observations(rows, metric)
+    rows = _observations(leveled(rows, axis), metric)
     values = rows[metric].astype(float)
     scores = record.sign * (np.log(values) if record.kind.log_scale else values)
     frame = pd.DataFrame({"v": values, "score": scores})
@@ -137,7 +162,7 @@ def grouped_options(rows: pd.DataFrame, metric: str, axis: str, cell: list[str])
         axis=1,
     ).assign(seeds=groups["v"].count())
     index = stats_.index.to_frame(index=False)
-    keys = list(zip(*(index[c].tolist() for c in cell), strict=True)) if cell else [()] * len(index)
+    keys = [cell_key(k) for k in zip(*(index[c].tolist() for c in cell), strict=True)] if cell else [()] * len(index)
     columns = (stats_[c].tolist() for c in ("mean", "score_mean", "score_var", "seeds"))
     at = resolution(values.tolist(), record)  # the input's precision: one for every option compared
     out: dict[tuple, list[Option]] = {}
@@ -148,9 +173,10 @@ def grouped_options(rows: pd.DataFrame, metric: str, axis: str, cell: list[str])
 
 def absent(rows: pd.DataFrame, metric: str, axis: str, cell: list[str]) -> dict[tuple, list[Any]]:
     """Per cell, the options whose rows hold no valid value of the metric (they would vanish from its claim)."""
+    rows = leveled(rows, axis)
     valid = _observations(rows, metric)
-    seen = {tuple(r) for r in rows[[*cell, axis]].itertuples(index=False)}
-    held = {tuple(r) for r in valid[[*cell, axis]].itertuples(index=False)}
+    seen = {cell_key(r) for r in rows[[*cell, axis]].itertuples(index=False)}
+    held = {cell_key(r) for r in valid[[*cell, axis]].itertuples(index=False)}
     out: dict[tuple, list[Any]] = {}
     for *key, level in sorted(seen - held, key=str):
         out.setdefault(tuple(key), []).append(level)
@@ -188,10 +214,13 @@ def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
     return alpha / int(looks)
 
 
-def seeds_text(opts: list[Option]) -> str:
-    """'3 seeds each' or '3/3/1 seeds'."""
-    n = [o.seeds for o in opts]
-    return f"{n[0]} seed{'s' * (n[0] > 1)} each" if len(set(n)) == 1 else f"{'/'.join(map(str, n))} seeds"
+def seeds_text(counts: list[int]) -> str:
+    """'3 seeds each' or '3/3/1 seeds' (each option's seeds, in rank)."""
+    return (
+        f"{counts[0]} seed{'s' * (counts[0] > 1)} each"
+        if len(set(counts)) == 1
+        else f"{'/'.join(map(str, counts))} seeds"
+    )
 
 
 def method_text(noise: Noise, what: str) -> str:
@@ -215,24 +244,31 @@ def best(
     The choice is the option with the best mean. It is decided when, for every other option, the test
     that the two differ rejects at alpha after Holm's correction over the k - 1 comparisons; each test is
     two-sided (the one-sided p doubled), since the data chose which option is on top. `noise` is used
-    only where neither the options nor the stage's other cells have several seeds.
+    only where neither the options nor the stage's other cells have several seeds. A cell's runs with no value of
+    the axis are no option: counted (`no_level`) and said; a cell of such runs only compares nothing.
     """
     groups, gone = grouped_options(rows, metric, axis, cell), absent(rows, metric, axis, cell)
     stage_noise = pool([o for opts in groups.values() for o in opts], f"the seeds of stage {stage}") or noise
-    return [
-        best_of(
-            opts,
-            pool(opts, "the options' seeds") or stage_noise,
-            claim,
-            stage,
-            dict(zip(cell, key, strict=True)),
-            axis,
-            alpha,
-            metric,
-            gone.get(key, []),
-        )
-        for key, opts in groups.items()
-    ]
+    counts = Counter(cell_key(r) for r in rows.loc[rows[axis].isna(), cell].itertuples(index=False))
+    out = []
+    for at in [*groups, *(k for k in counts if k not in groups)]:
+        where = dict(zip(cell, at, strict=True))
+        if at not in groups:
+            why = f"its {runs(counts[at])} no {SHORT.get(axis, axis)}: nothing to compare"
+            out.append(Decision(claim, stage, where, axis, None, False, why, alpha=alpha, no_level=counts[at]))
+            continue
+        own = pool(groups[at], "the options' seeds") or stage_noise
+        made = best_of(groups[at], own, claim, stage, where, axis, alpha, metric, gone.get(at, []))
+        if at in counts:
+            why = f"{made.why}; {runs(counts[at])} no {SHORT.get(axis, axis)} (left out)"
+            made = replace(made, why=why, no_level=counts[at])
+        out.append(made)
+    return out
+
+
+def runs(n: int) -> str:
+    """'1 run has', '3 runs have'."""
+    return f"{n} run{'s have' if n != 1 else ' has'}"
 
 
 def best_of(
@@ -272,22 +308,41 @@ def best_of(
             f"values' resolution {noise.resolution:.3g} makes, so {name} is a point pick"
         )
         return replace(base, tied=[o.level for o in others], why=why, method="none")
-    adjusted = against_others(opts, noise)
-    runner = min(others, key=lambda o: o.score_mean)
-    tied = [o.level for o, a in zip(others, adjusted, strict=True) if a > alpha]
+    raw = two_sided(opts, noise)
+    adjusted = holm(raw)
+    compared = [
+        Comparison(**asdict(margin(choice, o, noise, alpha, metric)), p=float(p), p_adjusted=float(a))
+        for o, p, a in zip(others, raw, adjusted, strict=True)
+    ]
+    runner = min(compared, key=lambda c: c.pct)
+    tied = [c.over for c in compared if c.p_adjusted > alpha]
     decided = not tied
-    worst = float(adjusted.max())
     if decided:
         why = f"{name} beats {', '.join(label(axis, o.level) for o in others)} at alpha={alpha:g} (Holm)"
     else:
-        names = and_([name, *(label(axis, t) for t in tied)])
-        why = f"{names} are not distinguishable with {seeds_text(opts)} (p={worst:.2g})"
+        why = not_told(name, compared, alpha, lambda level: label(axis, level), seeds_text([o.seeds for o in opts]))
     return replace(
         base,
         decided=decided,
         tied=tied,
         why=why,
-        margin=margin(choice, runner, noise, alpha, metric),
-        p_value=worst,
+        margin=Margin(runner.over, runner.pct, runner.ci_pct),
+        comparisons=compared,
+        p_value=float(adjusted.max()),
         method=method_text(noise, f"two-sided, Holm over {len(others)} comparison{'s' * (len(others) > 1)}"),
     )
+
+
+def not_told(name: str, compared: list[Comparison], alpha: float, named: Callable[[Any], str], seeds: str) -> str:
+    """An undecided best-of-k in words: each option the data cannot tell from the choice with its margin and
+    Holm-adjusted p, the closest to decided first (a near-decision is said, not hidden behind the largest p),
+    then the options it does beat: 'R=6 is not told from R=10 (0.24% worse, adjusted p=0.07) or R=8 (0.06% worse,
+    adjusted p=0.76) with 3 seeds each; it beats R=2 (adjusted p=0.001)'."""
+    close = sorted((c for c in compared if c.p_adjusted > alpha), key=lambda c: c.p_adjusted)
+    told = [c for c in compared if c.p_adjusted <= alpha]
+
+    def said(c: Comparison) -> str:
+        return f"{named(c.over)} ({c.pct:.2f}% worse, adjusted p={c.p_adjusted:.2g})"
+
+    beats = f"; it beats {and_([said(c) for c in told])}" if told else ""
+    return f"{name} is not told from {and_([said(c) for c in close], 'or')} with {seeds}{beats}"

@@ -17,7 +17,7 @@ from cart_sweeps.metric import require
 
 from . import sentences
 from .screen import shortest_screen
-from .stages import CONFIRM, SCREEN
+from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from .stats import spearman
 
 Findings = dict[str, Any]
@@ -235,45 +235,74 @@ def _screen_limits(tables: dict[str, pd.DataFrame]) -> list[str]:
     return limits
 
 
-def words(f: Findings, notes: list[str]) -> str:
-    """One paragraph saying what the findings are, in the order of the paper; every claim as its record
-    in f["decisions"] says, so an undecided one reads as undecided."""
-    metric, parts = f["metric"], []
+Said = tuple[str, str]  # (what a finding is of: "Stage 2", or ACROSS for one drawn across stages; its sentence)
+ACROSS, NOTES = "Across stages", "Notes"
+
+
+def said(f: Findings, stages: dict[str, str]) -> list[Said]:
+    """Every finding in words with the stage it is of (`stages`: role -> the stage playing it), in the order of
+    the paper; every claim as its record in f["decisions"] says, so an undecided one reads as undecided."""
+    metric = f["metric"]
+    parts: list[Said] = []
     claims: dict[str, list[Findings]] = {}
     for record in f.get("decisions", []):
         claims.setdefault(record["claim"], []).append(record)
+
+    def of(role: str) -> str:
+        return f"Stage {stages.get(role, role)}"
+
+    def add(at: str, sentences_: list[str]) -> None:
+        parts.extend((at, sentence) for sentence in sentences_)
+
     s1 = f.get("stage1", {})
-    parts += _best_words([c for c in claims.get("best_R", []) if c["role"] == SCREEN])
+    add(of(SCREEN), _best_words([c for c in claims.get("best_R", []) if c["role"] == SCREEN]))
     if "p_ordering_holds" in s1:
         marks = {True: "holds at every R and width", False: f"breaks at {len(s1['p_ordering_breaks'])} (d, R) cell(s)"}
-        said = marks.get(s1["p_ordering_holds"], f"is undecided at {s1['p_ordering_undecided']} (d, R) cell(s)")
+        said_ = marks.get(s1["p_ordering_holds"], f"is undecided at {s1['p_ordering_undecided']} (d, R) cell(s)")
         flat = any(c["method"] == "none" for c in claims.get("p_ordering", []))
-        parts.append(f"The P ranking {s1['p_ranking']} {said}" + (" (no seed spread)." if flat else "."))
+        add(of(SCREEN), [f"The P ranking {s1['p_ranking']} {said_}" + (" (no seed spread)." if flat else ".")])
     if "variance_share" in s1:
         share = s1["variance_share"]
-        parts.append(
-            f"Pooled over widths, P explains {share['P']:.0%} and R {share['R']:.0%} of the variance of log-{metric}."
-        )
+        explains = f"P explains {share['P']:.0%} and R {share['R']:.0%} of the variance of log-{metric}"
+        add(of(SCREEN), [f"Pooled over widths, {explains}."])
     if "r_benefit_pct" in s1:
         gains = ", ".join(f"d={d} {v:+.1f}%" for d, v in s1["r_benefit_pct"].items())
-        parts.append(f"From the smallest to the largest R at the best P, {metric} changes by {gains}.")
-    parts += _best_words([c for c in claims.get("best_R", []) if c["role"] == CONFIRM])
-    parts += [sentences.reversal(c) for c in claims.get("reversal", [])]
+        add(of(SCREEN), [f"From the smallest to the largest R at the best P, {metric} changes by {gains}."])
+    add(of(CONFIRM), _best_words([c for c in claims.get("best_R", []) if c["role"] == CONFIRM]))
+    add(of(CONFIRM), [sentences.reversal(c) for c in claims.get("reversal", [])])
     rev = f.get("reversal", {})
     if rev.get("spearman") is not None:
-        parts.append(f"Spearman between the stages over {rev['spearman_cells']} shared cells: {rev['spearman']:.3f}.")
-    parts += _parity_words(f, claims.get("parity", []))
-    parts += _ablation_words(f, claims.get("ablation", []))
-    parts += [_inference_words(c, metric) for c in claims.get("trained_R_best", [])]
+        add(
+            of(CONFIRM),
+            [f"Spearman between the stages over {rev['spearman_cells']} shared cells: {rev['spearman']:.3f}."],
+        )
+    add(of(PARITY), _parity_words(f, claims.get("parity", [])))
+    add(of(ABLATIONS), _ablation_words(f, claims.get("ablation", [])))
+    add(of(VARIABLE_R), [_inference_words(c, metric) for c in claims.get("trained_R_best", [])])
     for d, v in f.get("variable_r_bench", {}).items():
-        parts.append(f"On the benchmarks at d={d} (trained R={v['trained_R']}): {_bench_words(v)}.")
+        add(of(VARIABLE_R), [f"On the benchmarks at d={d} (trained R={v['trained_R']}): {_bench_words(v)}."])
     if "rho" in f:
         lo, hi = f["rho"]["final_range"]
         wlo, whi = f["rho"]["wd_only_range"]
-        parts.append(f"Final rho spans {lo:.3f}-{hi:.3f}; weight decay alone predicts {wlo:.3f}-{whi:.3f}.")
-    parts += _screen_words(f.get("screen", {}))
-    parts += [record["said"] for records in f.get("stage_decisions", {}).values() for record in records]
-    return " ".join(parts + notes)
+        add(ACROSS, [f"Final rho spans {lo:.3f}-{hi:.3f}; weight decay alone predicts {wlo:.3f}-{whi:.3f}."])
+    parts += _screen_words(f.get("screen", {}), of(CONFIRM))
+    for stage, records in f.get("stage_decisions", {}).items():
+        add(f"Stage {stage}", [record["said"] for record in records])
+    return parts
+
+
+def words(f: Findings, notes: list[str], stages: dict[str, str]) -> str:
+    """The findings as one paragraph (what the command prints), the notes last."""
+    return " ".join([sentence for _, sentence in said(f, stages)] + notes)
+
+
+def listed(f: Findings, notes: list[str], stages: dict[str, str]) -> str:
+    """The findings as report.md lists them: a heading per stage (in the order of its first finding), one bullet
+    per finding under it, then the notes."""
+    by: dict[str, list[str]] = {}
+    for at, sentence in [*said(f, stages), *((NOTES, note) for note in notes)]:
+        by.setdefault(at, []).append(sentence)
+    return "\n".join(f"### {at}\n\n" + "".join(f"- {s}\n" for s in found) for at, found in by.items())
 
 
 def _parity_words(f: Findings, claims: list[Findings]) -> list[str]:
@@ -335,34 +364,47 @@ def _best_words(records: list[Findings]) -> list[str]:
     return ([sentences.no_spread(flat)] if flat else []) + [sentences.best(r) for r in records if r not in flat]
 
 
-def _screen_words(screen: Findings) -> list[str]:
-    """The screen's reliability in sentences: the shortest screen per stage, the Stage 1 -> 2 carry-over."""
-    parts = []
+def _screen_words(screen: Findings, confirm: str) -> list[Said]:
+    """The screen's reliability in sentences: the shortest screen per stage (of that stage), the Stage 1 -> 2
+    carry-over and the promotion audit (of the confirming stage, `confirm`), what the input cannot show (ACROSS)."""
+    parts: list[Said] = []
     for stage, widths in screen.get("shortest", {}).items():
         every = widths["all_widths"]
         final = max(w["final_step"] for d, w in widths.items() if d != "all_widths")
         if every["full_order_step"] is not None:
             parts.append(
-                f"Stage {stage}: from step {every['full_order_step']} of {final} on, every width's ranking "
-                "matches its final one (the shortest screen that would have sufficed)."
+                (
+                    f"Stage {stage}",
+                    f"Stage {stage}: from step {every['full_order_step']} of {final} on, every width's ranking "
+                    "matches its final one (the shortest screen that would have sufficed).",
+                )
             )
         elif every["top1_step"] is not None:
             parts.append(
-                f"Stage {stage}: the top pick settles at step {every['top1_step']} of {final} at every width; "
-                "the full ranking matches the final one only at the end."
+                (
+                    f"Stage {stage}",
+                    f"Stage {stage}: the top pick settles at step {every['top1_step']} of {final} at every width; "
+                    "the full ranking matches the final one only at the end.",
+                )
             )
         else:
-            parts.append(f"Stage {stage}: no screen shorter than the full {final} steps gives the final ranking.")
+            parts.append(
+                (
+                    f"Stage {stage}",
+                    f"Stage {stage}: no screen shorter than the full {final} steps gives the final ranking.",
+                )
+            )
     for d, points in screen.get("stage1_to_stage2", {}).items():
-        said = [
+        told = [
             f"{when} (step {p['stage2_step']}): top-1 {'kept' if p['top1_agrees'] else 'changed'}"
             + (f", tau {p['kendall_tau']:.2f}" if p["kendall_tau"] is not None else "")
             for when, p in points.items()
             if p["top1_agrees"] is not None  # fewer than two configurations in both stages: nothing to rank
         ]
-        if said:
-            parts.append(f"Stage 1's final ranking against Stage 2 at d={d}: {'; '.join(said)}.")
-    return parts + _promotion_words(screen.get("promotion", {})) + screen.get("limits", [])
+        if told:
+            parts.append((confirm, f"Stage 1's final ranking against Stage 2 at d={d}: {'; '.join(told)}."))
+    promotion = [(confirm, sentence) for sentence in _promotion_words(screen.get("promotion", {}))]
+    return parts + promotion + [(ACROSS, limit) for limit in screen.get("limits", [])]
 
 
 def _promotion_words(promotion: Findings) -> list[str]:

@@ -43,6 +43,7 @@ INT_COLUMNS = (
     "warmup_steps",
     "trial",
     "looks",
+    "num_fewshot",
 )
 RUN_KEY = (
     "stage",
@@ -158,7 +159,7 @@ def load_csv(path: str | Path) -> Study:
     path = Path(path)
     if not path.is_file():
         raise AnalysisError(f"--from-csv {path}: no such file")
-    numbers = (*INT_COLUMNS, "num_fewshot", "rho", "lr", "min_lr", "weight_decay")
+    numbers = (*INT_COLUMNS, "rho", "lr", "min_lr", "weight_decay")
     rows = csv_input.read(path, run_key=RUN_KEY, whole=INT_COLUMNS, numbers=numbers)
     frame = _normalise(rows.frame) if len(rows.frame) else rows.frame  # none: said as such by report.run
     if "role" not in frame:
@@ -204,12 +205,26 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
                 elif event.get("kind") == "eval":
                     evals.append({**meta, "step": event.get("step"), **_scores(event)})
             evals.append({**meta, **_scores(summary), "step": summary.get("step")})
-    study_evals = _normalise(pd.DataFrame(evals)) if evals else pd.DataFrame()
+    varied = {c for a in axes.values() for c in a.columns}
+    study_evals = _normalise(_whole(pd.DataFrame(evals), evals, varied)) if evals else pd.DataFrame()
     if not study_evals.empty:
         study_evals = study_evals.drop_duplicates(["stage", "run", "step"], keep="last").reset_index(drop=True)
-    study_train = _normalise(pd.DataFrame(train)) if train else pd.DataFrame()
+    study_train = _normalise(_whole(pd.DataFrame(train), train, varied)) if train else pd.DataFrame()
     selections = {stage: choice.selection for stage, choice in chosen.items()}
     return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), selections, axes)
+
+
+def _whole(frame: pd.DataFrame, records: list[dict[str, Any]], axes: set[str]) -> pd.DataFrame:
+    """The axes every run records as integers, as integers (Int64): pandas makes a column of ints a float one
+    where a value is missing (a stage that does not vary the axis, a dense run's R), and d=64 would read 64.0."""
+    whole = [
+        c
+        for c in axes
+        if c in frame
+        and pd.api.types.is_float_dtype(frame[c])
+        and all(isinstance(v, int) and not isinstance(v, bool) for r in records if (v := r.get(c)) is not None)
+    ]
+    return frame.astype({c: "Int64" for c in whole})
 
 
 def _axis_values(run: StageRun) -> dict[str, Any]:

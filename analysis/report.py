@@ -16,7 +16,7 @@ from .csv_input import ROW, unmeasured
 from .decisions import ALPHA, Decision
 from .errors import LeftOut
 from .figures import figure_jobs
-from .findings import Findings, plain, words
+from .findings import Findings, listed, plain, words
 from .load import AnalysisError, Study, pick_metric
 from .output import replacing
 from .registry import TABLES, check_roles, findings
@@ -138,9 +138,11 @@ def run(
         report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
         if own_decisions := {s: made for s, made in own_decisions.items() if made}:
             report.findings["stage_decisions"] = own_decisions
-        report.summary = words(report.findings, _notes(study, note, report.skipped, split, report.absent_line()))
+        notes, roles = _notes(study, note, report.skipped, split, report.absent_line()), _roles(final)
+        report.summary = words(report.findings, notes, roles)
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
-        (folder / "report.md").write_text(_markdown_report(tables, report, study, metric, _title(final)))
+        listed_ = listed(report.findings, notes, roles)
+        (folder / "report.md").write_text(_markdown_report(tables, report, study, metric, _title(final), listed_))
         report.written += [folder / "findings.json", folder / "report.md"]
     report.written = [out / p.name for p in report.written]
     return report
@@ -263,9 +265,21 @@ def _title(final: pd.DataFrame) -> str:
     return f"Stage{'s' if len(stages) > 1 else ''} {', '.join(stages)}" if stages else "Study"
 
 
-def _markdown_report(tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str, title: str) -> str:
-    """The findings in words first, then the runs used and every table and figure on one page."""
-    parts = [f"# {title}: regenerated tables\n", f"## Findings\n\n{report.summary}\n"]
+def _roles(final: pd.DataFrame) -> dict[str, str]:
+    """Role -> the stage playing it, so each finding is listed under its stage."""
+    return (
+        {r: s for r, s in zip(final["role"], final["stage"], strict=True) if isinstance(r, str)}
+        if "role" in final
+        else {}
+    )
+
+
+def _markdown_report(
+    tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str, title: str, findings_: str
+) -> str:
+    """The findings first, one per line under their stage (`findings_`), then the runs used and every table and
+    figure on one page."""
+    parts = [f"# {title}: regenerated tables\n", f"## Findings\n\n{findings_}"]
     if study.selection:
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")

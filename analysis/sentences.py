@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .decisions import NO_SPREAD, label, where
+from .decisions import NO_SPREAD, SHORT, label, runs, where
 
 Record = dict[str, Any]  # a Decision as findings.json holds it (Decision.as_json)
 SIDES = {"cart": "CART", "dense": "dense"}  # a parity claim's options, as written
@@ -33,7 +33,8 @@ def best(record: Record) -> str:
     """A best-of-k claim: decided with its margin over the runner-up, or the options it cannot tell apart."""
     place, choice = where(record["stage"], record["cell"]), label(record["axis"], record["choice"])
     if record["decided"]:
-        return f"{place}: {choice} is best; {evidence(record)}."
+        left = f"; {runs(record['no_level'])} no {SHORT.get(record['axis'], record['axis'])} (left out)"
+        return f"{place}: {choice} is best; {evidence(record)}{left * bool(record['no_level'])}."
     return f"{place}: undecided, {record['why']}."
 
 

@@ -6,17 +6,25 @@ paper's claims make (analysis.decisions.best: the same test, noise and alpha), i
 (`stage_decisions`) and as a `<axis>_best` column of its `runs_<stage>` table. The stage's named variant
 (`stage.variant`) and the model are held fixed like any other axis, never pooled as seeds. A best at the
 smallest or largest value of a numeric axis is said: the optimum may lie beyond the grid.
+
+A decision axis is what the stage varies, as its runs hold it: a level is the value itself (an integer axis stays
+an integer: d=64, never d=64.0), and a run without a value of the axis (a dense run has no R) is no option: left
+out of that axis's decision and said. A ladder's horizon (trainer.steps, set by its rungs) is no choice: it is
+held like any other axis, so each rung decides among the configurations that ran there, the last rung's decision
+being the ladder's answer (docs/decisions.md).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pandas as pd
 
-from .decisions import Decision, and_, best, last_look_alpha
+from .decisions import Decision, and_, best, last_look_alpha, not_told, runs, seeds_text
 from .errors import AnalysisError
 from .findings import plain
+from .ladder import STEPS as HORIZON
 from .load import VARIANT_AXIS, StageAxes
 from .stage_tables import column_name
 
@@ -32,11 +40,11 @@ def stage_metric(rows: pd.DataFrame, axes: StageAxes, metric: str) -> str:
 
 
 def decidable(rows: pd.DataFrame, axes: StageAxes) -> list[str]:
-    """The axes a stage's decisions may be about: every axis but the seed with at least two levels, in a stage
-    with a seed axis (a search has no levels)."""
+    """The axes a stage's decisions may be about: every axis but the seed and a ladder's horizon (a rung, held)
+    with at least two levels (a missing value is none), in a stage with a seed axis (a search has no levels)."""
     if axes.search or "seed" not in axes.columns:
         return []
-    return [c for c in axes.columns if c != "seed" and c in rows and rows[c].nunique(dropna=False) > 1]
+    return [c for c in axes.columns if c not in ("seed", HORIZON) and c in rows and rows[c].nunique() > 1]
 
 
 def wanted_axes(axes: list[str], asked: list[str] | None) -> list[str]:
@@ -49,6 +57,11 @@ def wanted_axes(axes: list[str], asked: list[str] | None) -> list[str]:
 def check_asked(asked: list[str] | None, every: dict[str, list[str]]) -> None:
     """An axis --decide names that no stage varies (with a seed axis) is one line naming the ones there are."""
     for name in asked or []:
+        if name in (HORIZON, column_name(HORIZON)):
+            raise AnalysisError(
+                f"--decide {name}: a ladder's horizon is a rung, not a choice: each rung is decided on its own "
+                "(docs/decisions.md)"
+            )
         if not any(wanted_axes(axes, [name]) for axes in every.values()):
             have = sorted({a for axes in every.values() for a in axes})
             raise AnalysisError(
@@ -57,34 +70,50 @@ def check_asked(asked: list[str] | None, every: dict[str, list[str]]) -> None:
 
 
 def edge(rows: pd.DataFrame, axis: str, choice: Any) -> str | None:
-    """'lr=0.01 is the grid's largest value' where a numeric axis's best lies at its end."""
+    """'lr=0.01 is the grid's largest value' where a numeric axis's best lies at its end (no best, none)."""
     levels = pd.to_numeric(rows[axis].dropna().drop_duplicates(), errors="coerce")
-    if levels.isna().any() or len(levels) < 2 or isinstance(choice, str):
+    if choice is None or levels.isna().any() or len(levels) < 2 or isinstance(choice, str):
         return None
     end = "largest" if choice == levels.max() else "smallest" if choice == levels.min() else None
     return f"{name(axis, choice)} is the grid's {end} value" if end else None
 
 
 def name(axis: str, level: Any) -> str:
-    """An option as a sentence writes it: lr=0.01, variant=dense."""
-    return f"{column_name(axis)}={plain(level)}"
+    """An option as a sentence writes it: lr=0.01, variant=dense; a held axis the cell's runs lack: no L."""
+    return f"{column_name(axis)}={plain(level)}" if plain(level) is not None else f"no {column_name(axis)}"
 
 
 def sentence(decision: Decision, said_edge: str | None) -> str:
-    """The decision in words: the decided best with its margin over the runner-up, or what cannot be told."""
+    """The decision in words: the decided best with its margin over the runner-up; undecided, each option the
+    seeds cannot tell from the pick with its adjusted p (the closest first); or why nothing can be compared."""
     held = " ".join(name(k, v) for k, v in decision.cell.items())
     place = f"Stage {decision.stage}" + (f" at {held}" if held else "")
-    axis, choice = decision.axis, decision.choice
+    axis, choice, column = decision.axis, decision.choice, column_name(decision.axis)
+    if choice is None:  # the cell's runs have no value of the axis
+        return f"{place}: no {column} to compare (its {runs(decision.no_level)} none)."
     if decision.decided and decision.margin is not None:
         m = decision.margin
         said = (
-            f"{place}: {name(axis, choice)} is the best {column_name(axis)}; the runner-up {name(axis, m.over)} is "
+            f"{place}: {name(axis, choice)} is the best {column}; the runner-up {name(axis, m.over)} is "
             f"{m.pct:.2f}% worse ({round(100 * (1 - decision.alpha))}% CI {m.ci_pct[0]:.2f} to {m.ci_pct[1]:.2f}), "
             f"p={decision.p_value:.2g}"
         )
+    elif decision.comparisons:
+        told = not_told(
+            name(axis, choice),
+            decision.comparisons,
+            decision.alpha,
+            partial(name, axis),
+            seeds_text(list(decision.seeds.values())),
+        )
+        said = f"{place}: the best {column} is undecided: {told}"
+    elif len(decision.seeds) == 1:
+        said = f"{place}: only {name(axis, choice)} ran, nothing to compare"
     else:
         tied = and_([name(axis, t) for t in [choice, *decision.tied]])
-        said = f"{place}: the best {column_name(axis)} is undecided among {tied} ({decision.why})"
+        said = f"{place}: the best {column} is undecided among {tied} ({decision.why})"
+    if decision.no_level:
+        said += f"; {runs(decision.no_level)} no {column} (left out)"
     return said + (f"; {said_edge}" if said_edge else "") + "."
 
 
@@ -92,18 +121,21 @@ def decide_stage(
     rows: pd.DataFrame, stage: str, axes: StageAxes, metric: str, alpha: float, asked: list[str] | None = None
 ) -> list[tuple[Decision, str | None]]:
     """Per axis (of `asked`) and per combination of the stage's other axes, variant and model (where the axis does
-    not set them): the best level and where it lies at the grid's edge. `rows`: every run's last evaluation."""
+    not set them) and a ladder's rung: the best level and where it lies at the grid's edge. `rows`: every run's last
+    evaluation."""
     rows = rows[rows["stage"] == stage]
     metric = stage_metric(rows, axes, metric)
     varied = decidable(rows, axes)
+    rung = [HORIZON] if HORIZON in axes.columns and HORIZON in rows else []  # a ladder's: held, never decided
     held = [c for c in HELD if c in rows and c not in varied and rows[c].nunique(dropna=False) > 1]
     at = last_look_alpha(rows, alpha)
     out = []
     for axis in wanted_axes(varied, asked):
         alongside = [c for c in held if rows.groupby(axis, dropna=False)[c].nunique(dropna=False).max() > 1]
-        cell = [c for c in [*varied, *alongside] if c != axis]
+        cell = [c for c in [*rung, *varied, *alongside] if c != axis]
         for decision in best(rows, metric, axis, cell, stage=stage, claim=CLAIM, alpha=at):
-            out.append((decision, edge(rows, axis, decision.choice)))
+            compared = len(decision.seeds) > 1  # one level, or none: no best, so no edge either
+            out.append((decision, edge(rows, axis, decision.choice) if compared else None))
     return out
 
 
@@ -114,8 +146,10 @@ def as_json(decision: Decision, said_edge: str | None) -> dict[str, Any]:
 
 def mark(table: pd.DataFrame, decisions: list[tuple[Decision, str | None]]) -> pd.DataFrame:
     """The stage's table with a `<axis>_best` column per decided axis: best (the decided choice), tied (the pick
-    and the levels the data cannot tell from it, where undecided), else empty. A held column the table does not
-    show (the model, where the variant sets it) is matched through the columns it shows."""
+    and the levels the data cannot tell from it, where undecided), else empty: a cell that compared nothing (one
+    level, or none) marks nothing. A held column the table does not show (the model, where the variant sets it) is
+    matched through the columns it shows."""
+    decisions = [pair for pair in decisions if len(pair[0].seeds) > 1]
     for axis in dict.fromkeys(d.axis for d, _ in decisions):
         if column_name(axis) not in table:
             continue

@@ -95,8 +95,10 @@ def test_an_undecided_verdict_carries_no_verdict_word(tmp_path):
     assert all(c["choice"] == c["leaning"] is not None for c in verdicts if c["decided"])
     best_r = [c for c in report.findings["decisions"] if c["claim"] == "best_R" and not c["decided"]]
     assert best_r and all(c["choice"] is not None for c in best_r)  # an option, its point pick: no verdict word
-    report_md = (tmp_path / "report.md").read_text()
-    assert report_md.startswith(f"# CART study: regenerated tables\n\n## Findings\n\n{report.summary}\n")
+    head, _, listed = (tmp_path / "report.md").read_text().partition("## Findings\n\n")
+    assert head == "# CART study: regenerated tables\n\n" and listed.startswith("### Stage 1\n\n- ")
+    said = [line[2:] for line in listed.split("\n## ")[0].splitlines() if line.startswith("- ")]
+    assert " ".join(said) == report.summary  # the findings one per line under their stage
 
 
 def test_out_defaults_to_a_folder_named_for_the_input(screen, tmp_path, monkeypatch):

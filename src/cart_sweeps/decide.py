@@ -145,11 +145,15 @@ def p_better(better: Option, worse: Option, noise: Noise) -> float:
     return float(stats.t.sf(diff / se, noise.df))
 
 
+def two_sided(opts: Sequence[Option], noise: Noise) -> np.ndarray:
+    """The two-sided p of the choice (opts[0]) against each other option, in their order, before Holm: the one-
+    sided p doubled, since the data chose which option is on top."""
+    return np.array([min(1.0, 2 * p_better(opts[0], o, noise)) for o in opts[1:]])
+
+
 def against_others(opts: Sequence[Option], noise: Noise) -> np.ndarray:
-    """The Holm-adjusted two-sided p of the choice (opts[0]) against each other option, in their order.
-    Two-sided (the one-sided p doubled): the data chose which option is on top."""
-    p = np.array([min(1.0, 2 * p_better(opts[0], o, noise)) for o in opts[1:]])
-    return holm(p)
+    """The Holm-adjusted two-sided p of the choice (opts[0]) against each other option, in their order."""
+    return holm(two_sided(opts, noise))
 
 
 def best_level(values: Mapping[Any, Sequence[float]], metric: Metric, alpha: float = ALPHA, looks: int = 1) -> Verdict:
