@@ -209,6 +209,9 @@ def curves(study: Study, stage: str, metric: str) -> Figure:
             means = group.groupby(STEPS)[metric].mean()
             ax.plot(means.index, means.values, marker="o", label=label, **style[label])
         ax.set_xscale("log")
+        horizons = sorted(here[STEPS].unique())
+        ax.set_xticks(horizons, [f"{h:g}" for h in horizons], minor=False)
+        ax.minorticks_off()  # the rungs alone, in plain numbers: a log axis's minor labels crowd a short span
         ax.set_xlabel("horizon (steps of the run)")
         ax.set_title(f"d = {d}" if d is not None else stage)
         ax.grid(alpha=0.3)
@@ -219,7 +222,8 @@ def curves(study: Study, stage: str, metric: str) -> Figure:
 
 def _label(keys: list[str], values: tuple) -> str:
     """A configuration as its legend names it: n_loops=2 warmup_steps=12 ('all' where the stage varies no more)."""
-    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, values, strict=True)) or "all"
+    shown = [f"{v:g}" if isinstance(v, float) else v for v in values]  # a ledger's 2.0 reads 2
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, shown, strict=True)) or "all"
 
 
 def figure_jobs(study: Study, metric: str) -> dict[str, Callable[[Path], list[Path]]]:
