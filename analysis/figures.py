@@ -44,7 +44,8 @@ def styles(keys: Iterable[Hashable]) -> dict[Hashable, Style]:
     """A style per key, in natural order, no two alike: the ten colours solid, then each again in the next
     line style (twenty colours past forty lines; past eighty, a colour scale along the keys' order)."""
     ordered = sorted(dict.fromkeys(keys), key=natural)
-    colours = list(colormaps["tab10" if len(ordered) <= 40 else "tab20"].colors)
+    palette = colormaps["tab10" if len(ordered) <= 40 else "tab20"]
+    colours = [tuple(c) for c in palette(np.arange(palette.N))]
     pairs = [(colour, dash) for dash in DASHES for colour in colours]
     if len(ordered) > len(pairs):
         pairs = [(tuple(c), "-") for c in colormaps["viridis"](np.linspace(0, 1, len(ordered)))]
@@ -124,7 +125,7 @@ def curves(study: Study, stage: str, column: str) -> Figure:
         raise AnalysisError(f"figure of {column} needs logged {column} in stage {stage}")
     widths = sorted(rows["d_model"].unique())
     fig, axes = _panels(widths, AXIS_LABELS.get(column, column), f"Stage {stage}: {column} during training")
-    configs = rows.drop_duplicates("label").apply(lambda r: _configuration(str(r["label"]), r["d_model"]), axis=1)
+    configs = (_configuration(str(label), d) for label, d in zip(rows["label"], rows["d_model"], strict=True))
     style = styles(configs)  # one style and legend entry per configuration (its seeds alike), across panels
     for ax, d in zip(axes, widths, strict=True):
         recipes = set()
