@@ -77,8 +77,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         nargs="+",
         metavar="NAME",
-        help="build only these tables/figures (names or prefixes, e.g. stage1 reversal); "
-        "missing input is then an error",
+        help="build only these tables/figures (names, or the start of names: stage1, runs_adhoc, reversal) and "
+        "rewrite only them, findings.json and report.md, keeping the rest of --out; one it cannot build is then "
+        "an error (exit 2 where none is built, else 1)",
     )
     parser.add_argument(
         "--where",
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in report.written:
         print(f"wrote {path}")
+    for stage, why in study.unread.items():
+        print(f"left out stage {stage}: {why}")
     for name, reason in report.skipped.items():
         print(f"skipped {name}: {reason}")
     if (absent := report.absent_line()) is not None:
@@ -142,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         print(left_out.line())
     print()
     print(report.summary)
-    return 0
+    for line in report.asked:
+        print(f"analysis: {line}", file=sys.stderr)
+    return 1 if report.asked else 0
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
 """The study's figures as PDF (for a paper) beside PNG (for report.md), drawn on matplotlib Figure
-objects (Agg canvas; no pyplot, no display). Each figure has a title, labelled axes and one legend."""
+objects (Agg canvas; no pyplot, no display). Each figure has a title, labelled axes and one legend, below the
+panels, its entries in natural order (warm-up 5 before 12); no two of its lines share a colour and a line style,
+and matplotlib's constrained layout keeps the title, the panels' labels and the legend apart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Hashable, Iterable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+from matplotlib import colormaps
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -21,6 +27,29 @@ from .tables import stage1_cells
 FigureJob = Callable[[Path], list[Path]]  # takes the path without suffix, returns the files written
 Draw = Callable[[], Figure]
 AXIS_LABELS = {"loss": "training loss (nats/token)", "rho": r"gate $\rho$ = sigmoid(a)"}
+
+
+NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)")  # 12, 0.003, 3e-3 in a label
+DASHES = ("-", "--", "-.", ":")
+Style = dict[str, Any]  # a line's colour and line style, as Axes.plot takes them
+
+
+def natural(text: object) -> tuple[tuple[int, float, str], ...]:
+    """A sort key reading the numbers in a label as numbers: warmup5 before warmup12, lr=0.003 before lr=0.01."""
+    parts = NUMBER.split(str(text))
+    return tuple((0, float(part), "") if i % 2 else (1, 0.0, part) for i, part in enumerate(parts))
+
+
+def styles(keys: Iterable[Hashable]) -> dict[Hashable, Style]:
+    """A style per key, in natural order, no two alike: the ten colours solid, then each again in the next
+    line style (twenty colours past forty lines; past eighty, a colour scale along the keys' order)."""
+    ordered = sorted(dict.fromkeys(keys), key=natural)
+    palette = colormaps["tab10" if len(ordered) <= 40 else "tab20"]
+    colours = [tuple(c) for c in palette(np.arange(palette.N))]
+    pairs = [(colour, dash) for dash in DASHES for colour in colours]
+    if len(ordered) > len(pairs):
+        pairs = [(tuple(c), "-") for c in colormaps["viridis"](np.linspace(0, 1, len(ordered)))]
+    return {key: {"color": colour, "linestyle": dash} for key, (colour, dash) in zip(ordered, pairs, strict=False)}
 
 
 def metric_label(name: str) -> str:
@@ -42,8 +71,9 @@ def _panels(widths: list, ylabel: str, title: str, sharey: bool = True) -> tuple
 
 
 def save(draw: Draw, stem: Path) -> list[Path]:
-    """`draw`'s figure with one legend (each label once, below the panels), as PNG and PDF, each sized to
-    hold every artist: a legend wider than the panels widens the picture instead of being cut off."""
+    """`draw`'s figure with one legend (each label once, in natural order, below the panels: outside them, laid
+    out by the constrained engine, so it covers no label), as PNG and PDF, each sized to hold every artist: a
+    legend wider than the panels widens the picture instead of being cut off."""
     fig = draw()
     labelled: dict[str, Artist] = {}
     for ax in fig.axes:
@@ -51,7 +81,9 @@ def save(draw: Draw, stem: Path) -> list[Path]:
             labelled.setdefault(label, handle)
     if not labelled:  # every figure says what its lines are
         raise ValueError(f"figure {stem.name} has no labelled line: give its lines a label")
-    fig.legend(list(labelled.values()), list(labelled), loc="outside lower center", ncols=min(6, len(labelled)))
+    fig.set_layout_engine("constrained")
+    order = sorted(labelled, key=natural)
+    fig.legend([labelled[k] for k in order], order, loc="outside lower center", ncols=min(6, len(order)))
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     for path in paths:
         fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.1)
@@ -66,11 +98,11 @@ def stage1_ppl_vs_r(study: Study, metric: str) -> Figure:
     cells = stage1_cells(study.final(), metric, "stage1_ppl_vs_R")
     widths = sorted(cells["d"].unique())
     fig, axes = _panels(widths, metric_label(metric), "Stage 1: the screen's metric at its last step", sharey=False)
-    fig.set_layout_engine("constrained")
     several = cells["seeds"].nunique() > 1  # a screen's replicates beside one-seed cells: marked apart
+    style = styles(cells["P"])
     for ax, d in zip(axes, widths, strict=True):
         for p, g in cells[cells["d"] == d].sort_values("R").groupby("P"):
-            ax.plot(g["R"], g[metric], marker="o", label=f"P = {p}", color=f"C{int(p) % 10}")
+            ax.plot(g["R"], g[metric], marker="o", label=f"P = {p}", **style[p])
             if several:
                 for n, at in g[g["seeds"] > 1].groupby("seeds"):
                     ax.plot(at["R"], at[metric], "s", ms=11, mfc="none", color="k", label=f"mean of {n} seeds")
@@ -93,15 +125,14 @@ def curves(study: Study, stage: str, column: str) -> Figure:
         raise AnalysisError(f"figure of {column} needs logged {column} in stage {stage}")
     widths = sorted(rows["d_model"].unique())
     fig, axes = _panels(widths, AXIS_LABELS.get(column, column), f"Stage {stage}: {column} during training")
-    fig.set_layout_engine("constrained")
-    colours: dict[str, str] = {}
+    configs = (_configuration(str(label), d) for label, d in zip(rows["label"], rows["d_model"], strict=True))
+    style = styles(configs)  # one style and legend entry per configuration (its seeds alike), across panels
     for ax, d in zip(axes, widths, strict=True):
         recipes = set()
         runs = rows[rows["d_model"] == d].sort_values("step").groupby("label")
-        for label, run in runs:  # one colour and legend entry per configuration (its seeds alike), across panels
+        for label, run in runs:
             config = _configuration(str(label), d)
-            colour = colours.setdefault(config, f"C{len(colours) % 10}")
-            ax.plot(run["step"], run[column], lw=1, color=colour, label=config)
+            ax.plot(run["step"], run[column], lw=1, label=config, **style[config])
             recipes.add(recipe_of(run.iloc[-1]))
         if column == "rho":
             for recipe in sorted(recipes, key=lambda r: r.steps):
@@ -126,14 +157,13 @@ def screen_vs_step(study: Study, metric: str) -> Figure:
     if not stages:
         raise AnalysisError("figure screen_vs_step needs a stage whose runs logged evaluations before their last")
     fig, axes = _panels(stages, "Kendall tau with the final ranking", f"How early the ranking by {metric} settles")
-    fig.set_layout_engine("constrained")
+    style = styles(table["d"])
     for ax, stage in zip(axes, stages, strict=True):
         ax.set_title(f"stage {stage}")
-        for k, (d, rows) in enumerate(table[table["stage"] == stage].sort_values("step").groupby("d")):
-            colour = f"C{k % 10}"
-            ax.plot(rows["step"], rows["kendall_tau"].astype(float), color=colour, label=f"d = {d}")
+        for d, rows in table[table["stage"] == stage].sort_values("step").groupby("d"):
+            ax.plot(rows["step"], rows["kendall_tau"].astype(float), label=f"d = {d}", **style[d])
             missed = rows[rows["top1_agrees"] == False]  # noqa: E712 (a column of True/False/None)
-            ax.plot(missed["step"], missed["kendall_tau"].astype(float), "o", mfc="none", color=colour)
+            ax.plot(missed["step"], missed["kendall_tau"].astype(float), "o", mfc="none", color=style[d]["color"])
         ax.set_xscale("log")  # evaluations spread from the first hundreds of steps to tens of thousands
         ax.set_xlabel("training step (log scale)")
         ax.set_ylim(-1.05, 1.05)

@@ -34,7 +34,7 @@ from cart_sweeps.metric import require
 from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, RECORD_FILE, Design, Walk, measured_rate, name, walk
 
 from .errors import AnalysisError
-from .figures import metric_label, save
+from .figures import metric_label, save, styles
 from .load import Study
 from .promotion import agreement
 
@@ -208,19 +208,29 @@ def curves(study: Study, stage: str, metric: str) -> Figure:
     widths = sorted(rows[width].unique())
     fig = Figure(figsize=(3.6 * len(widths), 3.4))
     axes = fig.subplots(1, len(widths), squeeze=False)[0]
+    labels = pd.Series([_label(keys, values) for values in rows[keys].itertuples(index=False)], rows.index)
+    style = styles(labels)  # one style a configuration, across the widths' panels
     for ax, d in zip(axes, widths, strict=True):
         here = rows[rows[width] == d]
-        for config, group in here.groupby(keys, sort=True) if keys else [((), here)]:
+        for label, group in here.groupby(labels[here.index]):
             means = group.groupby(STEPS)[metric].mean()
-            label = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, np.atleast_1d(config), strict=True))
-            ax.plot(means.index, means.values, marker="o", label=label or "all")
+            ax.plot(means.index, means.values, marker="o", label=label, **style[label])
         ax.set_xscale("log")
+        horizons = sorted(here[STEPS].unique())
+        ax.set_xticks(horizons, [f"{h:g}" for h in horizons], minor=False)
+        ax.minorticks_off()  # the rungs alone, in plain numbers: a log axis's minor labels crowd a short span
         ax.set_xlabel("horizon (steps of the run)")
         ax.set_title(f"d = {d:g}")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(metric_label(metric))
     fig.suptitle(f"ladder {stage}: each configuration against the horizon")
     return fig
+
+
+def _label(keys: list[str], values: tuple) -> str:
+    """A configuration as its legend names it: n_loops=2 warmup_steps=12 ('all' where the stage varies no more)."""
+    shown = [f"{v:g}" if isinstance(v, float) else v for v in values]  # a ledger's 2.0 reads 2
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(keys, shown, strict=True)) or "all"
 
 
 def figure_jobs(study: Study, metric: str) -> dict[str, Callable[[Path], list[Path]]]:

@@ -11,6 +11,7 @@ share (its configuration: the cell it belongs to), never a summary's free-text f
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import pandas as pd
 from cart_sweeps.config import RECIPE_KEYS
 from cart_sweeps.metric import DEFAULT, metric, require_error
 from cart_sweeps.record.metrics import read_metrics
-from cart_sweeps.record.runfolder import METRICS
+from cart_sweeps.record.runfolder import METRICS, SUMMARY
 from cart_sweeps.stagerecord.runset import UNREADABLE, StageRun
 from cart_sweeps.status import RunStatus
 
@@ -87,6 +88,7 @@ class Study:
     selection: dict[str, StageSelection] = field(default_factory=dict)
     axes: dict[str, StageAxes] = field(default_factory=dict)  # stage -> what it varies
     left_out: list[LeftOut] = field(default_factory=list)  # a CSV's rows, runs without the ranking metric: listed
+    unread: dict[str, str] = field(default_factory=dict)  # stage -> why the analysis could not read it: left out
 
     def final(self) -> pd.DataFrame:
         """The last evaluated step of every run of every stage: what the tables rank ("at the last step")."""
@@ -186,32 +188,61 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
     evals: list[dict[str, Any]] = []
     train: list[dict[str, Any]] = []
     left_out: Counter[str] = Counter()
-    axes = {}
-    for stage, choice in chosen.items():
-        selection = choice.selection
-        axes[stage] = _stage_axes(choice)
-        left_out.update(selection.pending)
+    axes, unread = {}, {}
+    for stage, choice in list(chosen.items()):
+        try:
+            stage_evals, stage_train = _stage_rows(root, stage, choice)
+            axes[stage] = _stage_axes(choice)
+        except Exception as error:  # noqa: BLE001 (a stage the analysis cannot read is left out, said in a line)
+            unread[stage] = unreadable(error)
+            del chosen[stage]
+            continue
+        evals += stage_evals
+        train += stage_train
+        left_out.update(choice.selection.pending)
         ended = (RunStatus.DIVERGED, RunStatus.PRUNED, UNREADABLE, NOT_FINITE, OUT_OF_RANGE)
-        left_out.update(e.kind for e in selection.excluded if e.kind in ended)
-        for run in choice.runs:
-            assert run.summary is not None  # a used run holds its result
-            summary = run.summary.to_dict()
-            meta = {**_run_meta(stage, summary, run, root), **_axis_values(run), "role": selection.role}
-            if choice.record and choice.record.looks > 1:  # a stage that added seeds while undecided
-                meta["looks"] = choice.record.looks
-            for event in read_metrics(run.folder / METRICS):
-                if event.get("kind") == "train":
-                    train.append({**meta, "step": event.get("step"), **{k: event.get(k) for k in TRAIN_KEYS}})
-                elif event.get("kind") == "eval":
-                    evals.append({**meta, "step": event.get("step"), **_scores(event)})
-            evals.append({**meta, **_scores(summary), "step": summary.get("step")})
+        left_out.update(e.kind for e in choice.selection.excluded if e.kind in ended)
     varied = {c for a in axes.values() for c in a.columns}
     study_evals = _normalise(_whole(pd.DataFrame(evals), evals, varied)) if evals else pd.DataFrame()
     if not study_evals.empty:
         study_evals = study_evals.drop_duplicates(["stage", "run", "step"], keep="last").reset_index(drop=True)
     study_train = _normalise(_whole(pd.DataFrame(train), train, varied)) if train else pd.DataFrame()
     selections = {stage: choice.selection for stage, choice in chosen.items()}
-    return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), selections, axes)
+    return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), selections, axes, unread=unread)
+
+
+def unreadable(error: Exception) -> str:
+    """Why a stage (or one of its outputs) could not be read or built, in a line: the input's own words where
+    the analysis gives them, else the error's."""
+    return str(error) if isinstance(error, AnalysisError) else f"{type(error).__name__}: {error}"
+
+
+def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One stage's evaluation rows and training-log rows, from its runs' folders."""
+    evals: list[dict[str, Any]] = []
+    train: list[dict[str, Any]] = []
+    for run in choice.runs:
+        assert run.summary is not None  # a used run holds its result
+        summary = run.summary.to_dict()
+        meta = {**_run_meta(stage, summary, run, root), **_axis_values(run), "role": choice.selection.role}
+        if choice.record and choice.record.looks > 1:  # a stage that added seeds while undecided
+            meta["looks"] = choice.record.looks
+        for event in read_metrics(run.folder / METRICS):
+            if event.get("kind") == "train":
+                row = {k: event.get(k) for k in TRAIN_KEYS}
+                train.append({**meta, "step": event.get("step"), **_numbers(row, run.folder / METRICS)})
+            elif event.get("kind") == "eval":
+                evals.append({**meta, "step": event.get("step"), **_scores(event)})
+        evals.append({**meta, **_scores(summary), "step": summary.get("step")})
+    return evals, train
+
+
+def _numbers(row: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`row`'s values, each a number or missing; anything else is the file's damage, named."""
+    for key, value in row.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise AnalysisError(f"{path}: {key} is {json.dumps(value)}, not a number")
+    return row
 
 
 def _whole(frame: pd.DataFrame, records: list[dict[str, Any]], axes: set[str]) -> pd.DataFrame:
@@ -247,9 +278,8 @@ def _stage_axes(choice: Chosen) -> StageAxes:
 def _run_meta(stage: str, summary: dict[str, Any], run: StageRun, root: Path) -> dict[str, Any]:
     """The columns that identify a run, the stage reading it and its recipe, shared by all its rows. The stage is
     the one whose run set holds it (a run another stage trained keeps that stage's name in its summary)."""
-    model = summary.get("model") or {}
-    trainer = summary.get("trainer") or {}
     folder = run.folder
+    model, trainer = (_section(summary, key, folder) for key in ("model", "trainer"))
     meta: dict[str, Any] = {
         "run": str(folder.relative_to(root)) if folder.is_relative_to(root) else str(folder),
         "run_id": run.run_id,
@@ -270,7 +300,18 @@ def _run_meta(stage: str, summary: dict[str, Any], run: StageRun, root: Path) ->
         meta["trained_n_loops"] = summary.get("trained_n_loops", model.get("n_loops"))
     if summary.get("num_fewshot") is not None:  # a benchmark evaluation's shot count
         meta["num_fewshot"] = summary["num_fewshot"]
+    for key, value in meta.items():
+        if value is not None and not isinstance(value, str | int | float):
+            raise AnalysisError(f"{folder / SUMMARY}: {key} is {json.dumps(value)}, not a number or a word")
     return meta
+
+
+def _section(summary: dict[str, Any], key: str, folder: Path) -> dict[str, Any]:
+    """A summary's `model` or `trainer` section: an object, or none."""
+    value = summary.get(key) or {}
+    if not isinstance(value, dict):
+        raise AnalysisError(f"{folder / SUMMARY}: {key} is {json.dumps(value)}, not an object of its settings")
+    return value
 
 
 def _scores(record: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Everything is built in a folder beside OUT (same parent, so a rename is atomic) and swapped in at the end in one
 step (Linux's renameat2 exchange; elsewhere two renames). OUT/.analysis-files names what the analysis wrote, so
-the next one removes what it no longer writes; anything else in OUT (lm-eval's lm_eval/, a user's notes) is
+the next one removes what it no longer writes (an --only analysis keeps it: it rewrites only what it builds);
+anything else in OUT (lm-eval's lm_eval/, a user's notes) is
 carried into the new folder, never deleted. An analysis stopped at any point leaves OUT holding the whole old
 analysis or the whole new one; the next run settles what was left beside it.
 """
@@ -26,9 +27,10 @@ AT_FDCWD, RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
 
 
 @contextmanager
-def replacing(out: Path) -> Iterator[Path]:
+def replacing(out: Path, keep: bool = False) -> Iterator[Path]:
     """An empty folder to write the analysis into, which replaces `out` when the block ends without an error;
-    otherwise `out` is left as it was. A file system's refusal (full, read-only) is one line: AnalysisError."""
+    otherwise `out` is left as it was. `keep` (an --only analysis): what an earlier analysis wrote and this one
+    does not is kept, not removed. A file system's refusal (full, read-only) is one line: AnalysisError."""
     out = out.resolve()  # a symlinked OUT is replaced where it points
     with _refused(f"cannot write the analysis to {out}", "it is left as it was"):
         _check(out)
@@ -39,6 +41,8 @@ def replacing(out: Path) -> Iterator[Path]:
         (new / PARTIAL).touch()
         try:
             yield new
+            if keep:
+                _carry_written(out, new)
             (new / MANIFEST).write_text("".join(f"{p.name}\n" for p in sorted(new.iterdir()) if p.name != PARTIAL))
             (new / PARTIAL).unlink()
         except BaseException:
@@ -100,6 +104,13 @@ def _settle(leftover: Path, out: Path) -> None:
             if entry.name not in ours and not os.path.lexists(out / entry.name):
                 entry.rename(out / entry.name)
     shutil.rmtree(leftover)
+
+
+def _carry_written(out: Path, new: Path) -> None:
+    """Copy into `new` the files an earlier analysis wrote in `out` that `new` does not hold: they stay its own."""
+    for name in _manifest(out) if out.is_dir() else []:
+        if (out / name).is_file() and not os.path.lexists(new / name):
+            shutil.copy2(out / name, new / name)
 
 
 def _manifest(folder: Path) -> list[str]:

@@ -17,7 +17,7 @@ from .decisions import ALPHA, Decision
 from .errors import LeftOut
 from .figures import figure_jobs
 from .findings import Findings, listed, plain, words
-from .load import AnalysisError, Study, pick_metric
+from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
 from .render import markdown, write_table
@@ -33,6 +33,7 @@ class Report:
     summary: str = ""
     left_out: list[LeftOut] = field(default_factory=list)  # rows and runs the tables leave out (Study.left_out)
     absent: list[str] = field(default_factory=list)  # the paper's tables and figures no stage's role feeds: unbuilt
+    asked: list[str] = field(default_factory=list)  # what --only or --decide asked for and did not get, a line each
 
     def absent_line(self) -> str | None:
         """One line for the paper's tables a study of one's own stages does not feed (not one line each)."""
@@ -44,14 +45,20 @@ class Report:
         )
 
 
-def _selected(names: list[str], only: list[str] | None) -> list[str]:
-    """The names `only` asks for (a name, or a prefix such as 'stage1'); all of them without `only`."""
+def _selected(names: list[str], only: list[str] | None, unread: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The names `only` asks for (a name, or any prefix of names: 'stage1', 'runs_adhoc'), all of them without
+    `only`; and a line for each name asked of a stage the analysis could not read (`unread`)."""
     if not only:
-        return names
+        return names, []
+    lost = []
     for wanted in only:
-        if not any(n == wanted or n.startswith(wanted + "_") for n in names):
-            raise AnalysisError(f"--only {wanted}: no such table or figure (have: {', '.join(names)})")
-    return [n for n in names if any(n == w or n.startswith(w + "_") for w in only)]
+        if any(n.startswith(wanted) for n in names):
+            continue
+        if left := [s for s in unread if s in wanted]:
+            lost += [f"--only {wanted}: stage {s} is left out ({unread[s]})" for s in left]
+            continue
+        raise AnalysisError(f"--only {wanted}: no such table or figure (have: {', '.join(names)})")
+    return [n for n in names if any(n.startswith(w) for w in only)], lost
 
 
 def run(
@@ -84,17 +91,21 @@ def run(
         return ladder.table_jobs(of, metric, alpha) | pareto.table_jobs(of)
 
     ladders = study_tables(study)
-    chosen = _selected([*TABLES, *own, *ladders, *figures], only)
-    report, tables = Report(left_out=study.left_out), {}
+    chosen, lost = _selected([*TABLES, *own, *ladders, *figures], only, study.unread)
+    report, tables = Report(left_out=study.left_out, asked=lost), {}
     if not only:  # a paper table whose roles no stage takes is not attempted: the study is one's own
         report.absent = [n for n, roles in _paper_reads().items() if not set(roles) & set(final["role"].dropna())]
         chosen = [n for n in chosen if n not in report.absent]
     decisions: list[Decision] = []
     split: dict[str, list[str]] = {}  # a table built per recipe (analysis.recipe) -> its recipe columns
     decidable = {s: stage_decisions.decidable(every[every["stage"] == s], a) for s, a in study.axes.items()}
-    stage_decisions.check_asked(decide_axes, decidable)
+    try:
+        stage_decisions.check_asked(decide_axes, decidable)
+    except AnalysisError as error:  # the axis may be a stage's the analysis could not read: say which were not
+        left = "; ".join(f"stage {s} is left out ({why})" for s, why in study.unread.items())
+        raise AnalysisError(f"{error}; {left}" if left else str(error)) from error
     own_decisions: dict[str, list[dict[str, object]]] = {}
-    with replacing(out) as folder:
+    with replacing(out, keep=bool(only)) as folder:
         for name in chosen:
             try:
                 if name in figures:
@@ -127,10 +138,11 @@ def run(
                 report.skipped.update({f"{name} ({label})": why for label, why in failed.items()})
                 caption = TABLES[name].caption if name in TABLES else None
                 report.written += write_table(tables[name], folder, name, runs_used(study, name), metric, caption)
-            except AnalysisError as error:
-                if only:
-                    raise
-                report.skipped[name] = str(error)
+            except Exception as error:  # noqa: BLE001 (one output that cannot be built is said, the others written)
+                report.skipped[name] = _why(study, final, name, error)
+        report.asked += _asked_missing(study, report.skipped, only and chosen, decide_axes)
+        if only and set(chosen) <= set(report.skipped) and not lost:
+            raise AnalysisError(report.skipped[chosen[0]])  # nothing asked for could be built: nothing written
         selection = {"selection": {s: c.as_json() for s, c in study.selection.items()}} if study.selection else {}
         whole = {n: t for n, t in tables.items() if n not in split}  # a split table's rows are no one finding
         best = plain(stage_tables.best_rows({n: t for n, t in whole.items() if n in own}))
@@ -146,6 +158,36 @@ def run(
         report.written += [folder / "findings.json", folder / "report.md"]
     report.written = [out / p.name for p in report.written]
     return report
+
+
+def _why(study: Study, final: pd.DataFrame, name: str, error: Exception) -> str:
+    """Why `name` was not built: the input's lack, in the analysis's words; otherwise the stages it reads and
+    the error, so that a stage the analysis cannot handle is named."""
+    if isinstance(error, AnalysisError):
+        return str(error)
+    stages = ", ".join(_stages_of(study, final, name))
+    return f"{'stage ' + stages + ': ' if stages else ''}cannot be built ({unreadable(error)})"
+
+
+def _stages_of(study: Study, final: pd.DataFrame, name: str) -> list[str]:
+    """The stages whose runs an output reads (a figure of one stage's training log: that stage)."""
+    if name in TABLES or name.startswith(stage_tables.PREFIX) or ladder.stage_of(name) or pareto.stage_of(name):
+        return stages_read(final, name)
+    kind, _, of = name.partition("_")
+    return [s for s in study.axes if of in (s, f"stage{s}")] if kind in ("loss", "rho", "search") else []
+
+
+def _asked_missing(
+    study: Study, skipped: dict[str, str], asked: list[str] | None, decide_axes: list[str] | None
+) -> list[str]:
+    """A line for each output --only asked for that was not built, and for each stage whose decision of an axis
+    --decide names was lost with its table."""
+    lines = [f"--only: {name} not built: {skipped[name]}" for name in asked or [] if name in skipped]
+    for name, why in skipped.items():
+        stage = stage_tables.stage_of(name) if name.startswith(stage_tables.PREFIX) else None
+        if decide_axes and stage in study.axes and stage_decisions.wanted_axes(study.axes[stage].columns, decide_axes):
+            lines.append(f"--decide: stage {stage} not decided: {why}")
+    return lines
 
 
 def _paper_reads() -> dict[str, tuple[str, ...]]:
@@ -227,6 +269,7 @@ def _input(study: Study, final: pd.DataFrame) -> Findings:
         "runs_per_stage": {s: int(n) for s, n in stages.items()},
         "not_completed": study.not_completed,
         "left_out": [asdict(o) for o in study.left_out],
+        "stages_left_out": study.unread,
     }
 
 
@@ -244,8 +287,10 @@ def _notes(
             left = ", ".join(f"{n} {reason}" for reason, n in why.items()) or "none"
             gone = f"; {len(chosen.missing)} missing" if chosen.missing else ""
             notes.append(f"Stage {chosen.stage} tables use {chosen.basis}; left out: {left}{gone} (see report.md).")
+    if study.unread:
+        notes.append(f"Stages left out, the analysis could not read them: {', '.join(study.unread)} (see the output).")
     if skipped:
-        notes.append(f"Not built for lack of input: {', '.join(skipped)}.")
+        notes.append(f"Not built: {', '.join(skipped)} (the output says why).")
     if absent:
         notes.append(f"{absent}.")
     if split:

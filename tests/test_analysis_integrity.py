@@ -185,19 +185,33 @@ def test_a_run_without_the_ranking_metric_is_listed_before_any_table(tmp_path, c
 
 
 def test_stale_files_go_and_the_users_stay(tmp_path, capsys):
-    """A file an earlier analysis wrote and this one does not is removed; one the analysis never wrote is kept."""
+    """--only rewrites what it builds and keeps what an earlier analysis wrote; a whole analysis removes a file an
+    earlier one wrote and it does not; a file the analysis never wrote is kept by both."""
     out = tmp_path / "out"
     assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_grid", "stage1_best"]) == 0
     (out / "lm_eval").mkdir()
     (out / "lm_eval" / "results.json").write_text("{}")
     (out / "notes.md").write_text("mine")
+    grid = (out / "stage1_grid.csv").read_bytes()
+    (out / "stage1_best.csv").write_text("stale")
     assert main(["--from-csv", str(PAPER), "--out", str(out), "--only", "stage1_best"]) == 0
-    written = ["findings.json", "report.md", "stage1_best.csv", "stage1_best.md", "stage1_best.tex"]
+    tables = [f"stage1_{t}.{ext}" for t in ("best", "grid") for ext in ("csv", "md", "tex")]
+    written = sorted(["findings.json", "report.md", *tables])
     assert (out / ".analysis-files").read_text().splitlines() == written
     assert sorted(p.name for p in out.iterdir()) == sorted([*written, ".analysis-files", "lm_eval", "notes.md"])
+    assert (out / "stage1_grid.csv").read_bytes() == grid and (out / "stage1_best.csv").read_text() != "stale"
     assert (out / "lm_eval" / "results.json").read_text() == "{}" and (out / "notes.md").read_text() == "mine"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
     assert f"wrote {out / 'report.md'}" in capsys.readouterr().out
+    stage2 = tmp_path / "stage2.csv"  # a whole analysis of another input: none of stage 1's tables
+    pd.read_csv(PAPER).query("stage == 2").to_csv(stage2, index=False)
+    assert main(["--from-csv", str(stage2), "--out", str(out)]) == 0
+    assert not any(out.glob("stage1_*")) and (out / "notes.md").read_text() == "mine"
+    assert set((out / ".analysis-files").read_text().splitlines()) == {p.name for p in out.iterdir()} - {
+        ".analysis-files",
+        "lm_eval",
+        "notes.md",
+    }
 
 
 def test_a_full_disk_leaves_the_previous_analysis(tmp_path, capsys):

@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from test_analysis import write_run
 
 from cart_sweeps.analysis.__main__ import main
-from cart_sweeps.analysis.figures import curves, figure_jobs, stage1_ppl_vs_r
+from cart_sweeps.analysis.figures import curves, figure_jobs, save, stage1_ppl_vs_r
 from cart_sweeps.analysis.load import load_csv, load_runs
 from cart_sweeps.analysis.report import run
 
@@ -109,5 +113,76 @@ def test_out_defaults_to_a_folder_named_for_the_input(screen, tmp_path, monkeypa
     out = tmp_path / "analysis" / "out"
     assert sorted(p.name for p in out.iterdir()) == sorted(["variable_r", screen.name])
     assert (out / "variable_r" / "findings.json").exists() and (out / screen.name / "stage1_grid.csv").exists()
-    assert main(["--runs", str(screen), "--only", "stage1_best"]) == 0  # the same input again: its folder, whole
-    assert not (out / screen.name / "stage1_grid.csv").exists() and (out / screen.name / "stage1_best.csv").exists()
+    assert main(["--runs", str(screen), "--only", "stage1_best"]) == 0  # the same input again: its folder
+    assert (out / screen.name / "stage1_grid.csv").exists() and (out / screen.name / "stage1_best.csv").exists()
+
+
+def test_only_takes_the_start_of_names_and_keeps_the_rest_of_out(screen, tmp_path):
+    """--only stage1_p runs: every name starting so (as --help says), and only they are rewritten."""
+    out = tmp_path / "out"
+    assert main(["--runs", str(screen), "--out", str(out), "--only", "stage1_grid"]) == 0
+    grid = (out / "stage1_grid.csv").read_bytes()
+    assert main(["--runs", str(screen), "--out", str(out), "--only", "stage1_p", "runs"]) == 0
+    built = {"stage1_p_ordering.csv", "stage1_ppl_vs_R.png", "runs_1.csv", "stage1_grid.csv"}
+    assert built <= {p.name for p in out.iterdir()} and not (out / "stage1_best.csv").exists()
+    assert (out / "stage1_grid.csv").read_bytes() == grid
+    assert pd.read_csv(out / "runs_1.csv")["seeds"].sum() == sum(SEEDS.values())
+
+
+WARMUPS = [1, 2, 3, 5, 7, 10, 12, 15, 20, 25, 30, 40, 50, 60, 70, 80, 90, 100, 120, 150, 200, 250, 300, 400]
+
+
+def drawn(figure: Figure, stem: Path) -> Figure:
+    """`figure` as the analysis saves it (its legend added, laid out, written to `stem`.png and .pdf)."""
+    assert save(lambda: figure, stem) == [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    return figure
+
+
+def legend_entries(figure: Figure) -> tuple[list[str], set[tuple[str, str]]]:
+    """The figure's legend: its labels in order, and the (colour, line style) pairs of its lines."""
+    (legend,) = figure.legends
+    lines = [h for h in legend.legend_handles if isinstance(h, Line2D) and h.get_linestyle() != "None"]
+    return [t.get_text() for t in legend.get_texts()], {(to_hex(h.get_color()), h.get_linestyle()) for h in lines}
+
+
+def overlaps(figure: Figure) -> list[str]:
+    """Which of the figure's texts and panels cover one another: its title, each panel's title and axis labels,
+    the legend, and the panels themselves."""
+    canvas = FigureCanvasAgg(figure)  # laid out and drawn as savefig did, at the figure's size
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = {"legend": figure.legends[0].get_window_extent(renderer)}
+    if figure._suptitle is not None:
+        boxes["title"] = figure._suptitle.get_window_extent(renderer)
+    for i, ax in enumerate(figure.axes):
+        boxes[f"panel {i}"] = ax.get_window_extent(renderer)
+        for part, text in (("title", ax.title), ("x label", ax.xaxis.label), ("y label", ax.yaxis.label)):
+            if text.get_text():
+                boxes[f"panel {i} {part}"] = text.get_window_extent(renderer)
+        low, high = sorted(ax.get_xlim())
+        placed = [zip(ax.get_xticks(minor=m), ax.get_xticklabels(minor=m), strict=True) for m in (False, True)]
+        ticks = [t for pairs in placed for at, t in pairs if low <= at <= high and t.get_text()]  # drawn ones
+        boxes |= {f"panel {i} x tick {t.get_text()}": t.get_window_extent(renderer) for t in ticks}
+    names = list(boxes)
+    return [
+        f"{a} / {b}"
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+        if not (a.startswith(b) or b.startswith(a))  # a panel and its own labels
+        and not (a.startswith("panel") and b.startswith("panel") and a.split()[1] != b.split()[1] and "label" in a + b)
+        and boxes[a].overlaps(boxes[b])
+    ]
+
+
+@pytest.mark.slow  # 24 run folders and a figure drawn (~5-18 s on 2 shared cores)
+def test_a_figure_of_24_runs_lists_them_in_natural_order_each_in_its_own_style(tmp_path):
+    """24 runs of one stage, warm-up 1 to 400: the loss figure's legend reads them in numeric order, no two
+    share a colour and a line style, and no title, label or legend covers another or a panel."""
+    for warmup in WARMUPS:
+        write_run(tmp_path / "runs", "warm", d=32, variant=f"warmup{warmup}")
+    study = load_runs(tmp_path / "runs")
+    figure = drawn(curves(study, "warm", "loss"), tmp_path / "loss_warm")
+    labels, styles = legend_entries(figure)
+    assert labels == [f"P2-R4-warmup{w}" for w in WARMUPS]
+    assert len(styles) == len(WARMUPS)
+    assert overlaps(figure) == []
