@@ -135,8 +135,11 @@ def grid_stage(draw: st.DrawFn, n: Numbers, name: str, cells: list[str], ladder:
             stage["branch"] = True
             recipe["trainer.schedule"] = "wsd"
             cells.append("branch")
-        if len(grid) < 2:  # a ladder compares configurations: give it two R
-            grid = {"model.n_loops": [1, 2], **grid}
+        if "model.d_model" not in grid and draw(st.booleans()):  # one width, as a grid axis: the ladder's per width
+            grid["model.d_model"] = [recipe.pop("model.d_model", SHAPES["model.d_model"](n)[-1])]
+            cells.append("d_model:grid of one")
+        if not any(len(v) > 1 for k, v in grid.items() if k not in ("seed", "model.d_model")):
+            grid = {"model.n_loops": [1, 2], **grid}  # a ladder compares configurations of a width: two R
             recipe.pop("model.n_loops", None)
     else:
         recipe["trainer.steps"] = n.steps(draw(st.integers(4, 12)))
