@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: help setup demo test test-full lint tables clean gpu-check
+.PHONY: help setup demo test test-full fuzz lint tables clean gpu-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -v torch='$(TORCH_VERSION)' -F':.*## ' \
@@ -31,6 +31,16 @@ test: setup ## the fast tier (~2 min on 2 cores): units, and narrowed stages thr
 
 test-full: test ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)
 	$(PYTEST) -m slow --durations=20
+
+# `make fuzz`: stage files drawn at random (tests/test_generated.py, its long profile), hours on 2 cores;
+# the seed is printed first, and FUZZ_SEED=<it> replays the same examples.
+FUZZ_SEED ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+FUZZ_TEST := test_a_generated_study_runs_relaunches_and_tables_what_its_runs_say
+
+fuzz: setup ## generated studies at length (hundreds of drawn stage files, hours): FUZZ_SEED=N replays a run
+	@echo "make fuzz FUZZ_SEED=$(FUZZ_SEED)"
+	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q -p no:xdist tests/test_generated.py::$(FUZZ_TEST) \
+		--hypothesis-seed=$(FUZZ_SEED) --hypothesis-show-statistics
 
 gpu-check: setup ## on a CUDA machine: CUDA tests, bench d=256..1024 with/without compile, two runs on one GPU
 	$(PY) -m cart_sweeps.gpu_check
