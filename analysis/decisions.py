@@ -336,8 +336,8 @@ def best_of(
 def not_told(name: str, compared: list[Comparison], alpha: float, named: Callable[[Any], str], seeds: str) -> str:
     """An undecided best-of-k in words: each option the data cannot tell from the choice with its margin and
     Holm-adjusted p, the closest to decided first (a near-decision is said, not hidden behind the largest p),
-    then the options it does beat: 'R=6 is not told from R=10 (0.24% worse, adjusted p=0.07) or R=8 (0.06% worse,
-    adjusted p=0.76) with 3 seeds each; it beats R=2 (adjusted p=0.001)'."""
+    then the options it does beat: 'R=6 is not told from R=10 (0.49% worse, adjusted p=0.07) or R=8 (0.06% worse,
+    adjusted p=0.76) with 3 seeds each; it beats R=2 (1.20% worse, adjusted p=0.001)'."""
     close = sorted((c for c in compared if c.p_adjusted > alpha), key=lambda c: c.p_adjusted)
     told = [c for c in compared if c.p_adjusted <= alpha]
 

@@ -291,17 +291,22 @@ def said(f: Findings, stages: dict[str, str]) -> list[Said]:
     return parts
 
 
-def words(f: Findings, notes: list[str], stages: dict[str, str]) -> str:
-    """The findings as one paragraph (what the command prints), the notes last."""
-    return " ".join([sentence for _, sentence in said(f, stages)] + notes)
-
-
-def listed(f: Findings, notes: list[str], stages: dict[str, str]) -> str:
-    """The findings as report.md lists them: a heading per stage (in the order of its first finding), one bullet
-    per finding under it, then the notes."""
+def grouped(f: Findings, notes: list[str], stages: dict[str, str]) -> dict[str, list[str]]:
+    """The findings by what they are of (a stage, in the order of its first finding; ACROSS), the notes last."""
     by: dict[str, list[str]] = {}
     for at, sentence in [*said(f, stages), *((NOTES, note) for note in notes)]:
         by.setdefault(at, []).append(sentence)
+    return by
+
+
+def words(f: Findings, notes: list[str], stages: dict[str, str]) -> str:
+    """The findings as one paragraph (what the command prints), in report.md's order."""
+    return " ".join(sentence for found in grouped(f, notes, stages).values() for sentence in found)
+
+
+def listed(f: Findings, notes: list[str], stages: dict[str, str]) -> str:
+    """The findings as report.md lists them: a heading per stage, one bullet per finding under it."""
+    by = grouped(f, notes, stages)
     return "\n".join(f"### {at}\n\n" + "".join(f"- {s}\n" for s in found) for at, found in by.items())
 
 

@@ -253,8 +253,10 @@ def test_integer_axes_stay_integers_across_stages(two_stages):
 
 
 @pytest.mark.slow
-def test_a_ladders_horizon_is_held_at_each_rung_never_decided(two_stages):
+def test_a_ladders_horizon_is_held_at_each_rung_never_decided(two_stages, capsys):
     base, found = two_stages
+    asked = ["--runs", str(base / "runs"), "--out", str(base / "asked"), "--decide", "trainer.steps"]
+    assert main(asked) == 2 and "a ladder's horizon is a rung, not a choice" in capsys.readouterr().err
     records = found["stage_decisions"]["ladder"]
     assert {r["axis"] for r in records} == {"model.n_loops"}  # never trainer.steps
     looks = json.loads((base / "runs" / "ladder" / "stage.json").read_text())["looks"]
