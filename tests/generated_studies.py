@@ -109,9 +109,9 @@ def grid_stage(draw: st.DrawFn, n: Numbers, name: str, cells: list[str], ladder:
     seeds = draw(st.integers(2 if ladder else 1, 3))
     cells.append(f"seeds:{seeds}")
     axes = 1 if seeds > 1 else 2
-    grid, recipe = draw(shape(n, cells, axes))
-    other = draw(st.sampled_from(("none", *OTHER_AXES))) if len(grid) < axes else "none"
+    other = draw(st.sampled_from(("none", *OTHER_AXES)))  # drawn first: width, R and P share what it leaves
     cells.append(f"other:{other}")
+    grid, recipe = draw(shape(n, cells, axes - (other != "none")))
     if other != "none":
         key, values = OTHER_AXES[other](n)
         grid[key] = values

@@ -44,13 +44,14 @@ from cart_sweeps.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
-# One example takes ~30-70 s on 2 busy cores (two to four launches of a few tiny runs, and an analysis): the CI
-# profile's examples fit ~6 minutes of the slow tier. No shrinking: a step of it is a whole study (a minute), and
-# a drawn study is already small; a failure prints its stage file and the blob that replays it.
+# One example takes 50-140 s on 2 cores shared with other work (median 88 s over 54 drawn studies: two to four
+# launches of a few tiny runs, then an analysis of ~25 s): the CI profile's 5 examples fit ~6 minutes of the slow
+# tier. No shrinking: a step of it is a whole study (a minute), and a drawn study is already small; a failure
+# prints its Study (the stage file, settings and history) and the blob that replays it.
 UNSHRUNK = (Phase.explicit, Phase.reuse, Phase.generate)
 settings.register_profile(
     "ci",
-    max_examples=6,
+    max_examples=5,
     deadline=None,
     derandomize=True,  # the same examples on every CI run
     database=None,
@@ -345,6 +346,27 @@ FOUND = {
         "ppl_austen",
         "fresh",
     ),
+    # Known (issue 45, searches: repeats racing): a conditional search of 8 points, 3 trials, its driver killed
+    # after a run and relaunched, ends with 5 completed trials on 3 run folders, dense-d16-L2-s42's claimed by
+    # more than one trial (drawn by the CI profile; not cut further).
+    "search_killed_and_relaunched_claims_a_folder_twice": Study(
+        "search",
+        "own",
+        {
+            "name": "found_killed_search",
+            "numbers": "own",
+            "search": {
+                "model": {"choices": ["cart", "dense"]},
+                "model.n_loops": {"low": 1, "high": 2, "when": {"model": "cart"}},
+                "model.n_layers": {"low": 1, "high": 2, "when": {"model": "dense"}},
+                "model.core_update": {"choices": ["reference", "paper"]},
+            },
+            "recipe": {"model.d_model": 16, "seed": 42, "trainer.steps": 6, "trainer.warmup_steps": 1},
+        },
+        ("sweep.sampler=tpe", "sweep.n_trials=3", "sweep.startup_trials=1", "sweep.metric=tokens_per_s"),
+        "tokens_per_s",
+        "killed",
+    ),
     # Known (issue 45, ladder): a ladder whose width is no grid axis (here absent: the scale's default; in the
     # recipe alike) promotes to its second rung, then the analysis ends in a traceback (ladder.rungs_table ranks
     # per width: IntCastingNaNError); the driver's verdict reads "at 8 steps, None: ...".
@@ -364,7 +386,7 @@ FOUND = {
         "fresh",
     ),
     # Known (issue 45, ladder): the same ladder with max_seeds launched under a second name (a copy: every run
-    # referenced from the first) adds seed 314 to an open width and ends in a traceback: "The value 314 of parameter
+    # referenced from the first) adds a seed to an open width and ends in a traceback: "The value 271 of parameter
     # 'seed' isn't contained in the distribution IntDistribution(high=137, low=42)" (ledger.start).
     "copied_ladder_adding_seeds": Study(
         "ladder",
