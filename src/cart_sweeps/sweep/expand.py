@@ -94,7 +94,8 @@ class Stage:
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
         self.name: str = check_stage_name(self.spec.name)
         check_claim(self.name, first.stage, self.spec.role)  # its role, no other stage's: before anything else
-        objectives.settle(self.base.sweep, self.name)  # sweep.metrics: its first is the ranking metric
+        given = any(o.key_or_group == "sweep.metric" for o in parsed)
+        objectives.settle(self.base.sweep, self.name, given)  # sweep.metrics: its first is the ranking metric
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
         grid = cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True))

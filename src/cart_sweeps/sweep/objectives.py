@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.metric import DEFAULT, metric, require_error
+from cart_sweeps.metric import metric, require_error
 from cart_sweeps.options import Pruner
 
 
@@ -28,8 +28,10 @@ def several(sweep: Any) -> bool:
     return len(objectives(sweep)) > 1
 
 
-def settle(sweep: DictConfig, stage: str) -> None:
-    """Check `sweep.metrics` and make its first the ranking metric (`sweep.metric`); each mistake one line."""
+def settle(sweep: DictConfig, stage: str, metric_given: bool) -> None:
+    """Check `sweep.metrics` and make its first the ranking metric (`sweep.metric`); each mistake one line.
+    `metric_given`: the command line set sweep.metric (a scale's own ranking metric, tiny's ppl_austen, is no
+    choice of the user's to agree with the list)."""
     names = [str(m) for m in sweep.get("metrics") or []]
     if not names:
         return
@@ -37,7 +39,7 @@ def settle(sweep: DictConfig, stage: str) -> None:
     if len(set(names)) < len(names):
         twice = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"{listed} names {twice} twice: name each objective once")
-    if sweep.metric not in (DEFAULT, names[0]):
+    if metric_given and sweep.metric != names[0]:
         raise ConfigError(
             f"sweep.metric={sweep.metric} and {listed}: with sweep.metrics its first is the ranking metric; drop "
             f"sweep.metric, or put {sweep.metric} first"
