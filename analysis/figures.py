@@ -127,6 +127,7 @@ def curves(study: Study, stage: str, column: str) -> Figure:
     fig, axes = _panels(widths, AXIS_LABELS.get(column, column), f"Stage {stage}: {column} during training")
     configs = (_configuration(str(label), d) for label, d in zip(rows["label"], rows["d_model"], strict=True))
     style = styles(configs)  # one style and legend entry per configuration (its seeds alike), across panels
+    dashes: dict[int, str] = {}
     for ax, d in zip(axes, widths, strict=True):
         recipes = set()
         runs = rows[rows["d_model"] == d].sort_values("step").groupby("label")
@@ -135,8 +136,10 @@ def curves(study: Study, stage: str, column: str) -> Figure:
             ax.plot(run["step"], run[column], lw=1, label=config, **style[config])
             recipes.add(recipe_of(run.iloc[-1]))
         if column == "rho":
-            for recipe in sorted(recipes, key=lambda r: r.steps):
-                ax.plot(wd_only_rho(recipe), "k--", lw=1, label=f"weight decay only ({recipe.steps} steps)")
+            for recipe in sorted(recipes, key=lambda r: r.steps):  # black, a dash of its own per recipe
+                dash = dashes.setdefault(recipe.steps, DASHES[1 + len(dashes) % (len(DASHES) - 1)])
+                label = f"weight decay only ({recipe.steps} steps)"
+                ax.plot(wd_only_rho(recipe), color="k", linestyle=dash, lw=1, label=label)
         ax.set_xlabel("training step")
     return fig
 

@@ -72,7 +72,9 @@ def run(
     """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`, written whole or
     not at all (analysis.output).
 
-    Without `only`, what the inputs cannot give is skipped with its reason; with `only`, it is an error.
+    What cannot be built (the inputs lack it, or a stage's runs are not what its code can read) is skipped with
+    its reason and the rest written; with `only`, each of those is also a line in Report.asked, the other files
+    in `out` are kept, and where none of them is built it is an error.
     A claim is decided at the error rate `alpha` (analysis.decisions). Runs without a measurement of the
     ranking metric are left out and listed before any table is built. Each stage with a seed axis decides the
     best level of each of its axes (of `decide_axes` where given; analysis.stage_decisions).
@@ -92,7 +94,7 @@ def run(
 
     ladders = study_tables(study)
     chosen, lost = _selected([*TABLES, *own, *ladders, *figures], only, study.unread)
-    report, tables = Report(left_out=study.left_out, asked=lost), {}
+    report, tables = Report(left_out=study.left_out, asked=[*lost]), {}
     if not only:  # a paper table whose roles no stage takes is not attempted: the study is one's own
         report.absent = [n for n, roles in _paper_reads().items() if not set(roles) & set(final["role"].dropna())]
         chosen = [n for n in chosen if n not in report.absent]
@@ -141,8 +143,8 @@ def run(
             except Exception as error:  # noqa: BLE001 (one output that cannot be built is said, the others written)
                 report.skipped[name] = _why(study, final, name, error)
         report.asked += _asked_missing(study, report.skipped, only and chosen, decide_axes)
-        if only and set(chosen) <= set(report.skipped) and not lost:
-            raise AnalysisError(report.skipped[chosen[0]])  # nothing asked for could be built: nothing written
+        if only and set(chosen) <= set(report.skipped):  # nothing asked for could be built: nothing written
+            raise AnalysisError(lost[0] if lost else report.skipped[chosen[0]])
         selection = {"selection": {s: c.as_json() for s, c in study.selection.items()}} if study.selection else {}
         whole = {n: t for n, t in tables.items() if n not in split}  # a split table's rows are no one finding
         best = plain(stage_tables.best_rows({n: t for n, t in whole.items() if n in own}))
@@ -288,9 +290,10 @@ def _notes(
             gone = f"; {len(chosen.missing)} missing" if chosen.missing else ""
             notes.append(f"Stage {chosen.stage} tables use {chosen.basis}; left out: {left}{gone} (see report.md).")
     if study.unread:
-        notes.append(f"Stages left out, the analysis could not read them: {', '.join(study.unread)} (see the output).")
+        left = ", ".join(study.unread)
+        notes.append(f"Stages left out, the analysis could not read them: {left} (findings.json's input says why).")
     if skipped:
-        notes.append(f"Not built: {', '.join(skipped)} (the output says why).")
+        notes.append(f"Not built: {', '.join(skipped)} (the command's output says why).")
     if absent:
         notes.append(f"{absent}.")
     if split:
