@@ -33,13 +33,14 @@ test-full: test ## all tests: the fast tier, then the slow one (demo, faults in 
 	$(PYTEST) -m slow --durations=20
 
 # `make fuzz`: stage files drawn at random (tests/test_generated.py, its long profile), hours on 2 cores;
-# the seed is printed first, and FUZZ_SEED=<it> replays the same examples.
+# the seed is printed first, and FUZZ_SEED=<it> replays the same examples; FUZZ_EXAMPLES=N draws N (300).
 FUZZ_SEED ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+FUZZ_EXAMPLES ?= 300
 FUZZ_TEST := test_a_generated_study_runs_relaunches_and_tables_what_its_runs_say
 
 fuzz: setup ## generated studies at length (hundreds of drawn stage files, hours): FUZZ_SEED=N replays a run
 	@echo "make fuzz FUZZ_SEED=$(FUZZ_SEED)"
-	HYPOTHESIS_PROFILE=long $(PY) -m pytest -q -p no:xdist tests/test_generated.py::$(FUZZ_TEST) \
+	HYPOTHESIS_PROFILE=long FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:xdist tests/test_generated.py::$(FUZZ_TEST) \
 		--hypothesis-seed=$(FUZZ_SEED) --hypothesis-show-statistics
 
 gpu-check: setup ## on a CUDA machine: CUDA tests, bench d=256..1024 with/without compile, two runs on one GPU

@@ -61,7 +61,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "long",
-    max_examples=300,
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", 300)),  # `make fuzz FUZZ_EXAMPLES=N`: a run of a given length
     deadline=None,
     database=DirectoryBasedExampleDatabase(REPO_ROOT / ".cache" / "hypothesis"),  # .cache/ is not the repository's
     phases=UNSHRUNK,
