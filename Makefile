@@ -34,7 +34,9 @@ test-full: test ## all tests: the fast tier, then the slow one (demo, faults in 
 
 # `make fuzz`: stage files drawn at random (tests/test_generated.py, its long profile), hours on 2 cores;
 # the seed is printed first, and FUZZ_SEED=<it> replays the same examples; FUZZ_EXAMPLES=N draws N (300).
-FUZZ_SEED ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+ifndef FUZZ_SEED  # drawn once: a deferred ?= would draw again where the command uses it
+FUZZ_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
 FUZZ_EXAMPLES ?= 300
 FUZZ_TEST := test_a_generated_study_runs_relaunches_and_tables_what_its_runs_say
 
