@@ -31,6 +31,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if shared:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.xdist_group(shared))
+        elif item.get_closest_marker("slow") and builds_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def builds_module_fixture(item: pytest.Item) -> bool:
+    """Whether a slow test reads a module-scoped fixture of its own module (real stages, a minute or more).
+
+    Grouped by module, its tests share one worker, so the fixture is built once, not once per worker."""
+    module = item.nodeid.split("::")[0]
+    definitions = getattr(item, "_fixtureinfo", None)
+    defs = definitions.name2fixturedefs.values() if definitions else ()
+    return any(d.scope == "module" and d.baseid == module for chain in defs for d in chain)
 
 
 @pytest.fixture
