@@ -1,5 +1,5 @@
-"""The ladder's rule (cart_sweeps.stagerecord.ladder_rule), tested by simulation with a known truth through the entry
-point the ladder stage acts on (`walk`), against the paper's fixed design (cart_sweeps.sweep.ladder_sim); its
+"""The ladder's rule (cart_sweeps.rules.ladder_walk), tested by simulation with a known truth through the entry
+point the ladder stage acts on (`walk`), against the paper's fixed design (cart_sweeps.simulate); its
 prior from the paper's numbers; its last rung as decide.best_level; a ladder stage refused in one line where
 it cannot run; and `plan`'s per-rung costs."""
 
@@ -12,13 +12,13 @@ import pytest
 
 from cart_sweeps import plan
 from cart_sweeps.config import ConfigError
-from cart_sweeps.decide import ALPHA, best_level
+from cart_sweeps.rules.decide import ALPHA, best_level
 from cart_sweeps.metric import require
 from cart_sweeps.record.runfolder import checkpoint_path
-from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, Design, judge, walk
+from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, Design, judge, walk
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ladder import branch_overrides
-from cart_sweeps.sweep.ladder_sim import design, simulate
+from cart_sweeps.rules.ladder import branch_overrides
+from cart_sweeps.simulate import design, simulate
 
 PPL = require("ppl_wiki")
 
@@ -109,7 +109,7 @@ def test_the_ladder_decides_a_clear_reversal(few):
 @pytest.mark.slow
 def test_the_ladder_against_the_fixed_design_over_many_studies():
     """The full table's error rate (every truth) and its power on the clear reversal; the compute goal (30% less
-    than the fixed design) is reported by `python -m cart_sweeps.sweep.ladder_sim`, not asserted: it is not met
+    than the fixed design) is reported by `python -m cart_sweeps.simulate`, not asserted: it is not met
     at the paper's grid (docs/ladder.md)."""
     rows = {(r.truth, r.design): r for r in simulate(reps=50)}  # 200 studies per truth: ~50 s on 2 cores
     for truth in ("paper", "ties", "flat_r", "clear"):

@@ -1,10 +1,10 @@
 """A ladder stage (`stage.rungs=[3000, 10000, 30500]`, docs/ladder.md): its grid runs at the first horizon,
-and each later rung's runs are fresh runs of the configurations the rule (stagerecord/ladder_rule.py) keeps.
+and each later rung's runs are fresh runs of the configurations the walk (rules/ladder_walk.py) keeps.
 
 The horizon is the run's `trainer.steps`, a param of every run (paper numbers, mapped through the scale as
 any step count). What to run next follows from the run set alone (runset.stage_runs, as the analysis reads
 it), so a relaunch recomputes the same ladder: done runs are skipped, runs cut off are resumed, and each
-added run's trial records why it exists (adaptive.WHY). Every promotion and drop, with its reason, is
+added run's trial records why it exists (rule.WHY). Every promotion and drop, with its reason, is
 recorded in the ledger (the study's user attribute RECORD) and in the stage folder (RECORD_FILE), for the
 analysis.
 
@@ -24,30 +24,80 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.decide import seed_order
+from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import checkpoint_path
+from cart_sweeps.rules.axes import SEED, STEPS, D
+from cart_sweeps.rules.decide import seed_order
+from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
+from cart_sweeps.rules.rule import WHY, Added, Cell, Expanded, StageRule
+from cart_sweeps.rules.seeds import ranked_by
+from cart_sweeps.rules.zoom import promoted
 from cart_sweeps.schedule import decay_start
-from cart_sweeps.stagerecord.ladder_rule import (
-    DRIFT_PRIOR,
-    RECORD,
-    RECORD_FILE,
-    Call,
-    Design,
-    Walk,
-    group_name,
-    name,
-    walk,
-)
 from cart_sweeps.stagerecord.runset import stage_runs
-from cart_sweeps.sweep.adaptive import WHY, Added, Cell, ranked_by
-from cart_sweeps.sweep.stage_checks import SEED, STEPS, D
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
-    from cart_sweeps.sweep.expand import Run, Stage
+
+BRANCH_KEYS = ("trainer.keep_checkpoints_at", "trainer.branch_from", "trainer.branch_step")  # stage.branch sets
 
 
-def design(stage: Stage) -> Design:
+class LadderRule(StageRule):
+    """A ladder's rule (`stage.rungs`): the functions below, asked through the stage's rule."""
+
+    def grid(self, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """Every run's horizon is a param (its first rung's runs are the grid's)."""
+        return {**axes, STEPS: list(self.stage.spec.rungs)}
+
+    def first(self, point: dict[str, Any]) -> bool:
+        return bool(point[STEPS] == self.stage.spec.rungs[0])
+
+    def check_own(self) -> None:
+        """Refuse, in one line, a ladder this stage cannot run."""
+        stage, spec = self.stage, self.stage.spec
+        rungs = list(spec.rungs)
+        if len(rungs) < 2 or any(not isinstance(h, int) or h < 1 for h in rungs) or rungs != sorted(set(rungs)):
+            raise ConfigError(f"stage.rungs={rungs} must be two or more increasing step counts (paper numbers)")
+        if STEPS in spec.grid or STEPS in stage.args.passed or STEPS in stage.args.axes:
+            raise ConfigError(f"stage.rungs sets each run's {STEPS}: drop {STEPS} from the grid and the command line")
+        if not stage.runs:
+            raise ConfigError("stage.rungs runs a grid, not a search")
+        if len(stage.axes.get(SEED, [])) < 2:
+            raise ConfigError(
+                f"stage.rungs drops only what the rung's seed noise tells apart: stage {stage.name} needs a grid over "
+                "at least two seeds (seed=42,137)"
+            )
+        self.check_max_seeds()
+        if spec.drift is not None and not spec.drift >= 0:
+            raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
+        if spec.branch:
+            schedules = {str(run.config.cfg.trainer.schedule) for run in stage.runs}
+            if schedules != {"wsd"} or spec.recipe.get("trainer.schedule") != "wsd":
+                raise ConfigError(
+                    "stage.branch=true continues each run's stable phase: it needs trainer.schedule: wsd in the stage "
+                    "file's recipe (a cosine spans each run's own length; the recipe's wsd warms every horizon up "
+                    "alike), or drop stage.branch"
+                )
+            if passed := [k for k in BRANCH_KEYS if k in stage.args.passed]:
+                raise ConfigError(f"stage.branch=true sets each run's {passed[0]}: drop it from the command line")
+
+    def looks(self) -> int:
+        """Each rung's looks (a ladder decides at each rung)."""
+        return super().looks() * len(self.stage.spec.rungs)
+
+    def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
+        return earlier(self.stage, history)
+
+    def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
+        return next_round(self.stage, ledger, say)
+
+    def plan_lines(self, hours: dict[str, float]) -> list[str]:
+        return plan_lines(self.stage, hours)
+
+    def launch_overrides(self, run: Any) -> list[str]:
+        return branch_overrides(self.stage, run)
+
+
+def design(stage: Expanded) -> Design:
     """The stage's ladder: its rungs, seeds, most seeds, metric, prior drift and alpha."""
     spec, grid_seeds = stage.spec, stage.axes[SEED]
     prior = DRIFT_PRIOR if spec.drift is None else float(spec.drift)
@@ -57,14 +107,14 @@ def design(stage: Stage) -> Design:
     return Design(rungs, seeds, len(grid_seeds), most, ranked_by(stage), prior, branch=branch)
 
 
-def split(stage: Stage, params: dict[str, Any]) -> tuple[Any, Cell]:
+def split(stage: Expanded, params: dict[str, Any]) -> tuple[Any, Cell]:
     """A run's (decision group, configuration): its width (the grid's; else the recipe's, the stage's one group;
     None where neither sets it), and its params less width, seed and horizon."""
     config = tuple(sorted((k, v) for k, v in params.items() if k not in (D, SEED, STEPS)))
     return params.get(D, stage.recipe.get(D)), config
 
 
-def groups(stage: Stage) -> dict[Any, list[Cell]]:
+def groups(stage: Expanded) -> dict[Any, list[Cell]]:
     """Each width's configurations, as the grid lists them."""
     out: dict[Any, list[Cell]] = defaultdict(list)
     for run in stage.runs:
@@ -74,7 +124,7 @@ def groups(stage: Stage) -> dict[Any, list[Cell]]:
     return dict(out)
 
 
-def current(stage: Stage) -> Walk:
+def current(stage: Expanded) -> Walk:
     """The ladder on the stage's results so far (the runs its conclusions use)."""
     rung_of = {h: k for k, h in enumerate(stage.spec.rungs)}
     data: dict[tuple[int, Any, Cell], dict[int, float]] = defaultdict(dict)
@@ -87,12 +137,12 @@ def current(stage: Stage) -> Walk:
     return walk(design(stage), groups(stage), data)
 
 
-def params_of(stage: Stage, rung: int, group: Any, config: Cell, seed: int) -> dict[str, Any]:
+def params_of(stage: Expanded, rung: int, group: Any, config: Cell, seed: int) -> dict[str, Any]:
     """The grid point of a configuration at a rung and seed (paper numbers)."""
     return {**({D: group} if D in stage.axes else {}), **dict(config), STEPS: stage.spec.rungs[rung], SEED: seed}
 
 
-def next_round(stage: Stage, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
+def next_round(stage: Expanded, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
     """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are
     written to the ledger and the stage folder."""
     state = current(stage)
@@ -105,7 +155,7 @@ def next_round(stage: Stage, ledger: Ledger, say: Callable[[str], None]) -> list
     return [a for a in wanted if a.run.run_id not in grid]
 
 
-def record(stage: Stage, ledger: Ledger, state: Walk) -> list[Call]:
+def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
     """Write the ladder's records (ledger and RECORD_FILE); the ones not written before."""
     rows = [as_row(c) for c in state.calls]
     before = ledger.study.user_attrs.get(RECORD, [])
@@ -133,7 +183,7 @@ def as_row(call: Call) -> dict[str, Any]:
     }
 
 
-def earlier(stage: Stage, history: dict[str, list[FrozenTrial]]) -> list[Added]:
+def earlier(stage: Expanded, history: dict[str, list[FrozenTrial]]) -> list[Added]:
     """The runs earlier launches added to this ladder (so a relaunch resumes or skips them)."""
     configs = {(g, c) for g, cs in groups(stage).items() for c in cs}
     out = []
@@ -144,7 +194,7 @@ def earlier(stage: Stage, history: dict[str, list[FrozenTrial]]) -> list[Added]:
     return out
 
 
-def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
+def plan_lines(stage: Expanded, hours: dict[str, float]) -> list[str]:
     """What `plan` says of a ladder: per rung, its runs and GPU-hours at most (every configuration, at most
     seeds) and as expected from what the ladder has measured (the configurations its records promoted to the
     rung, at the grid's seeds; for rungs past the last settled one, the configurations still in; before any
@@ -186,12 +236,10 @@ def plan_lines(stage: Stage, hours: dict[str, float]) -> list[str]:
     return lines
 
 
-def _fixed(stage: Stage, state: Walk, per: dict[tuple[Any, Cell], float], d: Design) -> float:
+def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: Design) -> float:
     """GPU-hours of the paper's two stages on the ladder's grid: the screen, and per width the zoom's cross
-    (stagerecord/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
+    (rules/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
     where measured (the grid's order before), 3 seeds each."""
-    from cart_sweeps.stagerecord.zoom import promoted
-
     hours = sum(per.values()) * d.rungs[0]
     for g, cs in groups(stage).items():
         j = state.judged.get((0, g))
@@ -206,7 +254,7 @@ def _fixed(stage: Stage, state: Walk, per: dict[tuple[Any, Cell], float], d: Des
     return hours
 
 
-def _hours_per_config(stage: Stage, hours: dict[str, float]) -> dict[tuple[Any, Cell], float]:
+def _hours_per_config(stage: Expanded, hours: dict[str, float]) -> dict[tuple[Any, Cell], float]:
     """GPU-hours per step of each configuration, from its first-rung run's estimate."""
     out: dict[tuple[Any, Cell], float] = {}
     for run in stage.runs:
@@ -215,14 +263,14 @@ def _hours_per_config(stage: Stage, hours: dict[str, float]) -> dict[tuple[Any, 
     return out
 
 
-def branch_overrides(stage: Stage, run: Run) -> list[str]:
+def branch_overrides(stage: Expanded, run: Any) -> list[str]:
     """`stage.branch=true`: the overrides that make a ladder's run part of a branch, added as it launches (none
     otherwise). A run below the last rung keeps its checkpoint at its decay start, the last step every longer
     run of its configuration and seed shares; a run above the first starts from the previous rung's run of its
     configuration and seed there, where that run holds it (a seed first run at this rung trains fresh). These
     keys are no part of a run's identity, so a relaunch resumes or skips it as the same run either way."""
     rungs = list(stage.spec.rungs)
-    if not (rungs and stage.spec.branch):
+    if not stage.spec.branch:
         return []
     k = rungs.index(run.params[STEPS])
     out = [f"trainer.keep_checkpoints_at=[{decay_start(run.config.cfg.trainer)}]"] if k < len(rungs) - 1 else []
