@@ -294,7 +294,7 @@ def test_a_metric(copy: Copy) -> None:
         assert summary[f"bpt_{name}"] == pytest.approx(summary[f"ce_{name}"] / 0.6931471805599453)
 
 
-CONFIRM_RULE = '''"""Re-run the grid's best configuration with more seeds (stage.confirm=K): docs/extending.md's stage-kind walk."""
+CONFIRM_RULE = '''"""The grid's best re-run with more seeds (stage.confirm=K): docs/extending.md's stage-kind walk."""
 
 from __future__ import annotations
 

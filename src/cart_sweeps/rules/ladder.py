@@ -8,7 +8,7 @@ added run's trial records why it exists (rule.WHY). Every promotion and drop, wi
 recorded in the ledger (the study's user attribute RECORD) and in the stage folder (RECORD_FILE), for the
 analysis.
 
-`stage.branch=true` with `trainer.schedule=wsd` (`branch_overrides`, added as each run launches): a run below
+`stage.branch=true` with `trainer.schedule=wsd` (`LadderRule.launch_overrides`, added as each run launches): a run below
 the last rung keeps its checkpoint where its stable phase ends, and a promoted run starts from the previous
 rung's run of the same configuration and seed there, so a rung costs its extra stable steps and its cooldown,
 not its whole length; it computes what the fresh run of its horizon computes (docs/wsd.md), and is that run.
@@ -42,7 +42,7 @@ BRANCH_KEYS = ("trainer.keep_checkpoints_at", "trainer.branch_from", "trainer.br
 
 
 class LadderRule(StageRule):
-    """A ladder's rule (`stage.rungs`): the functions below, asked through the stage's rule."""
+    """A ladder's rule (`stage.rungs`)."""
 
     def grid(self, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Every run's horizon is a param (its first rung's runs are the grid's)."""
@@ -85,16 +85,92 @@ class LadderRule(StageRule):
         return super().looks() * len(self.stage.spec.rungs)
 
     def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
-        return earlier(self.stage, history)
+        """The runs earlier launches added to this ladder (so a relaunch resumes or skips them)."""
+        stage = self.stage
+        configs = {(g, c) for g, cs in groups(stage).items() for c in cs}
+        out = []
+        for trials in history.values():
+            attrs, params = trials[-1].user_attrs, dict(trials[-1].params)
+            if WHY in attrs and split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs:
+                out.append(Added(stage.run(params), str(attrs[WHY])))
+        return out
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
-        return next_round(self.stage, ledger, say)
+        """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are
+        written to the ledger and the stage folder."""
+        stage = self.stage
+        state = current(stage)
+        new = record(stage, ledger, state)
+        for call in new:
+            if call.action != "promoted":
+                say(f"stage {stage.name}: {call.action}: {call.reason}")
+        grid = {run.run_id for run in stage.runs}
+        wanted = [Added(stage.run(params_of(stage, w.rung, w.group, w.config, w.seed)), w.why) for w in state.wants]
+        return [a for a in wanted if a.run.run_id not in grid]
 
     def plan_lines(self, hours: dict[str, float]) -> list[str]:
-        return plan_lines(self.stage, hours)
+        """What `plan` says of a ladder: per rung, its runs and GPU-hours at most (every configuration, at most
+        seeds) and as expected from what the ladder has measured (the configurations its records promoted to the
+        rung, at the grid's seeds; for rungs past the last settled one, the configurations still in; before any
+        run, every configuration: no drop is assumed without a measurement), and the paper's fixed design on the
+        same grid at this stage's recipe (one seed per configuration at the first rung, the zoom's candidates
+        with three seeds at the last)."""
+        stage = self.stage
+        d, state = design(stage), current(stage)
+        per = _hours_per_config(stage, hours)
+        configs = [(g, c) for g, cs in groups(stage).items() for c in cs]
+        lines = [
+            f"ladder: rungs {list(d.rungs)} steps, {d.first} seeds per cell (at most {d.most}), alpha {d.alpha:g} / "
+            f"{d.looks} looks; drift prior {d.prior:.2%} per ln-horizon (stage.drift)"
+        ]
+        if d.branch is not None:
+            lines.append(
+                "  branched (stage.branch): a promoted run trains past the previous rung's decay start, a rung "
+                f"{'/'.join(str(d.steps(k, True)) for k in range(len(d.rungs)))} steps; a seed first run at a rung, "
+                "fresh"
+            )
+        total_most = total_expected = 0.0
+        alive = configs
+        for k, h in enumerate(d.rungs):
+            settled = [c for c in state.calls if c.rung == k - 1]
+            if k and settled:
+                alive = [(c.group, c.config) for c in settled if c.action == "promoted"]
+            seeds = [n for (r, _), j in state.judged.items() if r == k for n in [j.options[0].seeds] if j.options]
+            n_seeds = max(seeds, default=d.first)
+            grid_steps, more_steps = d.steps(k, branched=True), d.steps(k, branched=False)  # more seeds: fresh
+            most = sum(per[key] for key in configs) * (d.first * grid_steps + (d.most - d.first) * more_steps)
+            expected = sum(per[key] for key in alive) * (d.first * grid_steps + (n_seeds - d.first) * more_steps)
+            total_most, total_expected = total_most + most, total_expected + expected
+            basis = "measured" if (k == 0 or settled) and state.judged else "no measurement yet: no drop assumed"
+            lines.append(
+                f"  rung {k + 1} ({h} steps): at most {len(configs) * d.most} runs, {most:,.2f} GPU-hours; expected "
+                f"{len(alive) * n_seeds} runs, {expected:,.2f} GPU-hours ({basis})"
+            )
+        lines.append(
+            f"  total: {total_most:,.2f} GPU-hours at most, {total_expected:,.2f} expected; the paper's fixed design "
+            f"on this grid (1 seed at {d.rungs[0]}, the zoom's candidates x 3 seeds at {d.rungs[-1]}): "
+            f"{_fixed(stage, state, per, d):,.2f}"
+        )
+        return lines
 
     def launch_overrides(self, run: Any) -> list[str]:
-        return branch_overrides(self.stage, run)
+        """`stage.branch=true`: the overrides that make a ladder's run part of a branch, added as it launches (none
+        otherwise). A run below the last rung keeps its checkpoint at its decay start, the last step every longer
+        run of its configuration and seed shares; a run above the first starts from the previous rung's run of its
+        configuration and seed there, where that run holds it (a seed first run at this rung trains fresh). These
+        keys are no part of a run's identity, so a relaunch resumes or skips it as the same run either way."""
+        stage = self.stage
+        rungs = list(stage.spec.rungs)
+        if not stage.spec.branch:
+            return []
+        k = rungs.index(run.params[STEPS])
+        out = [f"trainer.keep_checkpoints_at=[{decay_start(run.config.cfg.trainer)}]"] if k < len(rungs) - 1 else []
+        if k > 0:
+            parent = stage.run({**run.params, STEPS: rungs[k - 1]})
+            step = decay_start(parent.config.cfg.trainer)
+            if checkpoint_path(parent.run_dir, step).with_suffix(".json").is_file():
+                out += [f"trainer.branch_from={parent.run_dir}", f"trainer.branch_step={step}"]
+        return out
 
 
 def design(stage: Expanded) -> Design:
@@ -142,19 +218,6 @@ def params_of(stage: Expanded, rung: int, group: Any, config: Cell, seed: int) -
     return {**({D: group} if D in stage.axes else {}), **dict(config), STEPS: stage.spec.rungs[rung], SEED: seed}
 
 
-def next_round(stage: Expanded, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
-    """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are
-    written to the ledger and the stage folder."""
-    state = current(stage)
-    new = record(stage, ledger, state)
-    for call in new:
-        if call.action != "promoted":
-            say(f"stage {stage.name}: {call.action}: {call.reason}")
-    grid = {run.run_id for run in stage.runs}
-    wanted = [Added(stage.run(params_of(stage, w.rung, w.group, w.config, w.seed)), w.why) for w in state.wants]
-    return [a for a in wanted if a.run.run_id not in grid]
-
-
 def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
     """Write the ladder's records (ledger and RECORD_FILE); the ones not written before."""
     rows = [as_row(c) for c in state.calls]
@@ -183,59 +246,6 @@ def as_row(call: Call) -> dict[str, Any]:
     }
 
 
-def earlier(stage: Expanded, history: dict[str, list[FrozenTrial]]) -> list[Added]:
-    """The runs earlier launches added to this ladder (so a relaunch resumes or skips them)."""
-    configs = {(g, c) for g, cs in groups(stage).items() for c in cs}
-    out = []
-    for trials in history.values():
-        attrs, params = trials[-1].user_attrs, dict(trials[-1].params)
-        if WHY in attrs and split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs:
-            out.append(Added(stage.run(params), str(attrs[WHY])))
-    return out
-
-
-def plan_lines(stage: Expanded, hours: dict[str, float]) -> list[str]:
-    """What `plan` says of a ladder: per rung, its runs and GPU-hours at most (every configuration, at most
-    seeds) and as expected from what the ladder has measured (the configurations its records promoted to the
-    rung, at the grid's seeds; for rungs past the last settled one, the configurations still in; before any
-    run, every configuration: no drop is assumed without a measurement), and the paper's fixed design on the
-    same grid at this stage's recipe (one seed per configuration at the first rung, the zoom's candidates
-    with three seeds at the last)."""
-    d, state = design(stage), current(stage)
-    per = _hours_per_config(stage, hours)
-    configs = [(g, c) for g, cs in groups(stage).items() for c in cs]
-    lines = [f"ladder: rungs {list(d.rungs)} steps, {d.first} seeds per cell (at most {d.most}), alpha {d.alpha:g} / "
-             f"{d.looks} looks; drift prior {d.prior:.2%} per ln-horizon (stage.drift)"]  # fmt: skip
-    if d.branch is not None:
-        lines.append(
-            f"  branched (stage.branch): a promoted run trains past the previous rung's decay start, a rung "
-            f"{'/'.join(str(d.steps(k, True)) for k in range(len(d.rungs)))} steps; a seed first run at a rung, fresh"
-        )
-    total_most = total_expected = 0.0
-    alive = configs
-    for k, h in enumerate(d.rungs):
-        settled = [c for c in state.calls if c.rung == k - 1]
-        if k and settled:
-            alive = [(c.group, c.config) for c in settled if c.action == "promoted"]
-        seeds = [n for (r, _), j in state.judged.items() if r == k for n in [j.options[0].seeds] if j.options]
-        n_seeds = max(seeds, default=d.first)
-        grid_steps, more_steps = d.steps(k, branched=True), d.steps(k, branched=False)  # more seeds: fresh
-        most = sum(per[key] for key in configs) * (d.first * grid_steps + (d.most - d.first) * more_steps)
-        expected = sum(per[key] for key in alive) * (d.first * grid_steps + (n_seeds - d.first) * more_steps)
-        total_most, total_expected = total_most + most, total_expected + expected
-        basis = "measured" if (k == 0 or settled) and state.judged else "no measurement yet: no drop assumed"
-        lines.append(
-            f"  rung {k + 1} ({h} steps): at most {len(configs) * d.most} runs, {most:,.2f} GPU-hours; expected "
-            f"{len(alive) * n_seeds} runs, {expected:,.2f} GPU-hours ({basis})"
-        )
-    lines.append(
-        f"  total: {total_most:,.2f} GPU-hours at most, {total_expected:,.2f} expected; the paper's fixed design on "
-        f"this grid (1 seed at {d.rungs[0]}, the zoom's candidates x 3 seeds at {d.rungs[-1]}): "
-        f"{_fixed(stage, state, per, d):,.2f}"
-    )
-    return lines
-
-
 def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: Design) -> float:
     """GPU-hours of the paper's two stages on the ladder's grid: the screen, and per width the zoom's cross
     (rules/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
@@ -260,23 +270,4 @@ def _hours_per_config(stage: Expanded, hours: dict[str, float]) -> dict[tuple[An
     for run in stage.runs:
         key = split(stage, run.params)
         out[key] = max(out.get(key, 0.0), hours.get(run.run_id, 0.0) / stage.spec.rungs[0])
-    return out
-
-
-def branch_overrides(stage: Expanded, run: Any) -> list[str]:
-    """`stage.branch=true`: the overrides that make a ladder's run part of a branch, added as it launches (none
-    otherwise). A run below the last rung keeps its checkpoint at its decay start, the last step every longer
-    run of its configuration and seed shares; a run above the first starts from the previous rung's run of its
-    configuration and seed there, where that run holds it (a seed first run at this rung trains fresh). These
-    keys are no part of a run's identity, so a relaunch resumes or skips it as the same run either way."""
-    rungs = list(stage.spec.rungs)
-    if not stage.spec.branch:
-        return []
-    k = rungs.index(run.params[STEPS])
-    out = [f"trainer.keep_checkpoints_at=[{decay_start(run.config.cfg.trainer)}]"] if k < len(rungs) - 1 else []
-    if k > 0:
-        parent = stage.run({**run.params, STEPS: rungs[k - 1]})
-        step = decay_start(parent.config.cfg.trainer)
-        if checkpoint_path(parent.run_dir, step).with_suffix(".json").is_file():
-            out += [f"trainer.branch_from={parent.run_dir}", f"trainer.branch_step={step}"]
     return out
