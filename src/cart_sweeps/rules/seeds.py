@@ -16,7 +16,7 @@ why it exists (ledger attribute WHY).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,23 +97,24 @@ class SeedRule(StageRule):
         order = seed_order(stage.axes[SEED])
         first, most = len(stage.axes[SEED]), stage.spec.max_seeds
         out = []
-        for key, cells in _by_width(grid).items():
-            have = seeds_in_every(order, [values.get(c, {}) for c in cells])
-            if have < first or have >= most:  # the grid's seeds not all in, or the width at its most
-                continue
-            verdict = best_level(
-                {dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells},
-                ranked_by(stage),
-                ALPHA,
-                self.looks(),
-            )
-            if verdict.decided or len(verdict.options) < 2:
+        for key, cells, have, verdict in self._decisions(grid, values):
+            if have < first or have >= most or verdict.decided or len(verdict.options) < 2:  # not open, or at most
                 continue
             seed = order[have]
             said = f"undecided with {count(have, 'seed')} ({_open(verdict)})"
             why = f"round {have - first + 1}: best R at {_where(key)} {said}"
             out += [Added(stage.run({**grid[c], SEED: seed}), f"{why}; seed {seed} added") for c in cells]
         return out
+
+    def _decisions(
+        self, grid: dict[Cell, Any], values: dict[Cell, dict[int, float]]
+    ) -> Iterator[tuple[Cell, list[Cell], int, Verdict]]:
+        """Per width with results: its cells, the seeds every cell has, and its best-R decision on those."""
+        order = seed_order(self.stage.axes[SEED])
+        for key, cells in _by_width(grid).items():
+            if have := seeds_in_every(order, [values.get(c, {}) for c in cells]):
+                options = {dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}
+                yield key, cells, have, best_level(options, ranked_by(self.stage), ALPHA, self.looks())
 
     def _replicates(self, grid: dict[Cell, Any], values: dict[Cell, dict[int, float]], base: int) -> list[Added]:
         """Per width whose screen is all in, its `replicates` best cells by the screen's own seed `base`."""
@@ -158,14 +159,9 @@ class SeedRule(StageRule):
         values = _values(used, {c: run.params for c, run in grid.items()}, stage.base.sweep.metric)
         if not values:
             return []
-        order, n_looks = seed_order(stage.axes[SEED]), self.looks()
+        n_looks = self.looks()
         lines = [f"decisions now (alpha {ALPHA:g} / {n_looks} look{'s' * (n_looks > 1)}; seeds for {POWER:.0%} power):"]
-        for key, cells in _by_width(grid).items():
-            have = seeds_in_every(order, [values.get(c, {}) for c in cells])
-            if have == 0:
-                continue
-            options = {dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}
-            verdict = best_level(options, ranked_by(stage), ALPHA, n_looks)
+        for key, cells, have, verdict in self._decisions(grid, values):
             said = f"R={verdict.choice} decided" if verdict.decided else f"undecided ({_open(verdict)})"
             needed = _needed(verdict, have, n_looks, sum(hours.get(grid[c].run_id, 0.0) for c in cells))
             lines.append(f"  {_where(key)}: {have} seeds per cell, {said}; {needed}")
