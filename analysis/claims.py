@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cart_sweeps.decide import holm, p_better, pool
+from cart_sweeps.rules.decide import holm, p_better, pool
 
 from .decisions import (
     NO_SPREAD,

@@ -1,7 +1,7 @@
 """How sure each finding is: one record per claim the report makes in words, decided only where the seeds
 tell the choice from every other option at the error rate alpha, multiple comparisons included.
 
-The statistics live in cart_sweeps.decide (the sweep adds seeds by the same test). The test (docs/statistics.md):
+The statistics live in cart_sweeps.rules.decide (the sweep adds seeds by the same test). The test (docs/statistics.md):
 options are compared on the metric's tested scale (log-metric for a perplexity, whose seed
 noise scales with its level, so a difference is a ratio; cart_sweeps.metric), best in the metric's direction,
 with the seed noise pooled over the options compared (equal noise assumed), else over every cell of the stage,
@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from cart_sweeps.decide import ALPHA, Noise, Option, gap, holm, pool, resolution, two_sided
 from cart_sweeps.metric import Metric, metric, require_error
+from cart_sweeps.rules.decide import ALPHA, Noise, Option, gap, holm, pool, resolution, two_sided
 
 from .errors import AnalysisError
 
@@ -209,7 +209,7 @@ def margin(better: Option, worse: Option, noise: Noise, alpha: float, metric: st
 
 def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
     """The error rate of one look at a stage's data: alpha, split over the looks of a stage that added seeds
-    while its best R was undecided (stage.max_seeds: the `looks` column; cart_sweeps.decide.looks)."""
+    while its best R was undecided (stage.max_seeds: the `looks` column; cart_sweeps.rules.decide.looks)."""
     looks = rows["looks"].max() if "looks" in rows and rows["looks"].notna().any() else 1
     return alpha / int(looks)
 

@@ -11,9 +11,9 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from cart_sweeps.decide import best
 from cart_sweeps.metric import metric as metric_record
 from cart_sweeps.metric import require
+from cart_sweeps.rules.decide import best
 
 from . import sentences
 from .screen import shortest_screen

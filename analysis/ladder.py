@@ -4,7 +4,7 @@ Per ladder stage `<s>`:
 
 - `ladder_<s>_rungs`: per rung, width and configuration, the seed mean, seeds, rank within the width, and
   what the ladder decided there (promoted, dropped, decided, undecided), recomputed from the runs through the
-  driver's own rule (cart_sweeps.stagerecord.ladder_rule.walk, with the design the driver recorded in the stage
+  driver's own rule (cart_sweeps.rules.ladder_walk.walk, with the design the driver recorded in the stage
   folder; from a CSV, inferred: the default drift prior and --alpha). Steps are the runs' own (at the scale);
   the rule's allowance uses the recorded rungs (paper numbers);
 - `ladder_<s>_agreement`: how well each rung's ranking predicts the last rung's: the share of pairs of
@@ -12,8 +12,9 @@ Per ladder stage `<s>`:
   (analysis.promotion.agreement: DataDecide's decision accuracy). Only the configurations the ladder kept
   reach the last rung, so these pairs are the close ones: a lower bound on a full grid's agreement;
 - `ladder_<s>_drift`: each gap's change from one rung to the next (a configuration against the later rung's
-  best, on the metric's tested scale) per unit of ln(horizon), then the measured root-mean-square rate with
-  its 90% interval beside the prior the first rung used, and whether the prior lies within, below or above it;
+  best, on the metric's tested scale) per unit of ln(horizon), as the ladder measures it (ladder_walk.gaps), then
+  the measured root-mean-square rate with its 90% interval beside the prior the first rung used, and whether the
+  prior lies within, below or above it;
 - figure `ladder_<s>_curves`: per width, each configuration's seed-mean metric against the horizon.
 """
 
@@ -29,16 +30,17 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cart_sweeps.decide import SEEDS
 from cart_sweeps.metric import require
-from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, RECORD_FILE, Design, Walk, measured_rate, name, walk
+from cart_sweeps.rules.axes import SEED, STEPS, D
+from cart_sweeps.rules.decide import SEEDS
+from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD_FILE, Design, Walk, gaps, measured_rate, name, walk
 
 from .errors import AnalysisError
 from .figures import metric_label, save, styles
 from .load import Study
 from .promotion import agreement
 
-STEPS, D, SEED, WIDTH = "trainer.steps", "model.d_model", "seed", "d_model"
+WIDTH = "d_model"
 PREFIX = "ladder_"
 KINDS = ("rungs", "agreement", "drift")
 
@@ -159,23 +161,13 @@ def drift_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataF
     rungs, data, state, _ = _walked(study, stage, metric, alpha)
     m = require(metric)
     score = {key: float(np.mean([m.scaled(v) for v in s.values()])) for key, s in data.items()}
-    out, rates = [], []
-    for k in range(len(rungs) - 1):
-        span = math.log(rungs[k + 1] / rungs[k])
-        for d in sorted({d for (_, d, _) in data}, key=str):
-            shared = [c for (r, g, c) in data if r == k + 1 and g == d and (k, d, c) in data]
-            if len(shared) < 2:
-                continue
-            ref = min(shared, key=lambda c: score[(k + 1, d, c)])
-            for c in shared:
-                if c == ref:
-                    continue
-                before = score[(k, d, c)] - score[(k, d, ref)]
-                after = score[(k + 1, d, c)] - score[(k + 1, d, ref)]
-                rates.append((before - after) / span)
-                out.append({"from": rungs[k], "to": rungs[k + 1], "d": d, "config": name(c), "against": name(ref),
-                            "gap_from": round(before, 6), "gap_to": round(after, 6),
-                            "closed_per_ln_h": round((before - after) / span, 6)})  # fmt: skip
+    widths = sorted({d for (_, d, _) in data}, key=str)
+    members = [{d: [c for (r, g, c) in data if r == k and g == d] for d in widths} for k in range(len(rungs))]
+    found = gaps(rungs, members, lambda *key: score[key])
+    rates = [g.closed for g in found]
+    out: list[dict] = [{"from": rungs[g.rung], "to": rungs[g.rung + 1], "d": g.group, "config": name(g.config),
+                        "against": name(g.against), "gap_from": round(g.before, 6), "gap_to": round(g.after, 6),
+                        "closed_per_ln_h": round(g.closed, 6)} for g in found]  # fmt: skip
     if rates:
         measured = measured_rate(rates, [0.0] * len(rates))  # the raw changes, noise and all: an upper view
         rms = math.sqrt(sum(r * r for r in rates) / len(rates))

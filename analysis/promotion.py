@@ -2,8 +2,8 @@
 well do the screen's and Stage 2's rankings agree, pair by pair?
 
 Per width: the screen's configurations (R, P) ranked by mean metric, the ones the zoom rule promotes
-(cart_sweeps.stagerecord.zoom.promoted: the best and its neighbours), and Stage 2's winner (best mean; both by the
-study's one rule, cart_sweeps.decide.ranked). Whether
+(cart_sweeps.rules.zoom.promoted: the best and its neighbours), and Stage 2's winner (best mean; both by the
+study's one rule, cart_sweeps.rules.decide.ranked). Whether
 the cutoff missed the winner can be told only where the screen ran the winner and Stage 2 also ran
 configurations below the cutoff (sentinels, `stage.sentinels=K`, or the paper's fixed candidates). The
 pairwise agreement is the share of pairs of configurations run in both stages that the two rankings order
@@ -19,9 +19,9 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from cart_sweeps.decide import ranked
 from cart_sweeps.metric import require as require_metric
-from cart_sweeps.stagerecord.zoom import promoted
+from cart_sweeps.rules.decide import ranked
+from cart_sweeps.rules.zoom import promoted
 
 from .load import AnalysisError, last_steps, rank_values
 from .stages import CONFIRM, SCREEN
@@ -87,7 +87,7 @@ def screen_promotion(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
     for d in widths:
         screen, confirm = (_values(rows_[rows_["d_model"] == d], metric) for rows_ in (one, two))
         by_d = ({(d, *c): v for c, v in screen.items()}, {(d, *c): v for c, v in confirm.items()})
-        order = _order(screen, metric)  # the one rule, as zoom ranks (cart_sweeps.decide.ranked)
+        order = _order(screen, metric)  # the one rule, as zoom ranks (cart_sweeps.rules.decide.ranked)
         cut = set(promoted(order))
         winner = _order(confirm, metric)[0]  # Stage 2's best, as its table names it (tables.best_cells)
         below = [c for c in confirm if c not in cut]

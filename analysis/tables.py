@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from cart_sweeps.decide import best_per
 from cart_sweeps.metric import require as require_metric
+from cart_sweeps.rules.decide import best_per
 
 from .load import VARIANT_AXIS, AnalysisError, bench_sets, ppl_sets, rank_values, require
 from .stages import ABLATIONS, BENCHMARKS, CONFIRM, PARITY, SCREEN, VARIABLE_R
@@ -60,7 +60,7 @@ def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.
 
 def best_cells(rows: pd.DataFrame, by: list[str], options: list[str], metric: str) -> pd.DataFrame:
     """The tables' "best": per `by` group of runs `rows` (a width), the configuration (values of `options`) with the
-    best seed mean of `metric`, by the study's one rule (cart_sweeps.decide.best_per: exact ties go to the
+    best seed mean of `metric`, by the study's one rule (cart_sweeps.rules.decide.best_per: exact ties go to the
     smallest configuration, and `exact_tie` names the configurations tied with it; zoom, the promotion audit and
     the benchmarks stage use the same rule). Columns in the tables' short names (d, P, R)."""
     rows = rows.dropna(subset=[metric])

@@ -20,7 +20,7 @@ from cart_sweeps.options import Sampler
 # The samplers a search may name: every sampler the project knows but the grid, so one another branch adds
 # (gp, cmaes, nsga2, qmc, random) is drawn as soon as it exists.
 SEARCH_SAMPLERS = tuple(s.value for s in Sampler if s is not Sampler.grid)
-SEEDS = (42, 137, 271)  # the first of cart_sweeps.decide.seed_order's list: a ladder's max_seeds adds from it
+SEEDS = (42, 137, 271)  # the first of cart_sweeps.rules.decide.seed_order's list: a ladder's max_seeds adds from it
 HISTORIES = ("fresh", "after_copy", "killed", "changed")  # every study is relaunched once at its end too
 METRICS = {  # the command-line settings of each metric choice, and the metric its table ranks by
     "default": ((), "ppl_austen"),

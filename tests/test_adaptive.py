@@ -1,5 +1,5 @@
 """Adding seeds while a decision is open (stage.max_seeds), tested by simulation with a known truth through
-the decision the driver acts on after each round (cart_sweeps.decide.best_level at alpha / looks) and the
+the decision the driver acts on after each round (cart_sweeps.rules.decide.best_level at alpha / looks) and the
 analysis's word on the final data (`python -m cart_sweeps.analysis --from-csv`): decided claims are wrong at most at
 alpha under the sequential rule, clear winners get decided, and `plan`'s seeds for 80% power deliver it."""
 
@@ -18,10 +18,9 @@ from stages import sweep, trials
 from cart_sweeps import plan
 from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.config import ConfigError
-from cart_sweeps.decide import ALPHA, POWER, best_level, looks, seeds_for_power
 from cart_sweeps.metric import require
-from cart_sweeps.stagerecord.zoom import promoted, sentinels
-from cart_sweeps.sweep.adaptive import plan_lines
+from cart_sweeps.rules.decide import ALPHA, POWER, best_level, looks, seeds_for_power
+from cart_sweeps.rules.zoom import promoted, sentinels
 from cart_sweeps.sweep.expand import Stage
 
 STUDIES = 600
@@ -162,7 +161,7 @@ def test_plan_prices_the_replicates():
     """Two widths, 2 R x 1 P each: one configuration per width re-run with 2 seeds, 4 runs."""
     stage = Stage(["stage=1", *ONE[:1], "model.d_model=256,512", *ONE[2:], "stage.replicates=1"])
     hours = {run.run_id: 1.5 for run in stage.runs}
-    assert plan_lines(stage, hours) == [
+    assert stage.rule.plan_lines(hours) == [
         "stage.replicates=1: after the grid, per width its 1 best configurations run 2 more seeds: 4 runs, at most "
         "6.00 GPU-hours"
     ]

@@ -1,4 +1,4 @@
-"""One "best per width" for the whole study (cart_sweeps.decide.ranked): the tables' stage2_best, zoom's ranking,
+"""One "best per width" for the whole study (cart_sweeps.rules.decide.ranked): the tables' stage2_best, zoom's ranking,
 the promotion audit's winner and the run the benchmarks stage evaluates all name the same configuration, by the
 best seed mean, with exact ties to the smallest R (then P) and said as ties. Checked against numbers chosen by
 hand so that the best single run and the best seed mean disagree."""
@@ -14,11 +14,11 @@ import pytest
 from cart_sweeps.analysis.load import load_csv
 from cart_sweeps.analysis.report import run
 from cart_sweeps.config import ConfigError
-from cart_sweeps.decide import best, ranked
 from cart_sweeps.metric import require
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.rules.decide import best, ranked
+from cart_sweeps.rules.zoom import D, P, R, best_single_run, ranking, zoom_candidates
 from cart_sweeps.stagerecord.runset import RunSet, StageRun
-from cart_sweeps.stagerecord.zoom import D, P, R, best_single_run, ranking, zoom_candidates
 
 PPL = require("ppl_wiki")
 # Stage 2, P=6, two seeds: (d, R) -> ppl_wiki per seed. At d=32 the best single run (R=2 seed 1: 10.0) is not in

@@ -15,7 +15,7 @@ import pytest
 
 from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.analysis.decisions import ALPHA
-from cart_sweeps.decide import holm
+from cart_sweeps.rules.decide import holm
 
 STUDIES = 400  # per truth; the error-rate bound below allows 2.5 binomial s.d. over alpha
 SEEDS = (1, 2, 3)

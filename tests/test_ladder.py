@@ -1,5 +1,5 @@
-"""The ladder's rule (cart_sweeps.stagerecord.ladder_rule), tested by simulation with a known truth through the entry
-point the ladder stage acts on (`walk`), against the paper's fixed design (cart_sweeps.sweep.ladder_sim); its
+"""The ladder's rule (cart_sweeps.rules.ladder_walk), tested by simulation with a known truth through the entry
+point the ladder stage acts on (`walk`), against the paper's fixed design (cart_sweeps.simulate); its
 prior from the paper's numbers; its last rung as decide.best_level; a ladder stage refused in one line where
 it cannot run; and `plan`'s per-rung costs."""
 
@@ -12,13 +12,12 @@ import pytest
 
 from cart_sweeps import plan
 from cart_sweeps.config import ConfigError
-from cart_sweeps.decide import ALPHA, best_level
 from cart_sweeps.metric import require
 from cart_sweeps.record.runfolder import checkpoint_path
-from cart_sweeps.stagerecord.ladder_rule import DRIFT_PRIOR, Design, judge, walk
+from cart_sweeps.rules.decide import ALPHA, best_level
+from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, Design, judge, walk
+from cart_sweeps.simulate import design, simulate
 from cart_sweeps.sweep.expand import Stage
-from cart_sweeps.sweep.ladder import branch_overrides
-from cart_sweeps.sweep.ladder_sim import design, simulate
 
 PPL = require("ppl_wiki")
 
@@ -109,7 +108,7 @@ def test_the_ladder_decides_a_clear_reversal(few):
 @pytest.mark.slow
 def test_the_ladder_against_the_fixed_design_over_many_studies():
     """The full table's error rate (every truth) and its power on the clear reversal; the compute goal (30% less
-    than the fixed design) is reported by `python -m cart_sweeps.sweep.ladder_sim`, not asserted: it is not met
+    than the fixed design) is reported by `python -m cart_sweeps.simulate`, not asserted: it is not met
     at the paper's grid (docs/ladder.md)."""
     rows = {(r.truth, r.design): r for r in simulate(reps=50)}  # 200 studies per truth: ~50 s on 2 cores
     for truth in ("paper", "ties", "flat_r", "clear"):
@@ -157,20 +156,20 @@ def test_a_branched_ladders_runs_keep_their_decay_start_and_branch_from_the_prev
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
     stage = Stage(["stage=ladder", *BRANCHED])
     first = stage.runs[0]
-    assert branch_overrides(stage, first) == ["trainer.keep_checkpoints_at=[8]"]
+    assert stage.rule.launch_overrides(first) == ["trainer.keep_checkpoints_at=[8]"]
     second = stage.run({**first.params, "trainer.steps": 2000})
-    assert branch_overrides(stage, second) == ["trainer.keep_checkpoints_at=[16]"]
+    assert stage.rule.launch_overrides(second) == ["trainer.keep_checkpoints_at=[16]"]
     meta = checkpoint_path(first.run_dir, 8).with_suffix(".json")
     meta.parent.mkdir(parents=True)
     meta.write_text("{}")
-    assert branch_overrides(stage, second) == [
+    assert stage.rule.launch_overrides(second) == [
         "trainer.keep_checkpoints_at=[16]",
         f"trainer.branch_from={first.run_dir}",
         "trainer.branch_step=8",
     ]
     last = stage.run({**first.params, "trainer.steps": 4000})
-    assert branch_overrides(stage, last) == []  # its parent (the 20-step run) holds no checkpoint yet
-    assert branch_overrides(Stage(["stage=ladder", *BRANCHED[:-3], "stage.rungs=[1000,2000,4000]"]), first) == []
+    assert stage.rule.launch_overrides(last) == []  # its parent (the 20-step run) holds no checkpoint yet
+    assert Stage(["stage=ladder", *BRANCHED[:-3], "stage.rungs=[1000,2000,4000]"]).rule.launch_overrides(first) == []
 
 
 def test_plan_prices_a_branched_rung_by_its_steps_past_the_previous_decay_start(capsys, tmp_path, monkeypatch):

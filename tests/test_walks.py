@@ -292,3 +292,80 @@ def test_a_metric(copy: Copy) -> None:
     assert summary["status"] == "completed"
     for name in ("austen", "bible", "shakespeare"):
         assert summary[f"bpt_{name}"] == pytest.approx(summary[f"ce_{name}"] / 0.6931471805599453)
+
+
+CONFIRM_RULE = '''"""The grid's best re-run with more seeds (stage.confirm=K): docs/extending.md's stage-kind walk."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.metric import require
+from cart_sweeps.rules.axes import SEED
+from cart_sweeps.rules.decide import seed_order
+from cart_sweeps.rules.rule import WHY, Added, StageRule
+from cart_sweeps.stagerecord.runset import stage_runs
+
+
+class ConfirmRule(StageRule):
+    """After a one-seed grid, its best configuration by the sweep metric runs stage.confirm more seeds."""
+
+    def adds(self) -> bool:
+        return True
+
+    def check_own(self) -> None:
+        if self.stage.spec.confirm < 1 or SEED in self.stage.axes:
+            raise ConfigError(f"stage.confirm={self.stage.spec.confirm} re-runs a one-seed grid's best: a count >= 1")
+
+    def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
+        last = [trials[-1] for trials in history.values() if WHY in trials[-1].user_attrs]
+        return [Added(self.stage.run(dict(t.params)), str(t.user_attrs[WHY])) for t in last]
+
+    def next_round(self, ledger: Any, say: Callable[[str], None]) -> list[Added]:
+        stage, metric = self.stage, self.stage.base.sweep.metric
+        grid = {run.run_id for run in stage.runs}
+        used = stage_runs(Path(stage.base.paths.runs), stage.name, scale=stage.base.scale.name).used
+        done = [(run.summary.value(metric), run) for run in used if run.summary and run.run_id in grid]
+        if len(done) < len(grid) or any(value is None for value, _ in done):
+            return []
+        value, best = min(done, key=lambda pair: require(metric).sign * pair[0])
+        seeds = seed_order([best.summary.details[SEED]])[1 : 1 + stage.spec.confirm]
+        why = f"confirm: the grid's best by {metric} ({value:.4g})"
+        return [Added(stage.run({**best.params, SEED: s}), f"{why}; seed {s}") for s in seeds]
+
+    def plan_lines(self, hours: dict[str, float]) -> list[str]:
+        return [f"stage.confirm={self.stage.spec.confirm}: the grid's best runs {self.stage.spec.confirm} more seeds"]
+'''
+
+
+@pytest.mark.slow  # trains three runs
+def test_a_stage_kind(copy: Copy) -> None:
+    """A rule module and its option: `plan` says what it adds, a bad value is one line, and a launch trains the
+    grid, then the runs its rule adds (the grid's best with the next seed), each with why."""
+    copy.write("src/cart_sweeps/rules/confirm.py", CONFIRM_RULE)
+    copy.edit(
+        "src/cart_sweeps/config.py",
+        "    sentinels: int = 0",
+        '    confirm: int = field(default=0, metadata=rule("cart_sweeps.rules.confirm.ConfirmRule"))\n'
+        "    sentinels: int = 0",
+    )
+    assert len(copy.touched()) == stated_count("A stage kind")
+    tiny = ["scale=tiny", "model.d_model=32", "trainer.steps=4", "trainer.warmup_steps=0", "trainer.eval_every=4"]
+    stage = ["stage=adhoc", "model.n_loops=1,2", *tiny]
+    planned = copy.run("-m", "cart_sweeps.plan", *stage, "stage.confirm=1")
+    assert "stage.confirm=1: the grid's best runs 1 more seeds" in planned.stdout
+    refused = copy.run("-m", "cart_sweeps", "-m", *stage, "stage.confirm=-1", check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].endswith("re-runs a one-seed grid's best: a count >= 1")
+    launched = copy.run("-m", "cart_sweeps", "-m", *stage, "stage.confirm=1", "launcher.slots=2")
+    summaries = [json.loads(p.read_text()) for p in copy.runs.glob("adhoc/*/summary.json")]
+    grid = [s for s in summaries if s["seed"] == 42]
+    best = min(grid, key=lambda s: s["ppl_austen"])
+    (added,) = [s for s in summaries if s["seed"] != 42]
+    assert added["seed"] == 137 and added["model"]["n_loops"] == best["model"]["n_loops"]
+    assert "confirm: the grid's best by ppl_austen" in launched.stdout

@@ -52,6 +52,11 @@ class ConfigError(ValueError):
 ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
 
 
+def rule(path: str) -> dict[str, str]:
+    """StageConfig field metadata: the stage rule (cart_sweeps.rules) a stage setting this field runs, by path."""
+    return {"rule": path}
+
+
 def at_least(low: float) -> dict[str, float]:
     """Field metadata: the smallest value the field accepts, finite (`check_bounds`: before anything launches)."""
     return {"at_least": low}
@@ -277,12 +282,12 @@ class StageConfig:
     source: str | None = None  # evaluate stages: the run folder of the trained model
     eval_n_loops: int | None = None  # evaluate stages: the inference R
     num_fewshot: int | None = None  # evaluate stages: lm-eval's shot count (None: each task's own, 0 for the paper's)
-    # Seeds where a decision needs them (sweep/adaptive.py; docs/statistics.md); off by default.
+    # Seeds where a decision needs them (rules/seeds.py; docs/statistics.md); off by default.
     replicates: int = 0  # a one-seed screen: per width, its K best configurations re-run with 2 more seeds
     max_seeds: int | None = None  # a seed axis: seeds added to a width's cells while its best R is undecided
     sentinels: int = 0  # select=zoom: per width, also the K configurations ranked just below the cutoff
-    # A ladder of horizons (sweep/ladder.py, docs/ladder.md): each run's trainer.steps, paper numbers; [] for none
-    rungs: list[int] = field(default_factory=list)
+    # A ladder of horizons (rules/ladder.py, docs/ladder.md): each run's trainer.steps, paper numbers; [] for none
+    rungs: list[int] = field(default_factory=list, metadata=rule("cart_sweeps.rules.ladder.LadderRule"))
     drift: float | None = None  # a gap's change per unit of ln(horizon) before two rungs (None: the paper's)
     branch: bool = False  # trainer.schedule=wsd: a promoted run branches from the previous rung's stable phase
     # Set by the sweep: the keys this stage's runs differ in that a label does not always show (trainer.lr, ...),

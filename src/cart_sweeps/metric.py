@@ -1,7 +1,7 @@
 """What a metric is: one record per kind of number a run reports, and the one place that says it.
 
 Everything that ranks, tests, marks bold, plots or prefers a metric reads its `Metric` here: the ledger's
-Optuna direction, the decisions (cart_sweeps.decide), zoom and `best`, the analysis's tables, findings and
+Optuna direction, the decisions (cart_sweeps.rules.decide), zoom and `best`, the analysis's tables, findings and
 figures, preflight and `python -m cart_sweeps.analysis --metric`. A run's summary stores metrics flat by name:
 `<kind>_<set>` per validation set (ppl_austen), `bench_<task>_<measure>` per lm-eval score
 (bench_cart_lastword_acc), and the few run-wide figures of RUN_WIDE (tokens_per_s).

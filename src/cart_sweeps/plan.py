@@ -32,8 +32,7 @@ from cart_sweeps.stagerecord.results import LOCK, Held, Results, standing
 from cart_sweeps.stagerecord.runset import stage_runs
 from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep import adaptive, ladder
-from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, makespan, makespan_bound, run_costs
+from cart_sweeps.sweep.cost import Throughput, launch_set, makespan, makespan_bound, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.pools.local import LocalPool
@@ -159,21 +158,17 @@ def columns(stage: Stage) -> list[str]:
 
 def rows(stage: Stage) -> list[dict[str, Any]]:
     """One row per run, in `columns(stage)` order and launch order."""
-    history = read_history(stage)
-    rule = ladder if stage.spec.rungs else adaptive
-    runs = [*stage.known_runs(history or {}), *(a.run for a in rule.earlier(stage, history or {}))]
-    found = Results()
-    held = {run.run_id: found.held(run, (history or {}).get(run.run_id, [])) for run in runs}  # read once
-    results = ((run, h.summary if (h := held[run.run_id]) else None) for run in runs)
-    throughput = Throughput.of(results, assumed_flops_per_s(stage.base.plan.gpu, stage.base.plan.mfu))
+    history, found = read_history(stage), Results()
+    known = launch_set(stage, history or {}, found)  # as the driver launches them
+    runs, held, costs = known.runs, known.held, known.costs
     status = statuses(stage, runs, history, held, found.occupants)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
-    costs = run_costs(runs, throughput)
     here = machine_here(stage)
-    at_here = run_costs(runs, Throughput(here.peak_flops * stage.base.plan.mfu, throughput.measured)) if here else {}
+    measured = known.throughput.measured
+    at_here = run_costs(runs, Throughput(here.peak_flops * stage.base.plan.mfu, measured)) if here else {}
     shared: dict[str, dict[str, Any]] = {}  # the columns of each configuration, read once (not per seed)
     out = []
-    for run in launch_order(runs, costs):
+    for run in known.in_order:
         if run.config.config_id not in shared:
             shared[run.config.config_id] = configuration_columns(stage, run.config.cfg)
         cost, result = costs[run.run_id], held[run.run_id]
@@ -310,8 +305,7 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
         console.print(line, highlight=False)
     if line := runset_line(stage):
         console.print(line, highlight=False)
-    rule_lines = ladder.plan_lines if stage.spec.rungs else adaptive.plan_lines
-    for line in rule_lines(stage, {r["run_id"]: r["gpu_hours"] for r in table_rows}):
+    for line in stage.rule.plan_lines({r["run_id"]: r["gpu_hours"] for r in table_rows}):
         console.print(line, highlight=False)
 
 

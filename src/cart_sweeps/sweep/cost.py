@@ -1,4 +1,5 @@
-"""What a run costs before it runs, and the order a stage launches its runs in.
+"""What a run costs before it runs, and the order a stage launches its runs in (`launch_set`: as the driver
+launches them and `plan` lists them).
 
 Cost: parameters, training tokens and FLOPs, and hours at an assumed MFU, or at the throughput measured
 on finished runs of the same shape where there are any. Order: longest first, which list scheduling turns
@@ -14,16 +15,18 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
+from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
 from cart_sweeps.model import param_counts, train_flops_per_token
 from cart_sweeps.modelspec import spec_of
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.stagerecord.results import Held, Results
 from cart_sweeps.status import RunStatus
 
 if TYPE_CHECKING:
-    from cart_sweeps.sweep.expand import Run
+    from cart_sweeps.sweep.expand import Run, Stage
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,37 @@ def run_costs(runs: Sequence[Run], throughput: Throughput) -> dict[str, Cost]:
 def launch_order(runs: Sequence[Run], costs: Mapping[str, Cost]) -> list[Run]:
     """`runs` longest first by estimated hours (ties keep the stage's order): what the driver launches first."""
     return sorted(runs, key=lambda run: -costs[run.run_id].gpu_hours)
+
+
+@dataclass(frozen=True)
+class LaunchSet:
+    """The runs a launch of a stage knows: the grid's (a search's sampled so far) and those its rule added before
+    (`why`: run id -> why), where each one's result is (`held`), and their costs at the throughput measured on
+    the finished ones."""
+
+    runs: list[Run]
+    why: dict[str, str]
+    held: dict[str, Held | None]
+    throughput: Throughput
+    costs: dict[str, Cost]
+
+    @property
+    def in_order(self) -> list[Run]:
+        return launch_order(self.runs, self.costs)
+
+
+def launch_set(stage: Stage, history: dict[str, list[FrozenTrial]], results: Results) -> LaunchSet:
+    """The stage's launch set, from its ledger's `history` and where `results` finds each run's result: the one
+    set-up the driver runs and `plan` lists."""
+    earlier = stage.rule.earlier(history)
+    runs = [*stage.known_runs(history), *(a.run for a in earlier)]
+    held = {run.run_id: results.held(run, history.get(run.run_id, [])) for run in runs}  # read once
+    plan = stage.base.plan
+    throughput = Throughput.of(
+        ((run, h.summary if (h := held[run.run_id]) else None) for run in runs),
+        assumed_flops_per_s(plan.gpu, plan.mfu),
+    )
+    return LaunchSet(runs, {a.run.run_id: a.why for a in earlier}, held, throughput, run_costs(runs, throughput))
 
 
 def makespan(hours: Sequence[float], slots: int) -> float:

@@ -22,13 +22,13 @@ from cart_sweeps import interrupt
 from cart_sweeps.collector import long_lived
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.summary import RunSummary
+from cart_sweeps.rules.rule import WHY
 from cart_sweeps.stagerecord.ledger import REPEAT, Ledger, check_storage, last_number, ledger_path, writing
 from cart_sweeps.stagerecord.results import LOCK, Held, Results, standing
 from cart_sweeps.stagerecord.runset import OWNER, SCALE_ATTR, StageRecord, stage_ledgers
 from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep import adaptive, ladder
-from cart_sweeps.sweep.cost import Throughput, assumed_flops_per_s, launch_order, run_costs
+from cart_sweeps.sweep.cost import launch_set
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
 from cart_sweeps.sweep.objectives import objectives
@@ -100,7 +100,8 @@ class StageDriver:
         self.queue: deque[Attempt] = deque()
         self.attached: list[tuple[Attempt, Any]] = []
         self.skipped = 0
-        ledger.adopt_queued(lambda params: adaptive.dists(stage, params))
+        self.rule = stage.rule
+        ledger.adopt_queued(self.rule.dists)
         self.history = ledger.attempts()
         self.failed_finally = 0
         self.lost: list[Run] = []
@@ -113,19 +114,11 @@ class StageDriver:
         self.waiting: defaultdict[str, list[Trial]] = defaultdict(list)  # repeats of a run running now, by its id
         self.repeated = 0
         self.progress: Progress | None = None
-        rule = ladder if stage.spec.rungs else adaptive
-        earlier = rule.earlier(stage, self.history)  # runs a seed rule added: resumed or skipped like the grid's
-        self.why = {a.run.run_id: a.why for a in earlier}
-        self.known = [*stage.known_runs(self.history), *(a.run for a in earlier)]
+        known = launch_set(stage, self.history, self.results)  # runs its rule added: resumed or skipped too
+        self.why, self.known = dict(known.why), known.runs
         ledger.record_launch([run.run_id for run in self.known], list(arguments), after)
-        plan = stage.base.plan  # longest first, in the order `python -m cart_sweeps.plan` lists
-        held = {run.run_id: self.results.held(run, self.history.get(run.run_id, [])) for run in self.known}  # once
-        throughput = Throughput.of(
-            ((run, h.summary if (h := held[run.run_id]) else None) for run in self.known),
-            assumed_flops_per_s(plan.gpu, plan.mfu),
-        )
-        for run in launch_order(self.known, run_costs(self.known, throughput)):
-            self._classify(run, self.history.get(run.run_id, []), held[run.run_id])
+        for run in known.in_order:  # longest first, in the order `python -m cart_sweeps.plan` lists
+            self._classify(run, self.history.get(run.run_id, []), known.held[run.run_id])
         self.search: SearchTrials | None = None
         if not stage.runs:
             repeats = ledger.repeats()
@@ -164,7 +157,7 @@ class StageDriver:
         elif where in (Standing.RECOVERED, Standing.REFERENCED):
             assert held is not None
             attrs = self._attrs(run) | ({"run_dir": str(held.folder), OWNER: held.owner} if held.owner else {})
-            trial = self.ledger.start(run.params, adaptive.dists(self.stage, run.params), attrs)
+            trial = self.ledger.start(run.params, self.rule.dists(run.params), attrs)
             self.ledger.finish(trial, held.summary, self.objectives)
             if where == Standing.REFERENCED:
                 self.referenced.append((run, held))
@@ -178,7 +171,7 @@ class StageDriver:
         """A trial's attributes: who the run is, and why it exists where the stage's seed rule added it (a run
         another stage trained too: the seed is this stage's own, referenced)."""
         why = self.why.get(run.run_id)
-        return _attrs(run) | ({adaptive.WHY: why} if why else {})
+        return _attrs(run) | ({WHY: why} if why else {})
 
     def _sampled_attempt(self) -> Attempt | None:
         """A new search trial's run. A trial whose params are a run the ledger holds is a repeat: it takes that run's
@@ -242,21 +235,19 @@ class StageDriver:
             self.in_flight.add(attempt.run.run_id)
             if attempt.trial is None:
                 run = attempt.run
-                attempt.trial = self.ledger.start(run.params, adaptive.dists(self.stage, run.params), self._attrs(run))
+                attempt.trial = self.ledger.start(run.params, self.rule.dists(run.params), self._attrs(run))
             out.append(attempt)
         return out
 
     def _add_round(self) -> None:
-        """Queue the runs the stage's seed rule adds now (sweep/adaptive.py), each with why; none after a run
-        failed for good (its cell would stay short of the round's seed). A round whose runs are all done already
-        (another stage's, referenced: a copy of a stage in its root) is in at once, so the next is asked for."""
-        ladders = bool(self.stage.spec.rungs)
-        if self.failed_finally or not (ladders or adaptive.adds(self.stage)):
+        """Queue the runs the stage's rule adds now (cart_sweeps.rules), each with why; none after a run failed for
+        good (its cell would stay short of the round's seed). A round whose runs are all done already (another
+        stage's, referenced: a copy of a stage in its root) is in at once, so the next is asked for."""
+        if self.failed_finally:
             return
         say = lambda line: print(line, flush=True)  # noqa: E731
         while True:
-            rule = ladder.next_round(self.stage, self.ledger, say) if ladders else adaptive.next_round(self.stage)
-            added = [a for a in rule if a.run.run_id not in self.why]
+            added = [a for a in self.rule.next_round(self.ledger, say) if a.run.run_id not in self.why]
             skipped = self.skipped
             for a in added:
                 print(f"stage {self.stage.name}: {a.run.label}: {a.why}", flush=True)
@@ -271,8 +262,8 @@ class StageDriver:
         """The run's config, composed now (the driver keeps none) with the pool's settings (threads)."""
         extra = [o for o in self.pool.extra_overrides() if o.split("=")[0] not in self.stage.args.passed]
         run = attempt.run
-        branch = ladder.branch_overrides(self.stage, run)  # a ladder's branch: set as it launches (sweep/ladder.py)
-        return Task(self.stage.compose(run.overrides + branch + extra), str(run.run_dir), run.run_id)
+        at_launch = self.rule.launch_overrides(run)  # a ladder's branch: set as it launches (rules/ladder.py)
+        return Task(self.stage.compose(run.overrides + at_launch + extra), str(run.run_dir), run.run_id)
 
     def on_start(self, attempt: Attempt, job_id: str) -> None:
         assert attempt.trial is not None
@@ -424,7 +415,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 sweep.metric,
                 list(stage.varied),
                 search=not stage.runs,
-                looks=adaptive.recorded_looks(stage),
+                looks=stage.rule.recorded_looks(),
                 scale=stage.base.scale.name,
                 metrics=objectives(sweep) if len(objectives(sweep)) > 1 else [],
             ).write(stage.sweep_dir)

@@ -29,9 +29,10 @@ from cart_sweeps.options import Sampler, StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.register import stage_paths
 from cart_sweeps.roles import check_claim
+from cart_sweeps.rules import for_stage
+from cart_sweeps.rules.zoom import ZOOM_AXES, best_single_run, zoom_candidates
 from cart_sweeps.stagerecord.runset import RunSet, stage_runs
-from cart_sweeps.stagerecord.zoom import ZOOM_AXES, best_single_run, zoom_candidates
-from cart_sweeps.sweep import objectives, samplers, space, stage_checks
+from cart_sweeps.sweep import objectives, samplers, space
 from cart_sweeps.sweep.overrides import Arguments, split_arguments
 from cart_sweeps.sweep.scale import check_apart, to_paper, to_scale
 from cart_sweeps.validate import check_interpolations, validate
@@ -98,9 +99,8 @@ class Stage:
         objectives.settle(self.base.sweep, self.name, given)  # sweep.metrics: its first is the ranking metric
         self.sweep_dir = Path(self.base.paths.runs) / self.name
         self.args: Arguments = split_arguments(parsed, list(self.spec.grid))
-        grid = cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True))
-        if self.spec.rungs:  # a ladder: every run's horizon is a param (its first rung's runs are the grid's)
-            grid = {**grid, stage_checks.STEPS: list(self.spec.rungs)}
+        self.rule = for_stage(self)  # what decides the runs it adds (cart_sweeps.rules): chosen once
+        grid = self.rule.grid(cast(dict[str, list[Any]], OmegaConf.to_container(self.spec.grid, resolve=True)))
         sizes = {**{k: len(v) for k, v in grid.items()}, **self.args.sizes}
         if self.spec.variants:
             sizes[VARIANT] = len(self.spec.variants)
@@ -139,7 +139,7 @@ class Stage:
                     f"{'|'.join(samplers.SEARCH)})"
                 )
             self.runs = self._grid_runs()
-        stage_checks.check(self)
+        self.rule.check()
 
     @property
     def recipe(self) -> dict[str, Any]:
@@ -228,9 +228,7 @@ class Stage:
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
             self._check_size({"zoom candidates": len(cands), **{k: len(v) for k, v in rest.items()}})
             return ({**c, **g} for c in cands for g in product(rest))
-        if self.spec.rungs:
-            return (p for p in product(self.axes) if p[stage_checks.STEPS] == self.spec.rungs[0])
-        return product(self.axes)
+        return filter(self.rule.first, product(self.axes))
 
     def _grid_runs(self) -> list[Run]:
         runs: dict[str, Run] = {}

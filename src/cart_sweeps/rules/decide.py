@@ -278,10 +278,18 @@ def _order(option: Any) -> tuple[Any, ...]:
     return (0, option, "") if isinstance(option, Real) and not isinstance(option, bool) else (1, 0, str(option))
 
 
-# The seeds a stage adds, in order (sweep/adaptive.py, a ladder): its own first, then these.
+# The seeds a stage adds, in order (rules/seeds.py, a ladder): its own first, then these.
 SEEDS = (42, 137, 271, 314, 577, 618, 828, 1123, 1414, 1732, 2236, 2718, 3141, 4669, 6022, 8128)
 
 
 def seed_order(first: Sequence[int]) -> list[int]:
     """The seeds in the order a stage adds them: its own, then SEEDS."""
     return [*first, *(s for s in SEEDS if s not in first)]
+
+
+def seeds_in_every(order: Sequence[int], cells: Sequence[Mapping[int, float]]) -> int:
+    """How many of `order`'s first seeds every cell has a result for."""
+    n = 0
+    while n < len(order) and all(order[n] in c for c in cells):
+        n += 1
+    return n

@@ -1,10 +1,10 @@
-"""The ladder's decisions, from values alone: what a ladder stage (sweep/ladder.py) acts on and what its
-simulation (sweep/ladder_sim.py) tests, through this one entry point, `walk`.
+"""The ladder's decisions, from values alone: what a ladder stage (rules/ladder.py) acts on and what its
+simulation (`python -m cart_sweeps.simulate`) tests, through this one entry point, `walk`.
 
 A ladder runs every configuration at its first horizon (rung), then, per decision group (a width), keeps
 only what is not decided worse than the rung's best by more than the drift allowance, and runs those again,
 fresh, at the next horizon, up to the last. A configuration is dropped at rung k when its gap to the rung's
-best (on the metric's tested scale, cart_sweeps.decide) exceeds the allowance significantly: a one-sided
+best (on the metric's tested scale, cart_sweeps.rules.decide) exceeds the allowance significantly: a one-sided
 t-test of (gap - allowance) on the rung's pooled seed noise, doubled (the data chose the best), Holm's
 step-down over the group's comparisons, at alpha / looks. The allowance is how far a gap may still close
 between this horizon and the last: `rate x ln(last / this)`. The rate is the ladder's own measurement once
@@ -29,14 +29,15 @@ length and batch, and Stage 1 is one seed, so part of each change is recipe and 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
 
-from cart_sweeps.decide import Noise, Option, gap, holm, option, pool, resolution
 from cart_sweeps.metric import Metric
+from cart_sweeps.rules.decide import Noise, Option, gap, holm, option, pool, resolution, seeds_in_every
 from cart_sweeps.schedule import stable_steps
 
 # (R=6, R=8) PPL_wiki at P=6: Stage 1 at 3,000 steps, Stage 2 at 30,500 (REFERENCE.md section 5)
@@ -48,7 +49,7 @@ PAPER_R6_R8 = {
 }
 PAPER_HORIZONS = (3000, 30500)
 
-RECORD = "ladder"  # the ledger study's user attribute: the ladder's records (sweep/ladder.py writes them)
+RECORD = "ladder"  # the ledger study's user attribute: the ladder's records (rules/ladder.py writes them)
 RECORD_FILE = "ladder.json"  # the same, with the design, in the stage folder
 
 
@@ -178,7 +179,7 @@ class Design:
 
     def steps(self, k: int, branched: bool) -> int:
         """The steps a run at rung k trains: its horizon, or, branched from the previous rung's run of its
-        configuration and seed, what follows that run's stable phase (sweep/ladder.py)."""
+        configuration and seed, what follows that run's stable phase (rules/ladder.py)."""
         if not (branched and k and self.branch is not None):
             return self.rungs[k]
         return self.rungs[k] - stable_steps(self.rungs[k - 1], self.branch)
@@ -229,45 +230,67 @@ class Walk:
 Data = Mapping[tuple[int, Any, Any], Mapping[int, float]]  # (rung, group, config) -> seed -> value
 
 
-def _have(design: Design, cells: Sequence[Mapping[int, float]]) -> int:
-    n = 0
-    while n < len(design.seeds) and all(design.seeds[n] in c for c in cells):
-        n += 1
-    return n
+@dataclass(frozen=True)
+class Gap:
+    """One configuration's gap to its group's best at the later of two consecutive rungs, at both (on the
+    metric's tested scale), among the configurations run at both (`shared`)."""
+
+    rung: int  # the earlier rung
+    group: Any
+    config: Any
+    against: Any  # the later rung's best
+    before: float
+    after: float
+    span: float  # ln(later horizon / earlier)
+    shared: tuple[Any, ...]
+
+    @property
+    def closed(self) -> float:
+        """How far the gap closed per unit of ln(horizon)."""
+        return (self.before - self.after) / self.span
+
+
+def gaps(
+    rungs: Sequence[int], members: Sequence[Mapping[Any, Sequence[Any]]], score: Callable[[int, Any, Any], float]
+) -> list[Gap]:
+    """Each gap between consecutive rungs of `members` (per rung: group -> its configurations), from each cell's
+    mean on the tested scale (`score(rung, group, config)`): the ladder's drift and the analysis's drift table
+    alike."""
+    out = []
+    for j in range(len(members) - 1):
+        span = math.log(rungs[j + 1] / rungs[j])
+        for group, later in members[j + 1].items():
+            shared = tuple(c for c in later if c in members[j].get(group, []))
+            if len(shared) < 2:
+                continue
+            ref = min(shared, key=lambda c: score(j + 1, group, c))
+            for c in shared:
+                if c != ref:
+                    before = score(j, group, c) - score(j, group, ref)
+                    after = score(j + 1, group, c) - score(j + 1, group, ref)
+                    out.append(Gap(j, group, c, ref, before, after, span, shared))
+    return out
 
 
 def _drift(design: Design, k: int, members: Mapping[int, Mapping[Any, list[Any]]], data: Data) -> Drift:
     """The drift rate rung k uses: the prior at the first rung, else measured on the grid's seeds of the
     configurations run at both of each pair of consecutive rungs up to k (each group's gaps to its best at the
-    later rung)."""
+    later rung), less the variance seed noise adds to each."""
     if k == 0:
         return Drift(design.prior, "prior")
-    n = design.first
-    seeds = design.seeds[:n]
-    closures, noise = [], []
-    for j in range(k):
-        span = math.log(design.rungs[j + 1] / design.rungs[j])
-        for group, later in members[j + 1].items():
-            shared = [c for c in later if c in members[j].get(group, [])]
-            if len(shared) < 2:
-                continue
-            scores = {
-                (r, c): [design.metric.scaled(data[(r, group, c)][s]) for s in seeds]
-                for r in (j, j + 1)
-                for c in shared
-            }
-            mean = {key: float(np.mean(v)) for key, v in scores.items()}
-            var = {
-                r: float(np.mean([np.var(scores[(r, c)], ddof=1) for c in shared])) if n > 1 else 0.0
-                for r in (j, j + 1)
-            }
-            ref = min(shared, key=lambda c: mean[(j + 1, c)])
-            for c in shared:
-                if c != ref:
-                    before, after = mean[(j, c)] - mean[(j, ref)], mean[(j + 1, c)] - mean[(j + 1, ref)]
-                    closures.append((before - after) / span)
-                    noise.append(2 * (var[j] + var[j + 1]) / n / span**2)
-    return measured_rate(closures, noise) if closures else Drift(design.prior, "prior")
+    n, seeds = design.first, design.seeds[: design.first]
+
+    @cache
+    def scores(r: int, group: Any, c: Any) -> list[float]:
+        return [design.metric.scaled(data[(r, group, c)][s]) for s in seeds]
+
+    @cache
+    def var(r: int, group: Any, shared: tuple[Any, ...]) -> float:
+        return float(np.mean([np.var(scores(r, group, c), ddof=1) for c in shared])) if n > 1 else 0.0
+
+    found = gaps(design.rungs, [members[j] for j in range(k + 1)], lambda *key: float(np.mean(scores(*key))))
+    noise = [2 * (var(g.rung, g.group, g.shared) + var(g.rung + 1, g.group, g.shared)) / n / g.span**2 for g in found]
+    return measured_rate([g.closed for g in found], noise) if found else Drift(design.prior, "prior")
 
 
 def _pct(x: float) -> str:
@@ -297,13 +320,11 @@ def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Wal
         allowance = design.allowance(k, drift)
         members[k + 1] = {}
         seeding = []
-        values = {
-            g: {c: [data[(k, g, c)][s] for s in design.seeds[: _have(design, [data[(k, g, c)] for c in m])]] for c in m}
-            for g, m in live.items()
-        }
+        every = {g: seeds_in_every(design.seeds, [data[(k, g, c)] for c in m]) for g, m in live.items()}
+        values = {g: {c: [data[(k, g, c)][s] for s in design.seeds[: every[g]]] for c in m} for g, m in live.items()}
         noise = pool([o for v in values.values() for o in options(v, design.metric)], f"rung {k + 1}'s seeds")
         for g, m in live.items():
-            have = len(next(iter(values[g].values())))
+            have = every[g]
             j = judge(values[g], design.metric, allowance, design.alpha, design.looks, noise)
             out.judged[(k, g)] = j
             if j.open and have < design.most:

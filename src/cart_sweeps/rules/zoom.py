@@ -2,7 +2,7 @@
 (cart_sweeps.stagerecord.runset: the same runs the analysis tables).
 
 Per width: the best R and the best P of Stage 1 (the best seed mean of the sweep metric at the end, in its
-direction, by the study's one rule: cart_sweeps.decide.ranked), each with its grid neighbour on either side; past
+direction, by the study's one rule: cart_sweeps.rules.decide.ranked), each with its grid neighbour on either side; past
 the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds R=10). The candidates are the best (R, P)
 and its neighbours along each axis (a cross, not a square). `stage.sentinels=K` also promotes the K
 configurations ranked just below that cutoff, so the analysis can tell whether the cutoff would have missed
@@ -19,11 +19,11 @@ from collections import defaultdict
 from typing import Any
 
 from cart_sweeps.config import RECIPE_KEYS, ConfigError
-from cart_sweeps.decide import best_per, ranked
 from cart_sweeps.metric import require
+from cart_sweeps.rules.axes import SEED, D, P, R
+from cart_sweeps.rules.decide import best_per, ranked
 from cart_sweeps.stagerecord.runset import RunSet, StageRun
 
-D, R, P = "model.d_model", "model.n_loops", "model.n_prelude"
 ZOOM_AXES = (D, R, P)
 _LOWEST = {R: 1, P: 0}
 
@@ -71,7 +71,7 @@ def recipe_mix(runs: list[StageRun]) -> list[str]:
 
 def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
     """What the benchmarks stage evaluates per width (paper number): the width's best configuration by the one
-    rule the tables' `stage2_best` uses (cart_sweeps.decide.best_per: the best seed mean, ties to the smallest
+    rule the tables' `stage2_best` uses (cart_sweeps.rules.decide.best_per: the best seed mean, ties to the smallest
     configuration), and of its seeds the run with the best `metric` (ties to the first folder by name), its R
     and folder. One run, since one checkpoint is evaluated, of the configuration the tables name."""
     record, scored = require(metric), _scored(runs, metric, (D, R))
@@ -91,7 +91,7 @@ def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
 
 def _cell(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """A run's configuration: its grid point less the seed, in key order (one option of the width's best)."""
-    return tuple(sorted((k, v) for k, v in params.items() if k != "seed"))
+    return tuple(sorted((k, v) for k, v in params.items() if k != SEED))
 
 
 def promoted(order: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -111,7 +111,7 @@ def sentinels(order: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
 
 
 def ranking(scored: list[tuple[float, dict[str, Any]]], metric: str) -> list[tuple[int, int]]:
-    """One width's (R, P) configurations best first, by the one rule (cart_sweeps.decide.ranked: the best seed
+    """One width's (R, P) configurations best first, by the one rule (cart_sweeps.rules.decide.ranked: the best seed
     mean; exact ties to the smaller R, then P)."""
     values: dict[tuple[int, int], list[float]] = defaultdict(list)
     for value, params in scored:

@@ -1,5 +1,5 @@
 """A ladder against the paper's fixed design, on studies with a known truth:
-`python -m cart_sweeps.sweep.ladder_sim [--reps 200] [--sd 0.005] [--seed 0]` prints the table.
+`python -m cart_sweeps.simulate [--reps 200] [--sd 0.005] [--seed 0]` prints the table.
 
 Each study is the paper's grid (d in {256, 512, 768, 1024} x R in {2, 4, 6, 8} x P in {2, 3, 4, 6}) with a
 true log-perplexity per configuration that changes with the horizon (linear in ln(steps) between 3,000 and
@@ -18,11 +18,11 @@ Designs, per width, on the same draws of the truth:
 
 - fixed (zoom): the project's Stage 1 -> Stage 2 with stage.select=zoom: every configuration at 3,000 steps
   with one seed on the Stage-1 recipe (sequence 512, 16,384 tokens a step), the zoom's candidates
-  (cart_sweeps.stagerecord.zoom.promoted: the best (R, P) and its neighbours along each axis) at 30,500 with 3 seeds
-  on the Stage-2 recipe (sequence 1,024, 32,768 tokens), decided by cart_sweeps.decide.best_level at alpha;
+  (cart_sweeps.rules.zoom.promoted: the best (R, P) and its neighbours along each axis) at 30,500 with 3 seeds
+  on the Stage-2 recipe (sequence 1,024, 32,768 tokens), decided by cart_sweeps.rules.decide.best_level at alpha;
 - fixed (paper): Stage 2 as shipped (stage.select=paper): the screen, then R in {6, 8, 10} at P=6 x 3 seeds;
 - ladder: rungs 3,000 / 10,000 / 30,500 on the Stage-2 recipe, 2 seeds per cell, up to `--most` seeds where a
-  width is open, through cart_sweeps.stagerecord.ladder_rule.walk (what a ladder stage acts on), every run fresh;
+  width is open, through cart_sweeps.rules.ladder_walk.walk (what a ladder stage acts on), every run fresh;
 - ladder (branch): the same ladder under trainer.schedule=wsd with stage.branch=true (`--decay`, the decay
   fraction): a promoted run costs its steps past the previous rung's decay start (Design.steps), a seed first
   run at a rung its whole length. The same decisions on the same values: a branch equals the fresh run.
@@ -47,11 +47,13 @@ from omegaconf import OmegaConf
 
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ModelConfig
-from cart_sweeps.decide import ALPHA, SEEDS, best_level
 from cart_sweeps.metric import require
 from cart_sweeps.model import train_flops_per_token
-from cart_sweeps.stagerecord.ladder_rule import PAPER_HORIZONS, Design, walk
-from cart_sweeps.stagerecord.zoom import promoted
+from cart_sweeps.rules.axes import P as P_KEY
+from cart_sweeps.rules.axes import R as R_KEY
+from cart_sweeps.rules.decide import ALPHA, SEEDS, best_level
+from cart_sweeps.rules.ladder_walk import PAPER_HORIZONS, Design, walk
+from cart_sweeps.rules.zoom import promoted
 
 WIDTHS = (256, 512, 768, 1024)
 GRID_R, GRID_P = (2, 4, 6, 8), (2, 3, 4, 6)
@@ -76,7 +78,6 @@ PAPER_30500 = {  # Stage 2, 3-seed means; R=2 and R=4 not run by the paper (set 
 P_3000 = {2: 0.06, 3: 0.04, 4: 0.02, 6: 0.0, 8: 0.005}
 P_30500 = {2: 0.04, 3: 0.025, 4: 0.012, 6: 0.0, 8: 0.005}
 Config = tuple[tuple[str, int], ...]
-R_KEY, P_KEY = "model.n_loops", "model.n_prelude"
 
 
 def config(r: int, p: int) -> Config:
@@ -263,7 +264,7 @@ def table(rows: Sequence[Row]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m cart_sweeps.sweep.ladder_sim", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cart_sweeps.simulate", description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=200, help="studies (of four widths) per truth")
     parser.add_argument("--sd", type=float, default=0.005, help="seed s.d. of log-perplexity")
     parser.add_argument("--seed", type=int, default=0)

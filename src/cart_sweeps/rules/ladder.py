@@ -1,0 +1,273 @@
+"""A ladder stage (`stage.rungs=[3000, 10000, 30500]`, docs/ladder.md): its grid runs at the first horizon,
+and each later rung's runs are fresh runs of the configurations the walk (rules/ladder_walk.py) keeps.
+
+The horizon is the run's `trainer.steps`, a param of every run (paper numbers, mapped through the scale as
+any step count). What to run next follows from the run set alone (runset.stage_runs, as the analysis reads
+it), so a relaunch recomputes the same ladder: done runs are skipped, runs cut off are resumed, and each
+added run's trial records why it exists (rule.WHY). Every promotion and drop, with its reason, is
+recorded in the ledger (the study's user attribute RECORD) and in the stage folder (RECORD_FILE), for the
+analysis.
+
+`stage.branch=true` with `trainer.schedule=wsd` (`LadderRule.launch_overrides`, added as each run launches): a run below
+the last rung keeps its checkpoint where its stable phase ends, and a promoted run starts from the previous
+rung's run of the same configuration and seed there, so a rung costs its extra stable steps and its cooldown,
+not its whole length; it computes what the fresh run of its horizon computes (docs/wsd.md), and is that run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from optuna.trial import FrozenTrial
+
+from cart_sweeps.config import ConfigError
+from cart_sweeps.record.runfolder import checkpoint_path
+from cart_sweeps.rules.axes import SEED, STEPS, D
+from cart_sweeps.rules.decide import seed_order
+from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
+from cart_sweeps.rules.rule import WHY, Added, Cell, Expanded, StageRule
+from cart_sweeps.rules.seeds import ranked_by
+from cart_sweeps.rules.zoom import promoted
+from cart_sweeps.schedule import decay_start
+from cart_sweeps.stagerecord.runset import stage_runs
+
+if TYPE_CHECKING:
+    from cart_sweeps.stagerecord.ledger import Ledger
+
+BRANCH_KEYS = ("trainer.keep_checkpoints_at", "trainer.branch_from", "trainer.branch_step")  # stage.branch sets
+
+
+class LadderRule(StageRule):
+    """A ladder's rule (`stage.rungs`)."""
+
+    def grid(self, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """Every run's horizon is a param (its first rung's runs are the grid's)."""
+        return {**axes, STEPS: list(self.stage.spec.rungs)}
+
+    def first(self, point: dict[str, Any]) -> bool:
+        return bool(point[STEPS] == self.stage.spec.rungs[0])
+
+    def check_own(self) -> None:
+        """Refuse, in one line, a ladder this stage cannot run."""
+        stage, spec = self.stage, self.stage.spec
+        rungs = list(spec.rungs)
+        if len(rungs) < 2 or any(not isinstance(h, int) or h < 1 for h in rungs) or rungs != sorted(set(rungs)):
+            raise ConfigError(f"stage.rungs={rungs} must be two or more increasing step counts (paper numbers)")
+        if STEPS in spec.grid or STEPS in stage.args.passed or STEPS in stage.args.axes:
+            raise ConfigError(f"stage.rungs sets each run's {STEPS}: drop {STEPS} from the grid and the command line")
+        if not stage.runs:
+            raise ConfigError("stage.rungs runs a grid, not a search")
+        if len(stage.axes.get(SEED, [])) < 2:
+            raise ConfigError(
+                f"stage.rungs drops only what the rung's seed noise tells apart: stage {stage.name} needs a grid over "
+                "at least two seeds (seed=42,137)"
+            )
+        self.check_max_seeds()
+        if spec.drift is not None and not spec.drift >= 0:
+            raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
+        if spec.branch:
+            schedules = {str(run.config.cfg.trainer.schedule) for run in stage.runs}
+            if schedules != {"wsd"} or spec.recipe.get("trainer.schedule") != "wsd":
+                raise ConfigError(
+                    "stage.branch=true continues each run's stable phase: it needs trainer.schedule: wsd in the stage "
+                    "file's recipe (a cosine spans each run's own length; the recipe's wsd warms every horizon up "
+                    "alike), or drop stage.branch"
+                )
+            if passed := [k for k in BRANCH_KEYS if k in stage.args.passed]:
+                raise ConfigError(f"stage.branch=true sets each run's {passed[0]}: drop it from the command line")
+
+    def looks(self) -> int:
+        """Each rung's looks (a ladder decides at each rung)."""
+        return super().looks() * len(self.stage.spec.rungs)
+
+    def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
+        """The runs earlier launches added to this ladder (so a relaunch resumes or skips them)."""
+        stage = self.stage
+        configs = {(g, c) for g, cs in groups(stage).items() for c in cs}
+        out = []
+        for trials in history.values():
+            attrs, params = trials[-1].user_attrs, dict(trials[-1].params)
+            if WHY in attrs and split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs:
+                out.append(Added(stage.run(params), str(attrs[WHY])))
+        return out
+
+    def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
+        """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are
+        written to the ledger and the stage folder."""
+        stage = self.stage
+        state = current(stage)
+        new = record(stage, ledger, state)
+        for call in new:
+            if call.action != "promoted":
+                say(f"stage {stage.name}: {call.action}: {call.reason}")
+        grid = {run.run_id for run in stage.runs}
+        wanted = [Added(stage.run(params_of(stage, w.rung, w.group, w.config, w.seed)), w.why) for w in state.wants]
+        return [a for a in wanted if a.run.run_id not in grid]
+
+    def plan_lines(self, hours: dict[str, float]) -> list[str]:
+        """What `plan` says of a ladder: per rung, its runs and GPU-hours at most (every configuration, at most
+        seeds) and as expected from what the ladder has measured (the configurations its records promoted to the
+        rung, at the grid's seeds; for rungs past the last settled one, the configurations still in; before any
+        run, every configuration: no drop is assumed without a measurement), and the paper's fixed design on the
+        same grid at this stage's recipe (one seed per configuration at the first rung, the zoom's candidates
+        with three seeds at the last)."""
+        stage = self.stage
+        d, state = design(stage), current(stage)
+        per = _hours_per_config(stage, hours)
+        configs = [(g, c) for g, cs in groups(stage).items() for c in cs]
+        lines = [
+            f"ladder: rungs {list(d.rungs)} steps, {d.first} seeds per cell (at most {d.most}), alpha {d.alpha:g} / "
+            f"{d.looks} looks; drift prior {d.prior:.2%} per ln-horizon (stage.drift)"
+        ]
+        if d.branch is not None:
+            lines.append(
+                "  branched (stage.branch): a promoted run trains past the previous rung's decay start, a rung "
+                f"{'/'.join(str(d.steps(k, True)) for k in range(len(d.rungs)))} steps; a seed first run at a rung, "
+                "fresh"
+            )
+        total_most = total_expected = 0.0
+        alive = configs
+        for k, h in enumerate(d.rungs):
+            settled = [c for c in state.calls if c.rung == k - 1]
+            if k and settled:
+                alive = [(c.group, c.config) for c in settled if c.action == "promoted"]
+            seeds = [n for (r, _), j in state.judged.items() if r == k for n in [j.options[0].seeds] if j.options]
+            n_seeds = max(seeds, default=d.first)
+            grid_steps, more_steps = d.steps(k, branched=True), d.steps(k, branched=False)  # more seeds: fresh
+            most = sum(per[key] for key in configs) * (d.first * grid_steps + (d.most - d.first) * more_steps)
+            expected = sum(per[key] for key in alive) * (d.first * grid_steps + (n_seeds - d.first) * more_steps)
+            total_most, total_expected = total_most + most, total_expected + expected
+            basis = "measured" if (k == 0 or settled) and state.judged else "no measurement yet: no drop assumed"
+            lines.append(
+                f"  rung {k + 1} ({h} steps): at most {len(configs) * d.most} runs, {most:,.2f} GPU-hours; expected "
+                f"{len(alive) * n_seeds} runs, {expected:,.2f} GPU-hours ({basis})"
+            )
+        lines.append(
+            f"  total: {total_most:,.2f} GPU-hours at most, {total_expected:,.2f} expected; the paper's fixed design "
+            f"on this grid (1 seed at {d.rungs[0]}, the zoom's candidates x 3 seeds at {d.rungs[-1]}): "
+            f"{_fixed(stage, state, per, d):,.2f}"
+        )
+        return lines
+
+    def launch_overrides(self, run: Any) -> list[str]:
+        """`stage.branch=true`: the overrides that make a ladder's run part of a branch, added as it launches (none
+        otherwise). A run below the last rung keeps its checkpoint at its decay start, the last step every longer
+        run of its configuration and seed shares; a run above the first starts from the previous rung's run of its
+        configuration and seed there, where that run holds it (a seed first run at this rung trains fresh). These
+        keys are no part of a run's identity, so a relaunch resumes or skips it as the same run either way."""
+        stage = self.stage
+        rungs = list(stage.spec.rungs)
+        if not stage.spec.branch:
+            return []
+        k = rungs.index(run.params[STEPS])
+        out = [f"trainer.keep_checkpoints_at=[{decay_start(run.config.cfg.trainer)}]"] if k < len(rungs) - 1 else []
+        if k > 0:
+            parent = stage.run({**run.params, STEPS: rungs[k - 1]})
+            step = decay_start(parent.config.cfg.trainer)
+            if checkpoint_path(parent.run_dir, step).with_suffix(".json").is_file():
+                out += [f"trainer.branch_from={parent.run_dir}", f"trainer.branch_step={step}"]
+        return out
+
+
+def design(stage: Expanded) -> Design:
+    """The stage's ladder: its rungs, seeds, most seeds, metric, prior drift and alpha."""
+    spec, grid_seeds = stage.spec, stage.axes[SEED]
+    prior = DRIFT_PRIOR if spec.drift is None else float(spec.drift)
+    most = spec.max_seeds if spec.max_seeds is not None else len(grid_seeds)
+    branch = float(stage.runs[0].config.cfg.trainer.decay_fraction) if spec.branch and stage.runs else None
+    rungs, seeds = tuple(spec.rungs), tuple(seed_order(grid_seeds))
+    return Design(rungs, seeds, len(grid_seeds), most, ranked_by(stage), prior, branch=branch)
+
+
+def split(stage: Expanded, params: dict[str, Any]) -> tuple[Any, Cell]:
+    """A run's (decision group, configuration): its width (the grid's; else the recipe's, the stage's one group;
+    None where neither sets it), and its params less width, seed and horizon."""
+    config = tuple(sorted((k, v) for k, v in params.items() if k not in (D, SEED, STEPS)))
+    return params.get(D, stage.recipe.get(D)), config
+
+
+def groups(stage: Expanded) -> dict[Any, list[Cell]]:
+    """Each width's configurations, as the grid lists them."""
+    out: dict[Any, list[Cell]] = defaultdict(list)
+    for run in stage.runs:
+        if run.params.get(SEED) == stage.axes[SEED][0]:
+            group, config = split(stage, run.params)
+            out[group].append(config)
+    return dict(out)
+
+
+def current(stage: Expanded) -> Walk:
+    """The ladder on the stage's results so far (the runs its conclusions use)."""
+    rung_of = {h: k for k, h in enumerate(stage.spec.rungs)}
+    data: dict[tuple[int, Any, Cell], dict[int, float]] = defaultdict(dict)
+    metric = stage.base.sweep.metric
+    for run in stage_runs(Path(stage.base.paths.runs), stage.name).used:
+        value = run.summary.value(metric) if run.summary else None
+        if value is not None and run.params.get(STEPS) in rung_of and SEED in run.params:
+            group, config = split(stage, run.params)
+            data[(rung_of[run.params[STEPS]], group, config)][int(run.params[SEED])] = value
+    return walk(design(stage), groups(stage), data)
+
+
+def params_of(stage: Expanded, rung: int, group: Any, config: Cell, seed: int) -> dict[str, Any]:
+    """The grid point of a configuration at a rung and seed (paper numbers)."""
+    return {**({D: group} if D in stage.axes else {}), **dict(config), STEPS: stage.spec.rungs[rung], SEED: seed}
+
+
+def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
+    """Write the ladder's records (ledger and RECORD_FILE); the ones not written before."""
+    rows = [as_row(c) for c in state.calls]
+    before = ledger.study.user_attrs.get(RECORD, [])
+    ledger.study.set_user_attr(RECORD, rows)
+    d = design(stage)
+    drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
+    shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
+    shown |= {"alpha": d.alpha}
+    payload = {"design": shown | {"looks": d.looks}, "drift": drift, "records": rows}
+    path = stage.sweep_dir / RECORD_FILE
+    tmp = path.with_name(f".{RECORD_FILE}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    tmp.replace(path)
+    return [c for c, row in zip(state.calls, rows, strict=True) if row not in before]
+
+
+def as_row(call: Call) -> dict[str, Any]:
+    return {
+        "rung": call.rung + 1,
+        "steps": call.horizon,
+        "group": group_name(call.group),
+        "config": name(call.config),
+        "action": call.action,
+        "reason": call.reason,
+    }
+
+
+def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: Design) -> float:
+    """GPU-hours of the paper's two stages on the ladder's grid: the screen, and per width the zoom's cross
+    (rules/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
+    where measured (the grid's order before), 3 seeds each."""
+    hours = sum(per.values()) * d.rungs[0]
+    for g, cs in groups(stage).items():
+        j = state.judged.get((0, g))
+        rank = {o.level: o.rank for o in j.options} if j else {}
+        ranked = sorted(cs, key=lambda c: rank.get(c, 0.0))
+        if len(cs[0]) == 2:
+            cross = set(promoted([(c[0][1], c[1][1]) for c in ranked]))
+            chosen = [c for c in cs if (c[0][1], c[1][1]) in cross]
+        else:
+            chosen = ranked[:3]
+        hours += sum(per[(g, c)] for c in chosen) * d.rungs[-1] * 3
+    return hours
+
+
+def _hours_per_config(stage: Expanded, hours: dict[str, float]) -> dict[tuple[Any, Cell], float]:
+    """GPU-hours per step of each configuration, from its first-rung run's estimate."""
+    out: dict[tuple[Any, Cell], float] = {}
+    for run in stage.runs:
+        key = split(stage, run.params)
+        out[key] = max(out.get(key, 0.0), hours.get(run.run_id, 0.0) / stage.spec.rungs[0])
+    return out
