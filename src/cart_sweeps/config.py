@@ -22,11 +22,9 @@ from cart_sweeps.options import (
     GPU,
     CandidateSelection,
     CoreUpdate,
-    DecayShape,
     Device,
     LoggerMode,
     LoggerName,
-    LRSchedule,
     Optimizer,
     PlanFormat,
     Precision,
@@ -36,6 +34,7 @@ from cart_sweeps.options import (
     StageNumbers,
     TokenizerKind,
 )
+from cart_sweeps.schedule import DecayShape, LRSchedule
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The repo's conf/ and sweeps/, through the package's links to them (copies of them in an installed wheel).
@@ -196,7 +195,7 @@ class TrainerConfig:
     # A finished run keeps its final weights alone (a d=1024 run: 0.5 GB, not up to 1.5 GB more of AdamW state);
     # true keeps the optimizer's state and the checkpoints before, for a run you mean to train further.
     keep_final_optimizer: bool = False
-    # The learning-rate schedule (schedule.lr_at): the paper's cosine, or warm-up-stable-decay, whose runs of
+    # The learning-rate schedule (schedule.Schedule): the paper's cosine, or warm-up-stable-decay, whose runs of
     # several lengths share their stable phase, so one run branches into the others (docs/wsd.md).
     schedule: LRSchedule = LRSchedule.cosine
     decay_fraction: float = field(default=0.2, metadata=at_least(0))  # wsd: the share of the steps that decay

@@ -22,6 +22,7 @@ from typing import Any, cast
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cart_sweeps.config import DataConfig, ModelConfig, TrainerConfig
+from cart_sweeps.options import StageKind
 
 # Keys that change where or how fast a run goes, not what it computes: left out of its identity.
 NON_IDENTITY_KEYS = {
@@ -203,7 +204,7 @@ def identity(cfg: DictConfig, seed: bool = True, part: GroupPart = group_identit
         out["eval_n_loops"] = cfg.stage.eval_n_loops
     if cfg.stage.get("num_fewshot") is not None:  # a benchmark evaluation with lm-eval's few-shot examples
         out["num_fewshot"] = cfg.stage.num_fewshot
-    if cfg.stage.kind == "evaluate":  # which checkpoint it read, and what it measured of it
+    if StageKind.of(cfg).reads_checkpoint:  # which checkpoint it read, and what it measured of it
         evaluated = cfg.get("evaluated")  # None until with_source has read the source
         out["evaluated"] = OmegaConf.to_container(evaluated, resolve=True) if evaluated is not None else None
         out["harness"] = {"tasks": list(cfg.harness.tasks), "limit": cfg.harness.limit}

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import ConfigError, TrainerConfig
 from cart_sweeps.identity import group_identity
 from cart_sweeps.record.runfolder import checkpoint_path
-from cart_sweeps.schedule import decay_start, schedule_problem
+from cart_sweeps.schedule import Schedule, schedule_problem
 
 # Trainer keys that shape only the decay after the branch step, or the evaluations: free to differ from the parent.
 MAY_DIFFER = frozenset({"steps", "decay_fraction", "decay_shape", "min_lr", "eval_every", "eval_windows"})
@@ -48,17 +48,18 @@ def branch_parent(cfg: DictConfig) -> Parent | None:
         why = type(err).__name__
         raise ConfigError(f"{key} holds no readable config.yaml ({why}); name a trained run's folder") from None
     parent = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(TrainerConfig), saved.trainer))
-    if parent.schedule != "wsd":
+    ours, theirs = Schedule.of(t), Schedule.of(parent)
+    if not theirs.branchable:
         raise ConfigError(
             f"{key} trained under trainer.schedule={parent.schedule}: its learning rate followed a cosine over its "
             "own length, so its checkpoints equal no run of another length; branch a trainer.schedule=wsd run"
         )
     # By default the latest step both runs share: the earlier of the two decay starts.
-    step = t.branch_step if t.branch_step is not None else min(decay_start(parent), decay_start(t))
-    if step > decay_start(parent):
+    step = t.branch_step if t.branch_step is not None else min(theirs.decay_start, ours.decay_start)
+    if step > theirs.decay_start:
         raise ConfigError(
-            f"trainer.branch_step={step} is after {folder.name}'s decay start (step {decay_start(parent)} of its "
-            f"{parent.steps}): its state there has begun to decay; branch at or before step {decay_start(parent)}"
+            f"trainer.branch_step={step} is after {folder.name}'s decay start (step {theirs.decay_start} of its "
+            f"{parent.steps}): its state there has begun to decay; branch at or before step {theirs.decay_start}"
         )
     if problem := schedule_problem(t, [], step, branching=True):
         raise ConfigError(problem)

@@ -25,7 +25,7 @@ from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
-from cart_sweeps.options import Sampler, StageNumbers
+from cart_sweeps.options import Sampler, StageKind, StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.register import stage_paths
 from cart_sweeps.roles import check_claim
@@ -108,7 +108,7 @@ class Stage:
         if not searching:  # counted before any axis is listed: the axes zoom selects from are counted as it selects
             self._check_size({k: n for k, n in sizes.items() if self.select != "zoom" or k not in ZOOM_AXES})
         self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
-        self.train = self.spec.kind == "train"
+        self.train = StageKind(self.spec.kind).trains
         self.option = first.stage  # the stage file (its `name:` may differ: the ad-hoc stage, stage.name=...)
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
@@ -393,7 +393,7 @@ def make_configuration(
 ) -> Configuration:
     """Validate a composed config and name its configuration; `name` gives its identity less the seed (a
     stage's composer memoizes it: hashing is not free)."""
-    if cfg.stage.kind == "evaluate":
+    if StageKind.of(cfg).reads_checkpoint:
         cfg, name = with_source(cfg), _seedless_identity  # its groups are the source's
     validate(cfg)
     config_identity = name(cfg)

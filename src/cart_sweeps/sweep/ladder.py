@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial
 
 from cart_sweeps.decide import seed_order
 from cart_sweeps.record.runfolder import checkpoint_path
-from cart_sweeps.schedule import decay_start
+from cart_sweeps.schedule import Schedule
 from cart_sweeps.stagerecord.ladder_rule import (
     DRIFT_PRIOR,
     RECORD,
@@ -225,10 +225,11 @@ def branch_overrides(stage: Stage, run: Run) -> list[str]:
     if not (rungs and stage.spec.branch):
         return []
     k = rungs.index(run.params[STEPS])
-    out = [f"trainer.keep_checkpoints_at=[{decay_start(run.config.cfg.trainer)}]"] if k < len(rungs) - 1 else []
+    start = Schedule.of(run.config.cfg.trainer).decay_start
+    out = [f"trainer.keep_checkpoints_at=[{start}]"] if k < len(rungs) - 1 else []
     if k > 0:
         parent = stage.run({**run.params, STEPS: rungs[k - 1]})
-        step = decay_start(parent.config.cfg.trainer)
+        step = Schedule.of(parent.config.cfg.trainer).decay_start
         if checkpoint_path(parent.run_dir, step).with_suffix(".json").is_file():
             out += [f"trainer.branch_from={parent.run_dir}", f"trainer.branch_step={step}"]
     return out

@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cart_sweeps.config import ConfigError, ScaleConfig, TrainerConfig
+from cart_sweeps.schedule import branchable
 
 Scale = ScaleConfig | DictConfig  # the scale group, as a dataclass (a stage reads it per run: faster) or composed
 
@@ -95,7 +96,7 @@ def to_scale(paper: dict[str, Any], scale: Scale, paper_value: Callable[[str], A
     steps = out.get("trainer.steps")
     if isinstance(steps, int):  # a bad value is left for validation to name
         factors |= {key: _length_ratio(steps, scale) for key in _STEP_KEYS}
-        if train and out.get("trainer.schedule", paper_value("trainer.schedule")) == "wsd":
+        if train and branchable(out.get("trainer.schedule", paper_value("trainer.schedule"))):
             # every horizon warms up alike, so one run's stable phase is every shorter run's (docs/wsd.md)
             factors["trainer.warmup_steps"] = 1 / scale.steps_divisor
     for key, factor in factors.items():

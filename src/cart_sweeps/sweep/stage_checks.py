@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.decide import seed_order
+from cart_sweeps.schedule import branchable
 from cart_sweeps.sweep.overrides import Arguments
 
 SEED, D, R, STEPS = "seed", "model.d_model", "model.n_loops", "trainer.steps"
@@ -101,8 +102,8 @@ def check_ladder(stage: Expanded) -> None:
     if spec.drift is not None and not spec.drift >= 0:
         raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
     if spec.branch:
-        schedules = {str(run.config.cfg.trainer.schedule) for run in stage.runs}
-        if schedules != {"wsd"} or stage.spec.recipe.get("trainer.schedule") != "wsd":
+        schedules = [run.config.cfg.trainer.schedule for run in stage.runs]
+        if not (schedules and all(map(branchable, [*schedules, stage.spec.recipe.get("trainer.schedule")]))):
             raise ConfigError(
                 "stage.branch=true continues each run's stable phase: it needs trainer.schedule: wsd in the stage "
                 "file's recipe (a cosine spans each run's own length; the recipe's wsd warms every horizon up alike), "
