@@ -36,7 +36,7 @@ class LRSchedule(StrEnum):
 def branchable(name: object) -> bool:
     """`LRSchedule.branchable` of a value as written (an override, a stage file's recipe): False for a value
     that names no schedule, which validation names in its own line."""
-    return name in LRSchedule.__members__ and LRSchedule(name).branchable
+    return isinstance(name, str) and name in LRSchedule.__members__ and LRSchedule(name).branchable
 
 
 class DecayShape(StrEnum):

@@ -16,13 +16,10 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, TrainerConfig
-from cart_sweeps.identity import group_identity
+from cart_sweeps.config import AFTER_BRANCH, ConfigError, TrainerConfig, keys_with
+from cart_sweeps.identity import GROUPS, group_identity
 from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.schedule import Schedule, schedule_problem
-
-# Trainer keys that shape only the decay after the branch step, or the evaluations: free to differ from the parent.
-MAY_DIFFER = frozenset({"steps", "decay_fraction", "decay_shape", "min_lr", "eval_every", "eval_windows"})
 
 
 @dataclass(frozen=True)
@@ -89,7 +86,8 @@ def _first_difference(cfg: DictConfig, saved: DictConfig) -> str | None:
 def _before_branch(cfg: DictConfig) -> dict[str, Any]:
     """What a run computes before its decay, flat (`model.d_model`, `trainer.lr`, `seed`, ...)."""
     out: dict[str, Any] = {"seed": cfg.seed}
-    for group in ("model", "data", "trainer"):
+    may_differ = keys_with(TrainerConfig, AFTER_BRANCH)  # shapes only the decay after the branch, or the evals
+    for group in GROUPS:
         part = group_identity(group, cfg[group])
-        out |= {f"{group}.{k}": v for k, v in part.items() if group != "trainer" or k not in MAY_DIFFER}
+        out |= {f"{group}.{k}": v for k, v in part.items() if group != "trainer" or k not in may_differ}
     return out

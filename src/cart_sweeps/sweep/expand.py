@@ -22,7 +22,7 @@ from cart_sweeps.collector import long_lived
 from cart_sweeps.compose import axis_value, config_dirs, format_value, parse_overrides
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
-from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
+from cart_sweeps.identity import GROUPS, NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
 from cart_sweeps.options import Sampler, StageKind, StageNumbers
@@ -245,7 +245,7 @@ class Stage:
         """What this launch's ledger values mean: the sweep metric, and the recipe its runs share (the stage's
         recipe, its scale, and the command line's settings of what runs compute), less what the stage varies."""
         passed = sorted(
-            self._setting(k, o) for k, o in self.args.passed.items() if _recipe_key(k) and k not in self.varied
+            self._setting(k, o) for k, o in self.args.passed.items() if _defining_key(k) and k not in self.varied
         )
         recipe = {k: v for k, v in self._recipe.items() if k not in self.varied}
         meant = {"metric": self.base.sweep.metric, **objectives.meaning(self.base.sweep)}
@@ -378,10 +378,10 @@ def varied_keys(axes: dict[str, list[Any]], search: Sequence[str], variants: Any
     return tuple(dict.fromkeys(keys))
 
 
-def _recipe_key(key: str) -> bool:
+def _defining_key(key: str) -> bool:
     """Whether a command-line key changes what runs compute (model, data, trainer, seed; not where or how fast)."""
     group, _, name = key.lstrip("+~").partition(".")
-    return group in ("model", "data", "trainer", "seed") and name not in NON_IDENTITY_KEYS.get(group, set())
+    return (group in GROUPS or group == "seed") and name not in NON_IDENTITY_KEYS.get(group, ())
 
 
 def _seedless_identity(cfg: DictConfig) -> dict[str, Any]:
