@@ -46,19 +46,8 @@ INT_COLUMNS = (
     "looks",
     "num_fewshot",
 )
-RUN_KEY = (
-    "stage",
-    "model",
-    "variant",
-    "d_model",
-    "n_prelude",
-    "n_loops",
-    "n_layers",
-    "seed",
-    "eval_n_loops",
-    "num_fewshot",
-)
 MODEL_KEYS = keys_with(ModelConfig, AXIS)
+RUN_KEY = ("stage", "model", "variant", *MODEL_KEYS, "seed", "eval_n_loops", "num_fewshot")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", *MODEL_KEYS, "eval_n_loops", "num_fewshot")  # per stage
 VARIANT_AXIS = "stage.variant"  # the column of a stage's named variants (`variant` is the ablation label)

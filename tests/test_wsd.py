@@ -14,7 +14,7 @@ from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import run_id
 from cart_sweeps.run import execute
-from cart_sweeps.schedule import Schedule
+from cart_sweeps.schedule import Decay, Schedule, branchable
 from cart_sweeps.sweep.scale import to_scale
 from cart_sweeps.validate import validate
 
@@ -37,6 +37,17 @@ def test_wsd_warms_up_holds_then_decays_to_min_lr_over_its_last_fraction(shape):
     half = lrs[40 + 4]  # half-way through the decay's 10 steps (progress 0.5)
     drop = 0.5**0.5 if shape == "sqrt" else 0.5
     assert half == pytest.approx(t.min_lr + (t.lr - t.min_lr) * (1 - drop))
+
+
+def test_the_cosine_is_the_warm_up_stable_decay_schedule_with_no_stable_phase():
+    """One record for both schedules (as torchtitan's scheduler): the cosine decays from its warm-up's end, a wsd
+    run from its last decay_fraction, and only the wsd's runs branch (docs/wsd.md)."""
+    stated = ["trainer.steps=50", "trainer.warmup_steps=5"]
+    cosine = Schedule.of(compose_config(["scale=tiny", *stated]).trainer)
+    wsd = Schedule.of(trainer(*stated))
+    assert (cosine.decay, cosine.decay_start, cosine.branchable) == (Decay.cosine, 5, False)
+    assert (wsd.decay, wsd.decay_start, wsd.branchable) == (Decay.sqrt, 40, True)
+    assert [branchable(v) for v in ("wsd", "cosine", "wsdd", None)] == [True, False, False, False]
 
 
 def test_wsd_runs_of_two_lengths_share_every_step_before_the_shorter_ones_decay():

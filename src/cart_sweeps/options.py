@@ -63,14 +63,11 @@ class StageKind(StrEnum):
         return cls(cfg.stage.kind)
 
     @property
-    def trains(self) -> bool:
-        """Its runs step an optimizer over the data: they cost training tokens, check their schedule, log W&B runs."""
+    def trains(self) -> bool:  # its runs cost training tokens, check their schedule, log W&B runs
         return self is StageKind.train
 
     @property
-    def reads_checkpoint(self) -> bool:
-        """Its runs read a trained run's checkpoint (stage.source; part of their identity) and measure it, with
-        harness.tasks."""
+    def reads_checkpoint(self) -> bool:  # stage.source's (part of its runs' identity), measured with harness.tasks
         return self is StageKind.evaluate
 
 

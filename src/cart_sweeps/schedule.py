@@ -86,11 +86,10 @@ class Schedule:
     its last step)."""
 
     name: LRSchedule
-    steps: int
     lr: float
     min_lr: float
     warmup_steps: int
-    decay_start: int  # the first step below the peak; a WSD run's last shared checkpoint (a branch's step)
+    decay_start: int  # the step its decay begins at; a WSD run's last checkpoint shared with longer runs
     decay: Decay
     origin: int
     end: int
@@ -100,8 +99,8 @@ class Schedule:
         name, steps, warmup = LRSchedule(t.schedule), t.steps, t.warmup_steps
         if name.branchable:
             start = stable_steps(steps, t.decay_fraction)
-            return cls(name, steps, t.lr, t.min_lr, warmup, start, Decay(t.decay_shape), start - 1, steps - 1)
-        return cls(name, steps, t.lr, t.min_lr, warmup, warmup, Decay.cosine, warmup, max(warmup + 1, steps))
+            return cls(name, t.lr, t.min_lr, warmup, start, Decay(t.decay_shape), start - 1, steps - 1)
+        return cls(name, t.lr, t.min_lr, warmup, warmup, Decay.cosine, warmup, max(warmup + 1, steps))
 
     @property
     def branchable(self) -> bool:
