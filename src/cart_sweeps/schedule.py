@@ -27,15 +27,12 @@ class LRSchedule(StrEnum):
     wsd = "wsd"  # warm-up, constant, then a decay over the last trainer.decay_fraction: branchable (docs/wsd.md)
 
     @property
-    def branchable(self) -> bool:
-        """Whether runs of several lengths share every step before the shorter one's decay, so that a run
-        branched from a longer one's checkpoint is the shorter run (docs/wsd.md)."""
+    def branchable(self) -> bool:  # runs of two lengths share every step before the shorter one's decay
         return self is LRSchedule.wsd
 
 
 def branchable(name: object) -> bool:
-    """`LRSchedule.branchable` of a value as written (an override, a stage file's recipe): False for a value
-    that names no schedule, which validation names in its own line."""
+    """Of a value as written (an override, a stage file's recipe); no schedule's name is left to validation."""
     return isinstance(name, str) and name in LRSchedule.__members__ and LRSchedule(name).branchable
 
 
@@ -107,12 +104,8 @@ class Schedule:
         return self.name.branchable
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimizer step `step` (0-based): linear warm-up, the peak, then the decay.
-
-        cosine: over the run's own length, as in the paper: a 3,000-step Stage-1 run anneals fully, it is not a
-        prefix of a 30,500-step schedule. wsd: constant until `decay_start`, then falling over the remaining
-        steps to min_lr at the last one, as 1 - sqrt(p) or 1 - p of the decay's progress p.
-        """
+        """Learning rate for optimizer step `step` (0-based): a 3,000-step cosine run anneals fully, it is not a
+        prefix of a 30,500-step schedule; a wsd run falls to min_lr at its last step."""
         if step < self.warmup_steps:
             return self.lr * (step + 1) / self.warmup_steps
         if step < self.decay_start:
