@@ -3,9 +3,9 @@
 The YAML files in conf/ and sweeps/ are validated against these dataclasses at compose time, so an
 unknown key or a wrong type fails before anything runs. The option lists are in cart_sweeps.options; value
 checks that types cannot express (d divisible by the head dim, R within the loop-index table, ...) in
-cart_sweeps.validate. Which values name a run (`identity`, `run_id`, `config_id`) is decided in
-cart_sweeps.identity; its label and folder in cart_sweeps.naming. The one import-time registration is the
-`cache_home` resolver that DataConfig's default names.
+cart_sweeps.validate. The roles each key plays (in a run's identity or not, its training recipe, ...) are stated
+here on its field (`keys_with`); the hashes that name a run in cart_sweeps.identity, its label and folder in
+cart_sweeps.naming. The one import-time registration is the `cache_home` resolver that DataConfig's default names.
 """
 
 from __future__ import annotations

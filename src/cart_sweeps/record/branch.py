@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import AFTER_BRANCH, ConfigError, TrainerConfig, keys_with
 from cart_sweeps.identity import GROUPS, group_identity
 from cart_sweeps.record.runfolder import checkpoint_path
-from cart_sweeps.schedule import Schedule, schedule_problem
+from cart_sweeps.schedule import Schedule, schedule_problem, stable_steps
 
 
 @dataclass(frozen=True)
@@ -45,14 +45,15 @@ def branch_parent(cfg: DictConfig) -> Parent | None:
         why = type(err).__name__
         raise ConfigError(f"{key} holds no readable config.yaml ({why}); name a trained run's folder") from None
     parent = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(TrainerConfig), saved.trainer))
-    ours, theirs = Schedule.of(t), Schedule.of(parent)
+    theirs = Schedule.of(parent)
     if not theirs.branchable:
         raise ConfigError(
             f"{key} trained under trainer.schedule={parent.schedule}: its learning rate followed a cosine over its "
             "own length, so its checkpoints equal no run of another length; branch a trainer.schedule=wsd run"
         )
-    # By default the latest step both runs share: the earlier of the two decay starts.
-    step = t.branch_step if t.branch_step is not None else min(theirs.decay_start, ours.decay_start)
+    # By default the latest step both runs share: the earlier of the two decay starts (this run's as a wsd run's).
+    ours = stable_steps(t.steps, t.decay_fraction)
+    step = t.branch_step if t.branch_step is not None else min(theirs.decay_start, ours)
     if step > theirs.decay_start:
         raise ConfigError(
             f"trainer.branch_step={step} is after {folder.name}'s decay start (step {theirs.decay_start} of its "
