@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from cart_sweeps.config import RECIPE_KEYS
+from cart_sweeps.config import AXIS, RECIPE_KEYS, ModelConfig, keys_with
 from cart_sweeps.metric import DEFAULT, metric, require_error
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS, SUMMARY
@@ -46,21 +46,10 @@ INT_COLUMNS = (
     "looks",
     "num_fewshot",
 )
-RUN_KEY = (
-    "stage",
-    "model",
-    "variant",
-    "d_model",
-    "n_prelude",
-    "n_loops",
-    "n_layers",
-    "seed",
-    "eval_n_loops",
-    "num_fewshot",
-)
-MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
+MODEL_KEYS = keys_with(ModelConfig, AXIS)
+RUN_KEY = ("stage", "model", "variant", *MODEL_KEYS, "seed", "eval_n_loops", "num_fewshot")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
-CELL = ("model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "eval_n_loops", "num_fewshot")  # per stage
+CELL = ("model", "variant", *MODEL_KEYS, "eval_n_loops", "num_fewshot")  # per stage
 VARIANT_AXIS = "stage.variant"  # the column of a stage's named variants (`variant` is the ablation label)
 
 __all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]

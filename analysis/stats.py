@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from cart_sweeps.config import CONF_DIR, ModelConfig, TrainerConfig
-from cart_sweeps.schedule import lr_at
+from cart_sweeps.schedule import Schedule
 
 # The paper's recipe as the study states it (conf/trainer/paper.yaml), on its schema.
 PAPER = OmegaConf.merge(OmegaConf.structured(TrainerConfig), OmegaConf.load(CONF_DIR / "trainer" / "paper.yaml"))
@@ -31,7 +31,7 @@ class Recipe:
     warmup_steps: int = PAPER.warmup_steps
     weight_decay: float = PAPER.weight_decay
     decay_all: bool = PAPER.decay_all  # False: the gate is spared from weight decay, so it stays where it started
-    schedule: str = PAPER.schedule  # the learning rate's fall (schedule.lr_at): cosine, or wsd with these two
+    schedule: str = PAPER.schedule  # the learning rate's fall (schedule.Schedule): cosine, or wsd with these two
     decay_fraction: float = PAPER.decay_fraction
     decay_shape: str = PAPER.decay_shape
 
@@ -58,7 +58,8 @@ def _flag(value: object) -> bool:
 
 def lr_schedule(recipe: Recipe) -> np.ndarray:
     """The learning rate of each optimiser step t = 0..steps-1, by the schedule the runs trained with."""
-    return np.array([lr_at(t, recipe) for t in range(recipe.steps)], dtype=np.float64)
+    schedule = Schedule.of(recipe)
+    return np.array([schedule.lr_at(t) for t in range(recipe.steps)], dtype=np.float64)
 
 
 @lru_cache(maxsize=64)

@@ -23,8 +23,9 @@ from cart_sweeps.dashboard import build_report, build_workspace, dashboard
 from cart_sweeps.identity import run_id
 from cart_sweeps.model import build_model
 from cart_sweeps.run import execute
+from cart_sweeps.schedule import Schedule
 from cart_sweeps.train.logger import NOT_RECORDED, check_credentials, wandb_id
-from cart_sweeps.train.optim import build_optimizer, lr_at
+from cart_sweeps.train.optim import build_optimizer
 
 TINY = ["scale=tiny", "trainer.steps=40", "trainer.eval_every=20", "trainer.ckpt_every=10", "trainer.log_every=5"]
 # Timing fields differ between two runs of the same config; everything else must not.
@@ -239,10 +240,11 @@ def test_decay_all_false_spares_gate_hc_norms_and_lie(compose):
 
 def test_lr_schedule_warms_up_then_anneals_to_min(compose):
     t = compose([]).trainer
-    assert lr_at(0, t) == pytest.approx(3e-6)
-    assert lr_at(99, t) == pytest.approx(3e-4)
-    assert lr_at(t.steps, t) == pytest.approx(3e-5)
-    assert lr_at(t.steps // 2, t) < 3e-4
+    lr_at = Schedule.of(t).lr_at
+    assert lr_at(0) == pytest.approx(3e-6)
+    assert lr_at(99) == pytest.approx(3e-4)
+    assert lr_at(t.steps) == pytest.approx(3e-5)
+    assert lr_at(t.steps // 2) < 3e-4
 
 
 @pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)

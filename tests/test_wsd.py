@@ -14,7 +14,7 @@ from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import run_id
 from cart_sweeps.run import execute
-from cart_sweeps.schedule import decay_start, lr_at
+from cart_sweeps.schedule import Decay, Schedule, branchable
 from cart_sweeps.sweep.scale import to_scale
 from cart_sweeps.validate import validate
 
@@ -28,8 +28,9 @@ def trainer(*overrides: str):
 @pytest.mark.parametrize("shape", ["sqrt", "linear"])
 def test_wsd_warms_up_holds_then_decays_to_min_lr_over_its_last_fraction(shape):
     t = trainer("trainer.steps=50", "trainer.warmup_steps=5", f"trainer.decay_shape={shape}")
-    lrs = [lr_at(s, t) for s in range(t.steps)]
-    assert decay_start(t) == 40
+    schedule = Schedule.of(t)
+    lrs = [schedule.lr_at(s) for s in range(t.steps)]
+    assert schedule.decay_start == 40
     assert lrs[:5] == [t.lr * (s + 1) / 5 for s in range(5)]
     assert lrs[5:40] == [t.lr] * 35
     assert all(a > b for a, b in zip(lrs[39:], lrs[40:], strict=False)) and lrs[-1] == pytest.approx(t.min_lr)
@@ -38,11 +39,22 @@ def test_wsd_warms_up_holds_then_decays_to_min_lr_over_its_last_fraction(shape):
     assert half == pytest.approx(t.min_lr + (t.lr - t.min_lr) * (1 - drop))
 
 
+def test_the_cosine_is_the_warm_up_stable_decay_schedule_with_no_stable_phase():
+    """One record for both schedules (as torchtitan's scheduler): the cosine decays from its warm-up's end, a wsd
+    run from its last decay_fraction, and only the wsd's runs branch (docs/wsd.md)."""
+    stated = ["trainer.steps=50", "trainer.warmup_steps=5"]
+    cosine = Schedule.of(compose_config(["scale=tiny", *stated]).trainer)
+    wsd = Schedule.of(trainer(*stated))
+    assert (cosine.decay, cosine.decay_start, cosine.branchable) == (Decay.cosine, 5, False)
+    assert (wsd.decay, wsd.decay_start, wsd.branchable) == (Decay.sqrt, 40, True)
+    assert [branchable(v) for v in ("wsd", "cosine", "wsdd", None)] == [True, False, False, False]
+
+
 def test_wsd_runs_of_two_lengths_share_every_step_before_the_shorter_ones_decay():
-    short, long = trainer("trainer.steps=30"), trainer("trainer.steps=90")
-    assert [lr_at(s, short) for s in range(decay_start(short))] == [lr_at(s, long) for s in range(decay_start(short))]
-    cosine = [compose_config(["scale=tiny", f"trainer.steps={n}"]).trainer for n in (30, 90)]
-    assert lr_at(10, cosine[0]) != lr_at(10, cosine[1])  # the paper's cosine: each length its own from the warm-up
+    short, long = Schedule.of(trainer("trainer.steps=30")), Schedule.of(trainer("trainer.steps=90"))
+    assert [short.lr_at(s) for s in range(short.decay_start)] == [long.lr_at(s) for s in range(short.decay_start)]
+    cosine = [Schedule.of(compose_config(["scale=tiny", f"trainer.steps={n}"]).trainer) for n in (30, 90)]
+    assert cosine[0].lr_at(10) != cosine[1].lr_at(10)  # the paper's cosine: each length its own from the warm-up
 
 
 def test_the_new_keys_keep_every_run_id_and_a_branch_is_the_run_it_equals():
@@ -183,4 +195,4 @@ def test_the_analysis_replays_a_wsd_runs_schedule():
     t = trainer("trainer.steps=30", "trainer.decay_shape=linear")
     stated = {k: t[k] for k in ("steps", "lr", "min_lr", "warmup_steps", "decay_fraction")}
     row = pd.Series({"step": 30, **stated, "schedule": "wsd", "decay_shape": "linear"})  # as load_runs frames it
-    assert list(lr_schedule(recipe_of(row))) == [lr_at(s, t) for s in range(30)]
+    assert list(lr_schedule(recipe_of(row))) == [Schedule.of(t).lr_at(s) for s in range(30)]

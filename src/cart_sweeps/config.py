@@ -3,9 +3,9 @@
 The YAML files in conf/ and sweeps/ are validated against these dataclasses at compose time, so an
 unknown key or a wrong type fails before anything runs. The option lists are in cart_sweeps.options; value
 checks that types cannot express (d divisible by the head dim, R within the loop-index table, ...) in
-cart_sweeps.validate. Which values name a run (`identity`, `run_id`, `config_id`) is decided in
-cart_sweeps.identity; its label and folder in cart_sweeps.naming. The one import-time registration is the
-`cache_home` resolver that DataConfig's default names.
+cart_sweeps.validate. The roles each key plays (in a run's identity or not, its training recipe, ...) are stated
+here on its field (`keys_with`); the hashes that name a run in cart_sweeps.identity, its label and folder in
+cart_sweeps.naming. The one import-time registration is the `cache_home` resolver that DataConfig's default names.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from cart_sweeps.options import (
     GPU,
     CandidateSelection,
     CoreUpdate,
-    DecayShape,
     Device,
     LoggerMode,
     LoggerName,
-    LRSchedule,
     Optimizer,
     PlanFormat,
     Precision,
@@ -36,6 +34,7 @@ from cart_sweeps.options import (
     StageNumbers,
     TokenizerKind,
 )
+from cart_sweeps.schedule import DecayShape, LRSchedule
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The repo's conf/ and sweeps/, through the package's links to them (copies of them in an installed wheel).
@@ -50,6 +49,22 @@ class ConfigError(ValueError):
 
 
 ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
+
+# The roles a config key plays besides holding its value, stated once on its field (metadata) and listed by
+# `keys_with`: what names a run (identity.py), what keeps runs apart in a comparison (the analysis, zoom), what
+# a branch may change (record/branch.py), what a stage keeps to its driver (sweep/overrides.py, train/logger.py).
+OPERATIONAL = {"operational": True}  # where or how fast a run goes, not what it computes: not in its identity
+RECIPE = {"recipe": True}  # the training recipe: runs that differ in one are never pooled into one comparison
+AFTER_BRANCH = {"after_branch": True}  # shapes only the decay after a branch step, or what is measured: a
+# branch may differ from its parent in it (docs/wsd.md)
+AXIS = {"axis": True}  # a coordinate of the study's model grid: a cell of every table (analysis/load.py)
+DRIVER = {"driver": True}  # a root group of how a stage drives, costs or times its runs, not what a run is
+REPORTING = {"reporting": True}  # a root group of where runs report (their folders, their logger)
+
+
+def keys_with(schema: type, *roles: dict[str, bool]) -> tuple[str, ...]:
+    """The fields of a schema dataclass that play any of `roles`, in the schema's order."""
+    return tuple(f.name for f in fields(schema) if any(f.metadata.get(name) for role in roles for name in role))
 
 
 def rule(path: str) -> dict[str, str]:
@@ -76,11 +91,11 @@ class ModelConfig:
     once, not in its model's file."""
 
     name: str = MISSING  # a model registered in cart_sweeps/modelspec.py (SPECS)
-    d_model: int = field(default=MISSING, metadata=at_least(1))
+    d_model: int = field(default=MISSING, metadata=at_least(1) | AXIS)
     head_dim: int = field(default=MISSING, metadata=at_least(2))
-    n_prelude: int = field(default=6, metadata=at_least(0))
-    n_loops: int = field(default=6, metadata=at_least(1))
-    n_layers: int = field(default=12, metadata=at_least(1))  # dense only
+    n_prelude: int = field(default=6, metadata=at_least(0) | AXIS)
+    n_loops: int = field(default=6, metadata=at_least(1) | AXIS)
+    n_layers: int = field(default=12, metadata=at_least(1) | AXIS)  # dense only
     vocab_size: int = field(default=MISSING, metadata=at_least(2))
     max_seq_len: int = field(default=MISSING, metadata=at_least(1))
     norm_eps: float = field(default=1e-6, metadata=above(0))
@@ -143,31 +158,16 @@ class TokenizerConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING
-    cache_dir: str = "${cache_home:}/data"
+    cache_dir: str = field(default="${cache_home:}/data", metadata=OPERATIONAL)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     sources: list[SourceConfig] = MISSING
     validation: list[ValSetConfig] = MISSING
     chunk_tokens: int = field(default=MISSING, metadata=at_least(1))
     train_tokens: int | None = None  # stop the interleave here (None: when a source runs out)
-    streaming: bool = True
+    streaming: bool = field(default=True, metadata=OPERATIONAL)
 
 
 IN_STEPS = {"in_steps": True}  # field metadata: a count of steps, shrunk with the run's length by a scale
-
-
-# The trainer settings that make a run's recipe: runs that differ in one are never pooled into one comparison
-# (the analysis builds a table per recipe, zoom and the benchmarks' best refuse a mix).
-RECIPE_KEYS = (
-    "steps",
-    "lr",
-    "min_lr",
-    "warmup_steps",
-    "weight_decay",
-    "decay_all",
-    "schedule",
-    "decay_fraction",
-    "decay_shape",
-)
 
 
 @dataclass
@@ -175,40 +175,57 @@ class TrainerConfig:
     """The training recipe. The trainer group's file (conf/trainer/paper.yaml: the paper's) states the MISSING
     ones, as a launcher's file states its settings; the defaults here are the values no trainer file states."""
 
-    steps: int = field(default=MISSING, metadata=IN_STEPS | at_least(1))
+    steps: int = field(default=MISSING, metadata=IN_STEPS | at_least(1) | RECIPE | AFTER_BRANCH)
     seq_len: int = field(default=MISSING, metadata=at_least(1))
     micro_batch_size: int = field(default=MISSING, metadata=at_least(1))
     grad_accum: int = field(default=MISSING, metadata=at_least(1))
     optimizer: Optimizer = MISSING
-    lr: float = field(default=MISSING, metadata=above(0))
-    min_lr: float = field(default=MISSING, metadata=at_least(0))
-    warmup_steps: int = field(default=MISSING, metadata=IN_STEPS | at_least(0))
+    lr: float = field(default=MISSING, metadata=above(0) | RECIPE)
+    min_lr: float = field(default=MISSING, metadata=at_least(0) | RECIPE | AFTER_BRANCH)
+    warmup_steps: int = field(default=MISSING, metadata=IN_STEPS | at_least(0) | RECIPE)
     betas: list[float] = MISSING
-    weight_decay: float = field(default=MISSING, metadata=at_least(0))
-    decay_all: bool = MISSING  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
+    weight_decay: float = field(default=MISSING, metadata=at_least(0) | RECIPE)
+    decay_all: bool = field(
+        default=MISSING, metadata=RECIPE
+    )  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
     grad_clip: float = field(default=MISSING, metadata=above(0, infinite=True))  # inf: no clipping
     precision: Precision = MISSING
-    compile: bool | None = None  # null: compile runs long enough to repay it (train/setup.py, COMPILE_MIN_STEPS)
-    device: Device = Device.auto
-    threads: int = field(default=0, metadata=at_least(0))  # torch CPU threads; 0 leaves torch's default
+    compile: bool | None = field(
+        default=None, metadata=OPERATIONAL
+    )  # null: compile runs long enough to repay it (train/setup.py, COMPILE_MIN_STEPS)
+    device: Device = field(default=Device.auto, metadata=OPERATIONAL)
+    threads: int = field(default=0, metadata=at_least(0) | OPERATIONAL)  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
-    eval_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1))
-    eval_windows: int = field(default=MISSING, metadata=at_least(1))
-    eval_batch_size: int = field(default=MISSING, metadata=at_least(1))
-    log_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1))
-    ckpt_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1))
-    keep_checkpoints: int = field(default=2, metadata=at_least(0))  # newest checkpoints kept per run; 0 keeps all
+    eval_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1) | AFTER_BRANCH)
+    eval_windows: int = field(default=MISSING, metadata=at_least(1) | AFTER_BRANCH)
+    eval_batch_size: int = field(default=MISSING, metadata=at_least(1) | OPERATIONAL)
+    log_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1) | OPERATIONAL)
+    ckpt_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1) | OPERATIONAL)
+    keep_checkpoints: int = field(
+        default=2, metadata=at_least(0) | OPERATIONAL
+    )  # newest checkpoints kept per run; 0 keeps all
     # A finished run keeps its final weights alone (a d=1024 run: 0.5 GB, not up to 1.5 GB more of AdamW state);
     # true keeps the optimizer's state and the checkpoints before, for a run you mean to train further.
-    keep_final_optimizer: bool = False
-    # The learning-rate schedule (schedule.lr_at): the paper's cosine, or warm-up-stable-decay, whose runs of
+    keep_final_optimizer: bool = field(default=False, metadata=OPERATIONAL)
+    # The learning-rate schedule (schedule.Schedule): the paper's cosine, or warm-up-stable-decay, whose runs of
     # several lengths share their stable phase, so one run branches into the others (docs/wsd.md).
-    schedule: LRSchedule = LRSchedule.cosine
-    decay_fraction: float = field(default=0.2, metadata=at_least(0))  # wsd: the share of the steps that decay
-    decay_shape: DecayShape = DecayShape.sqrt  # wsd: how the decay falls to min_lr
-    keep_checkpoints_at: list[int] = field(default_factory=list)  # steps whose full checkpoint is kept for branches
-    branch_from: str | None = None  # a run folder: start from its checkpoint at branch_step, not from step 0 (wsd)
-    branch_step: int | None = field(default=None, metadata=at_least(1))  # None: the earlier of the two decay starts
+    schedule: LRSchedule = field(default=LRSchedule.cosine, metadata=RECIPE)
+    decay_fraction: float = field(
+        default=0.2, metadata=at_least(0) | RECIPE | AFTER_BRANCH
+    )  # wsd: the share of the steps that decay
+    decay_shape: DecayShape = field(
+        default=DecayShape.sqrt, metadata=RECIPE | AFTER_BRANCH
+    )  # wsd: how the decay falls to min_lr
+    # A branch computes what a fresh run of its config computes (docs/wsd.md), so where it came from is no part of it.
+    keep_checkpoints_at: list[int] = field(
+        default_factory=list, metadata=OPERATIONAL
+    )  # steps whose full checkpoint is kept for branches
+    branch_from: str | None = field(
+        default=None, metadata=OPERATIONAL
+    )  # a run folder: start from its checkpoint at branch_step, not from step 0 (wsd)
+    branch_step: int | None = field(
+        default=None, metadata=at_least(1) | OPERATIONAL
+    )  # None: the earlier of the two decay starts
 
 
 @dataclass
@@ -364,25 +381,24 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    launcher: Any = MISSING  # conf/launcher/<name>.yaml, typed by its pool's LauncherConfig (Pool.settings_of)
+    logger: LoggerConfig = field(default_factory=LoggerConfig, metadata=REPORTING)
+    launcher: Any = field(
+        default=MISSING, metadata=DRIVER
+    )  # conf/launcher/<name>.yaml, typed by its pool's LauncherConfig (Pool.settings_of)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     stage: StageConfig = field(default_factory=StageConfig)
-    sweep: SweepConfig = field(default_factory=SweepConfig)
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    bench: BenchConfig = field(default_factory=BenchConfig)
-    plan: PlanConfig = field(default_factory=PlanConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig, metadata=DRIVER)
+    paths: PathsConfig = field(default_factory=PathsConfig, metadata=REPORTING)
+    bench: BenchConfig = field(default_factory=BenchConfig, metadata=DRIVER)
+    plan: PlanConfig = field(default_factory=PlanConfig, metadata=DRIVER)
     seed: int = 42
     harness: HarnessConfig = field(default_factory=HarnessConfig)
     evaluated: EvaluatedConfig | None = None  # evaluate stages: set from stage.source
 
 
-# The root groups that say how a stage drives, costs or times its runs, not what a run is: a stage keeps their
-# overrides to itself (sweep/overrides.py), and a run's W&B record leaves them out (train/logger.py).
-DRIVER_GROUPS = ("launcher", "sweep", "plan", "bench")
-
-
-ABLATION_SWITCHES = tuple(f.name for f in fields(ModelConfig) if f.metadata.get("ablation"))
+RECIPE_KEYS = keys_with(TrainerConfig, RECIPE)
+DRIVER_GROUPS = keys_with(Config, DRIVER)  # a stage keeps their overrides to itself; a W&B record leaves them out
+ABLATION_SWITCHES = keys_with(ModelConfig, ABLATION)
 
 
 def cache_home() -> str:

@@ -21,27 +21,12 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from cart_sweeps.config import DataConfig, ModelConfig, TrainerConfig
+from cart_sweeps.config import OPERATIONAL, DataConfig, ModelConfig, TrainerConfig, keys_with
+from cart_sweeps.options import StageKind
 
-# Keys that change where or how fast a run goes, not what it computes: left out of its identity.
-NON_IDENTITY_KEYS = {
-    "data": {"cache_dir", "streaming"},
-    "trainer": {
-        "log_every",
-        "ckpt_every",
-        "keep_checkpoints",
-        "keep_final_optimizer",
-        "device",
-        "threads",
-        "compile",
-        "eval_batch_size",
-        # A branch computes what a fresh run of its config computes (docs/wsd.md), so it is that run.
-        "keep_checkpoints_at",
-        "branch_from",
-        "branch_step",
-    },
-}
-GROUPS = ("model", "data", "trainer")
+GROUPS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "trainer": TrainerConfig}  # what a run computes
+# Its keys that change where or how fast a run goes, not what it computes (config.OPERATIONAL): left out.
+NON_IDENTITY_KEYS = {group: frozenset(keys_with(schema, OPERATIONAL)) for group, schema in GROUPS.items()}
 
 # Never edit: the fields of each schema dataclass (by class name) when identity was frozen.
 # A field added since is hashed only when set away from its default.
@@ -177,15 +162,14 @@ def _typed(group: str, node: DictConfig) -> DictConfig:
     """A group read back from a run's config.yaml (untyped) on its schema again, so its later fields are known."""
     if OmegaConf.get_type(node) is not dict:
         return node
-    schema = {"model": ModelConfig, "data": DataConfig, "trainer": TrainerConfig}[group]
-    return cast(DictConfig, OmegaConf.merge(OmegaConf.structured(schema), node))
+    return cast(DictConfig, OmegaConf.merge(OmegaConf.structured(GROUPS[group]), node))
 
 
 def group_identity(group: str, node: DictConfig) -> dict[str, Any]:
     """One group's part of a run's identity: its defining values, less those that change only where or how fast."""
     node = _typed(group, node)
     values = _defining(node, OmegaConf.to_container(node, resolve=True))
-    return {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS.get(group, set())}
+    return {k: v for k, v in values.items() if k not in NON_IDENTITY_KEYS[group]}
 
 
 GroupPart = Callable[[str, DictConfig], dict[str, Any]]
@@ -203,7 +187,7 @@ def identity(cfg: DictConfig, seed: bool = True, part: GroupPart = group_identit
         out["eval_n_loops"] = cfg.stage.eval_n_loops
     if cfg.stage.get("num_fewshot") is not None:  # a benchmark evaluation with lm-eval's few-shot examples
         out["num_fewshot"] = cfg.stage.num_fewshot
-    if cfg.stage.kind == "evaluate":  # which checkpoint it read, and what it measured of it
+    if StageKind.of(cfg).reads_checkpoint:  # which checkpoint it read, and what it measured of it
         evaluated = cfg.get("evaluated")  # None until with_source has read the source
         out["evaluated"] = OmegaConf.to_container(evaluated, resolve=True) if evaluated is not None else None
         out["harness"] = {"tasks": list(cfg.harness.tasks), "limit": cfg.harness.limit}

@@ -2,12 +2,14 @@
 
 OmegaConf checks an Enum-typed field at compose time ("Invalid value 'x', expected one of [...]"), so a typo
 fails before anything runs; a StrEnum compares equal to its value and is written to YAML, JSON and the ledger
-as that plain string, so run ids and files are unchanged.
+as that plain string, so run ids and files are unchanged. The schedule's (trainer.schedule, trainer.decay_shape)
+live with its record, cart_sweeps.schedule.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
 
@@ -25,18 +27,6 @@ class TokenizerKind(StrEnum):
 class Optimizer(StrEnum):
     adamw = "adamw"
     adamw8bit = "adamw8bit"  # bitsandbytes: CUDA, or the CPU from 0.50 (train/eightbit.py)
-
-
-class LRSchedule(StrEnum):
-    cosine = "cosine"  # the paper's: warm-up, then a cosine over the run's own length (schedule.lr_at)
-    wsd = "wsd"  # warm-up, constant, then a decay over the last trainer.decay_fraction: branchable (docs/wsd.md)
-
-
-class DecayShape(StrEnum):
-    """The shape of a WSD run's decay, in its progress p from 0 to 1 (Hägele et al. 2024)."""
-
-    sqrt = "sqrt"  # lr falls as 1 - sqrt(p): the paper's better cooldown
-    linear = "linear"  # lr falls as 1 - p
 
 
 class Precision(StrEnum):
@@ -62,8 +52,23 @@ class LoggerMode(StrEnum):
 
 
 class StageKind(StrEnum):
+    """What a stage's runs do: train a model, or evaluate a trained one (stage.source) at another loop count."""
+
     train = "train"
     evaluate = "evaluate"  # no training: a trained run evaluated at another loop count
+
+    @classmethod
+    def of(cls, cfg: Any) -> StageKind:
+        """The kind of a config's stage (a config read back from a run's config.yaml holds it as plain text)."""
+        return cls(cfg.stage.kind)
+
+    @property
+    def trains(self) -> bool:  # its runs cost training tokens, check their schedule, log W&B runs
+        return self is StageKind.train
+
+    @property
+    def reads_checkpoint(self) -> bool:  # stage.source's (part of its runs' identity), measured with harness.tasks
+        return self is StageKind.evaluate
 
 
 class StageRole(StrEnum):

@@ -25,6 +25,7 @@ from cart_sweeps.evaluate import evaluate_run
 from cart_sweeps.identity import run_id
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.naming import run_label
+from cart_sweeps.options import StageKind
 from cart_sweeps.record.branch import Parent, branch_parent
 from cart_sweeps.record.runfolder import (
     CONFIG,
@@ -37,13 +38,12 @@ from cart_sweeps.record.runfolder import (
     write_summary,
 )
 from cart_sweeps.record.summary import RunSummary
-from cart_sweeps.schedule import decay_start
+from cart_sweeps.schedule import Schedule
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.logger import Logger, make_logger
 from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
-from cart_sweeps.train.optim import lr_at
 from cart_sweeps.train.progress import RunProgress
 from cart_sweeps.train.setup import build_state, configure_torch
 from cart_sweeps.validate import validate
@@ -57,7 +57,7 @@ def run_job(overrides: list[str], run_dir: str) -> RunSummary:
 def execute(cfg: DictConfig, run_dir: Path, expected_id: str | None = None) -> RunSummary:
     """Validate, then train / resume / evaluate in `run_dir`; returns the summary it wrote. `expected_id`: the
     id the run's driver knows it by; a config that is another run is refused, never run under that name."""
-    if cfg.stage.kind == "evaluate":
+    if StageKind.of(cfg).reads_checkpoint:
         cfg = with_source(cfg)
     validate(cfg)
     parent = branch_parent(cfg)  # a branch's parent, checked before anything is written
@@ -79,7 +79,7 @@ def execute(cfg: DictConfig, run_dir: Path, expected_id: str | None = None) -> R
             print(f"{run_label(cfg)}: already completed at step {held.step} in {run_dir}; nothing to do")
             return held
         atomic_write(run_dir / CONFIG, lambda tmp: OmegaConf.save(cfg, tmp, resolve=True))
-        if cfg.stage.kind == "evaluate":
+        if StageKind.of(cfg).reads_checkpoint:
             return evaluate_run(cfg, run_dir)
         return Trainer(cfg, run_dir, parent).run()
 
@@ -87,9 +87,9 @@ def execute(cfg: DictConfig, run_dir: Path, expected_id: str | None = None) -> R
 def kept_steps(t: DictConfig) -> frozenset[int]:
     """The steps whose full checkpoint a run keeps for branches: trainer.keep_checkpoints_at, and under wsd with
     trainer.keep_final_optimizer (a run meant to train further) its decay start, where a longer run branches."""
-    at = set(t.keep_checkpoints_at)
-    if t.schedule == "wsd" and t.keep_final_optimizer and decay_start(t) > 0:
-        at.add(decay_start(t))
+    at, schedule = set(t.keep_checkpoints_at), Schedule.of(t)
+    if schedule.branchable and t.keep_final_optimizer and schedule.decay_start > 0:
+        at.add(schedule.decay_start)
     return frozenset(at)
 
 
@@ -224,7 +224,7 @@ class Trainer:
         """Read the device's record of non-finite losses (a host sync): raise Diverged at the first one."""
         first = int(self._first_bad.item())
         if first:
-            lr = lr_at(first - 1, self.t)
+            lr = Schedule.of(self.t).lr_at(first - 1)
             raise Diverged(f"loss became {self._bad_loss.item()} at step {first} (lr {lr:.3g}); lower trainer.lr")
 
     def log(self, step: int) -> None:

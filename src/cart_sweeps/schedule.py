@@ -1,22 +1,63 @@
-"""The learning-rate schedule as plain arithmetic: the trainer steps by it and the analysis replays it.
+"""The learning-rate schedule as one record: the trainer steps by it, the checks and the analysis read it.
 
-Torch-free, so the analysis (which predicts the gate's drift under weight decay from the schedule) imports
+Torch-free, so the analysis (which predicts the gate's drift under weight decay from the schedule) replays
 the one definition the runs trained with.
 
-Two schedules. `cosine` (the paper's) spans each run's own length, so runs of two lengths differ from their
-first step after the warm-up. `wsd` (warm-up, stable, decay; Hägele et al. 2024) holds the peak until the
-last `decay_fraction` of the run: runs of any length share every step before the shorter one's decay, so a
-longer run's checkpoint there is the shorter run's too, and a run branched from it (docs/wsd.md) computes
-what a fresh run of its length computes.
+Every schedule is a warm-up-stable-decay one, as torchtitan's lr scheduler has it: a linear warm-up, the peak
+held until the decay start, then a fall of one shape (Decay) to min_lr. `trainer.schedule` names two of them.
+`cosine` (the paper's) holds no stable phase: its cosine spans each run's own length, so runs of two lengths
+differ from their first step after the warm-up. `wsd` (Hägele et al. 2024) holds the peak until the last
+`decay_fraction` of the run, then falls as `trainer.decay_shape`: runs of any length share every step before
+the shorter one's decay, so a longer run's checkpoint there is the shorter run's too, and a run branched from
+it (docs/wsd.md) computes what a fresh run of its length computes: the schedule is `branchable`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from enum import Enum, StrEnum
 from typing import Protocol
 
 
-class Schedule(Protocol):
+class LRSchedule(StrEnum):
+    """trainer.schedule: the paper's cosine, or warm-up-stable-decay (Schedule.of)."""
+
+    cosine = "cosine"  # the paper's: warm-up, then a cosine over the run's own length
+    wsd = "wsd"  # warm-up, constant, then a decay over the last trainer.decay_fraction: branchable (docs/wsd.md)
+
+    @property
+    def branchable(self) -> bool:  # runs of two lengths share every step before the shorter one's decay
+        return self is LRSchedule.wsd
+
+
+def branchable(name: object) -> bool:
+    """Of a value as written (an override, a stage file's recipe); no schedule's name is left to validation."""
+    return isinstance(name, str) and name in LRSchedule.__members__ and LRSchedule(name).branchable
+
+
+class DecayShape(StrEnum):
+    """trainer.decay_shape: how a WSD run's decay falls in its progress p from 0 to 1 (Hägele et al. 2024)."""
+
+    sqrt = "sqrt"  # lr falls as 1 - sqrt(p): the paper's better cooldown
+    linear = "linear"  # lr falls as 1 - p
+
+
+class Decay(Enum):
+    """The shapes of a decay: the learning rate from the peak to min_lr in the decay's progress p (0 to 1)."""
+
+    cosine = "cosine"  # the cosine schedule's: a half cosine, flat at min_lr past its end
+    sqrt = "sqrt"
+    linear = "linear"
+
+    def lr(self, peak: float, floor: float, p: float) -> float:
+        if self is Decay.cosine:
+            return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, p)))
+        fall = math.sqrt(p) if self is Decay.sqrt else p
+        return floor + (peak - floor) * (1 - fall)
+
+
+class Recipe(Protocol):
     """What the schedule reads of a recipe (a TrainerConfig, or the analysis's Recipe)."""
 
     @property
@@ -35,37 +76,48 @@ class Schedule(Protocol):
     def decay_shape(self) -> str: ...
 
 
-def decay_start(t: Schedule) -> int:
-    """The number of steps a WSD run trains at its peak (warm-up included) before its decay: steps less
-    decay_fraction of them (rounded to the nearest step). Its checkpoint at this step is the last one
-    every run of the recipe at least this long shares."""
-    return stable_steps(t.steps, t.decay_fraction)
+@dataclass(frozen=True)
+class Schedule:
+    """One run's schedule: warm-up to `lr` over `warmup_steps`, `lr` until `decay_start`, then `decay` from `lr`
+    at step `origin` to `min_lr` at step `end` (a cosine reaches it one step past the run's last, a WSD decay at
+    its last step)."""
+
+    name: LRSchedule
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    decay_start: int  # the step its decay begins at; a WSD run's last checkpoint shared with longer runs
+    decay: Decay
+    origin: int
+    end: int
+
+    @classmethod
+    def of(cls, t: Recipe) -> Schedule:
+        name, steps, warmup = LRSchedule(t.schedule), t.steps, t.warmup_steps
+        if name.branchable:
+            start = stable_steps(steps, t.decay_fraction)
+            return cls(name, t.lr, t.min_lr, warmup, start, Decay(t.decay_shape), start - 1, steps - 1)
+        return cls(name, t.lr, t.min_lr, warmup, warmup, Decay.cosine, warmup, max(warmup + 1, steps))
+
+    @property
+    def branchable(self) -> bool:
+        return self.name.branchable
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for optimizer step `step` (0-based): a 3,000-step cosine run anneals fully, it is not a
+        prefix of a 30,500-step schedule; a wsd run falls to min_lr at its last step."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if step < self.decay_start:
+            return self.lr
+        return self.decay.lr(self.lr, self.min_lr, (step - self.origin) / (self.end - self.origin))
 
 
 def stable_steps(steps: int, decay_fraction: float) -> int:
-    """`decay_start` of a WSD run of `steps` steps (what a ladder's plan and simulation cost a branch by)."""
+    """The decay start of a WSD run of `steps` steps: steps less decay_fraction of them (rounded to the nearest
+    step), the last checkpoint every run of the recipe at least this long shares (what a ladder's plan and
+    simulation cost a branch by)."""
     return steps - round(decay_fraction * steps)
-
-
-def lr_at(step: int, t: Schedule) -> float:
-    """Learning rate for optimizer step `step` (0-based): linear warm-up, then the schedule's fall to min_lr.
-
-    cosine: over the run's own length (`t.steps`), as in the paper: a 3,000-step Stage-1 run anneals fully,
-    it is not a prefix of a 30,500-step schedule. wsd: constant until `decay_start`, then falling over the
-    remaining steps to min_lr at the last one, as 1 - sqrt(p) or 1 - p of the decay's progress p.
-    """
-    if step < t.warmup_steps:
-        return t.lr * (step + 1) / t.warmup_steps
-    if t.schedule == "wsd":
-        start = decay_start(t)
-        if step < start:
-            return t.lr
-        progress = (step - start + 1) / (t.steps - start)
-        fall = math.sqrt(progress) if t.decay_shape == "sqrt" else progress
-        return t.min_lr + (t.lr - t.min_lr) * (1 - fall)
-    span = max(1, t.steps - t.warmup_steps)
-    progress = min(1.0, (step - t.warmup_steps) / span)
-    return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1 + math.cos(math.pi * progress))
 
 
 _COSINE_BRANCH = (
@@ -74,7 +126,7 @@ _COSINE_BRANCH = (
 )
 
 
-def schedule_problem(t: Schedule, keep_at: list[int], branch_step: int | None, branching: bool) -> str | None:
+def schedule_problem(t: Recipe, keep_at: list[int], branch_step: int | None, branching: bool) -> str | None:
     """One line for a schedule or branch setting that cannot do what it says (checked before any launch), or None.
 
     `keep_at`: trainer.keep_checkpoints_at; `branch_step`/`branching`: trainer.branch_step and whether
@@ -82,23 +134,24 @@ def schedule_problem(t: Schedule, keep_at: list[int], branch_step: int | None, b
     """
     if t.decay_fraction > 1:
         return f"trainer.decay_fraction={t.decay_fraction} must be <= 1 (the share of the run's steps that decay)"
-    if t.schedule == "wsd" and t.warmup_steps > decay_start(t):
+    s = Schedule.of(t)
+    if s.branchable and t.warmup_steps > s.decay_start:
         return (
-            f"trainer.warmup_steps={t.warmup_steps} must be <= the decay start, step {decay_start(t)} "
+            f"trainer.warmup_steps={t.warmup_steps} must be <= the decay start, step {s.decay_start} "
             f"(trainer.steps={t.steps} less trainer.decay_fraction={t.decay_fraction} of them); lower one of them"
         )
-    if late := [s for s in keep_at if not 1 <= s <= t.steps]:
+    if late := [step for step in keep_at if not 1 <= step <= t.steps]:
         return f"trainer.keep_checkpoints_at={list(keep_at)}: step {late[0]} is not in 1..trainer.steps={t.steps}"
     if branch_step is not None and not branching:
         return f"trainer.branch_step={branch_step} needs the parent run: trainer.branch_from=<run folder>"
     if not branching:
         return None
-    if t.schedule != "wsd":
+    if not s.branchable:
         n = branch_step if branch_step is not None else "N"
         return f"trainer.branch_from under trainer.schedule={t.schedule}: " + _COSINE_BRANCH.format(n=n, steps=t.steps)
-    if branch_step is not None and branch_step > decay_start(t):
+    if branch_step is not None and branch_step > s.decay_start:
         return (
-            f"trainer.branch_step={branch_step} is after this run's decay start, step {decay_start(t)} of "
+            f"trainer.branch_step={branch_step} is after this run's decay start, step {s.decay_start} of "
             f"trainer.steps={t.steps}: a fresh run decays from there, so the branch would equal no run; "
             "branch at or before it"
         )

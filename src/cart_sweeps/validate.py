@@ -100,7 +100,7 @@ def check_interpolations(cfg: DictConfig, keys: Sequence[str] | None = None) -> 
 
 def check_schedule(t: DictConfig) -> None:
     """The trainer's values against one another, where a combination cannot succeed or would silently train
-    another schedule than the one asked for (schedule.lr_at)."""
+    another schedule than the one asked for (schedule.Schedule)."""
     if t.min_lr > t.lr:
         raise ConfigError(
             f"trainer.min_lr={t.min_lr} must be <= trainer.lr={t.lr}: the cosine decays from lr to min_lr "
@@ -123,7 +123,7 @@ def validate(cfg: DictConfig) -> None:
     validate_model(cfg.model)
     for group in ("trainer", "data", "harness"):
         check_bounds(cfg[group], group)
-    if cfg.stage.kind == StageKind.train:  # an evaluation's trainer is the recipe its source trained with
+    if StageKind.of(cfg).trains:  # an evaluation's trainer is the recipe its source trained with
         check_schedule(cfg.trainer)
     elif (check_loops := spec_of(cfg.model).check_loops) is not None:  # an evaluation at another R: one it can run
         check_loops(cfg.model, cfg.stage.eval_n_loops, "stage.eval_n_loops")

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_folder, run_label, runs_of_named_stage
+from cart_sweeps.options import StageKind
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS, RunFolderBusy, owned, read_summary
 from cart_sweeps.status import RunStatus
@@ -64,7 +65,7 @@ def training_runs(stage_dir: Path) -> list[tuple[Path, DictConfig]]:
         if not ((run_dir / "config.yaml").is_file() and (run_dir / METRICS).is_file()):
             continue
         cfg = cast(DictConfig, OmegaConf.load(run_dir / "config.yaml"))
-        if cfg.stage.kind == "train" and run_dir == run_folder(stage_dir, run_label(cfg), run_id(cfg)):
+        if StageKind.of(cfg).trains and run_dir == run_folder(stage_dir, run_label(cfg), run_id(cfg)):
             runs.append((run_dir, cfg))
     return runs
 

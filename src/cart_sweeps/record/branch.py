@@ -16,13 +16,10 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import ConfigError, TrainerConfig
-from cart_sweeps.identity import group_identity
+from cart_sweeps.config import AFTER_BRANCH, ConfigError, TrainerConfig, keys_with
+from cart_sweeps.identity import GROUPS, group_identity
 from cart_sweeps.record.runfolder import checkpoint_path
-from cart_sweeps.schedule import decay_start, schedule_problem
-
-# Trainer keys that shape only the decay after the branch step, or the evaluations: free to differ from the parent.
-MAY_DIFFER = frozenset({"steps", "decay_fraction", "decay_shape", "min_lr", "eval_every", "eval_windows"})
+from cart_sweeps.schedule import Schedule, schedule_problem, stable_steps
 
 
 @dataclass(frozen=True)
@@ -48,17 +45,19 @@ def branch_parent(cfg: DictConfig) -> Parent | None:
         why = type(err).__name__
         raise ConfigError(f"{key} holds no readable config.yaml ({why}); name a trained run's folder") from None
     parent = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(TrainerConfig), saved.trainer))
-    if parent.schedule != "wsd":
+    theirs = Schedule.of(parent)
+    if not theirs.branchable:
         raise ConfigError(
             f"{key} trained under trainer.schedule={parent.schedule}: its learning rate followed a cosine over its "
             "own length, so its checkpoints equal no run of another length; branch a trainer.schedule=wsd run"
         )
-    # By default the latest step both runs share: the earlier of the two decay starts.
-    step = t.branch_step if t.branch_step is not None else min(decay_start(parent), decay_start(t))
-    if step > decay_start(parent):
+    # By default the latest step both runs share: the earlier of the two decay starts (this run's as a wsd run's).
+    ours = stable_steps(t.steps, t.decay_fraction)
+    step = t.branch_step if t.branch_step is not None else min(theirs.decay_start, ours)
+    if step > theirs.decay_start:
         raise ConfigError(
-            f"trainer.branch_step={step} is after {folder.name}'s decay start (step {decay_start(parent)} of its "
-            f"{parent.steps}): its state there has begun to decay; branch at or before step {decay_start(parent)}"
+            f"trainer.branch_step={step} is after {folder.name}'s decay start (step {theirs.decay_start} of its "
+            f"{parent.steps}): its state there has begun to decay; branch at or before step {theirs.decay_start}"
         )
     if problem := schedule_problem(t, [], step, branching=True):
         raise ConfigError(problem)
@@ -88,7 +87,8 @@ def _first_difference(cfg: DictConfig, saved: DictConfig) -> str | None:
 def _before_branch(cfg: DictConfig) -> dict[str, Any]:
     """What a run computes before its decay, flat (`model.d_model`, `trainer.lr`, `seed`, ...)."""
     out: dict[str, Any] = {"seed": cfg.seed}
-    for group in ("model", "data", "trainer"):
+    may_differ = keys_with(TrainerConfig, AFTER_BRANCH)  # shapes only the decay after the branch, or the evals
+    for group in GROUPS:
         part = group_identity(group, cfg[group])
-        out |= {f"{group}.{k}": v for k, v in part.items() if group != "trainer" or k not in MAY_DIFFER}
+        out |= {f"{group}.{k}": v for k, v in part.items() if group != "trainer" or k not in may_differ}
     return out

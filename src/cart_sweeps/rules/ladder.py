@@ -32,7 +32,7 @@ from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call
 from cart_sweeps.rules.rule import WHY, Added, Cell, Expanded, StageRule
 from cart_sweeps.rules.seeds import ranked_by
 from cart_sweeps.rules.zoom import promoted
-from cart_sweeps.schedule import decay_start
+from cart_sweeps.schedule import Schedule, branchable
 from cart_sweeps.stagerecord.runset import stage_runs
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ class LadderRule(StageRule):
         if spec.drift is not None and not spec.drift >= 0:
             raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
         if spec.branch:
-            schedules = {str(run.config.cfg.trainer.schedule) for run in stage.runs}
-            if schedules != {"wsd"} or spec.recipe.get("trainer.schedule") != "wsd":
+            schedules = [run.config.cfg.trainer.schedule for run in stage.runs]
+            if not (schedules and all(map(branchable, [*schedules, spec.recipe.get("trainer.schedule")]))):
                 raise ConfigError(
                     "stage.branch=true continues each run's stable phase: it needs trainer.schedule: wsd in the stage "
                     "file's recipe (a cosine spans each run's own length; the recipe's wsd warms every horizon up "
@@ -164,10 +164,11 @@ class LadderRule(StageRule):
         if not stage.spec.branch:
             return []
         k = rungs.index(run.params[STEPS])
-        out = [f"trainer.keep_checkpoints_at=[{decay_start(run.config.cfg.trainer)}]"] if k < len(rungs) - 1 else []
+        start = Schedule.of(run.config.cfg.trainer).decay_start
+        out = [f"trainer.keep_checkpoints_at=[{start}]"] if k < len(rungs) - 1 else []
         if k > 0:
             parent = stage.run({**run.params, STEPS: rungs[k - 1]})
-            step = decay_start(parent.config.cfg.trainer)
+            step = Schedule.of(parent.config.cfg.trainer).decay_start
             if checkpoint_path(parent.run_dir, step).with_suffix(".json").is_file():
                 out += [f"trainer.branch_from={parent.run_dir}", f"trainer.branch_step={step}"]
         return out

@@ -21,6 +21,7 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import PEAK_BF16_FLOPS
 from cart_sweeps.model import param_counts, train_flops_per_token
 from cart_sweeps.modelspec import spec_of
+from cart_sweeps.options import StageKind
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.results import Held, Results
 from cart_sweeps.status import RunStatus
@@ -86,7 +87,7 @@ def run_cost(cfg: DictConfig, flops_per_s: float) -> Cost:
     model = OmegaConf.to_object(cfg.model)  # a dataclass: the counts read it 6x faster than a DictConfig
     counts = param_counts(model)
     t = cfg.trainer
-    tokens = t.steps * t.micro_batch_size * t.grad_accum * t.seq_len if cfg.stage.kind == "train" else 0
+    tokens = t.steps * t.micro_batch_size * t.grad_accum * t.seq_len if StageKind.of(cfg).trains else 0
     flops = train_flops_per_token(model, t.seq_len) * tokens
     return Cost(counts["stored"], counts["effective"], tokens, flops, flops / flops_per_s / 3600)
 

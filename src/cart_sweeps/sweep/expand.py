@@ -22,10 +22,10 @@ from cart_sweeps.collector import long_lived
 from cart_sweeps.compose import axis_value, config_dirs, format_value, parse_overrides
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
-from cart_sweeps.identity import NON_IDENTITY_KEYS, SeededIds, digest, identity
+from cart_sweeps.identity import GROUPS, NON_IDENTITY_KEYS, SeededIds, digest, identity
 from cart_sweeps.model import dense_parity
 from cart_sweeps.naming import LABEL_SHOWS, check_stage_name, label_parts, run_folder, seeded_label, stage_folder
-from cart_sweeps.options import Sampler, StageNumbers
+from cart_sweeps.options import Sampler, StageKind, StageNumbers
 from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.register import stage_paths
 from cart_sweeps.roles import check_claim
@@ -108,7 +108,7 @@ class Stage:
         if not searching:  # counted before any axis is listed: the axes zoom selects from are counted as it selects
             self._check_size({k: n for k, n in sizes.items() if self.select != "zoom" or k not in ZOOM_AXES})
         self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
-        self.train = self.spec.kind == "train"
+        self.train = StageKind(self.spec.kind).trains
         self.option = first.stage  # the stage file (its `name:` may differ: the ad-hoc stage, stage.name=...)
         self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
@@ -243,7 +243,7 @@ class Stage:
         """What this launch's ledger values mean: the sweep metric, and the recipe its runs share (the stage's
         recipe, its scale, and the command line's settings of what runs compute), less what the stage varies."""
         passed = sorted(
-            self._setting(k, o) for k, o in self.args.passed.items() if _recipe_key(k) and k not in self.varied
+            self._setting(k, o) for k, o in self.args.passed.items() if _defining_key(k) and k not in self.varied
         )
         recipe = {k: v for k, v in self._recipe.items() if k not in self.varied}
         meant = {"metric": self.base.sweep.metric, **objectives.meaning(self.base.sweep)}
@@ -376,10 +376,10 @@ def varied_keys(axes: dict[str, list[Any]], search: Sequence[str], variants: Any
     return tuple(dict.fromkeys(keys))
 
 
-def _recipe_key(key: str) -> bool:
+def _defining_key(key: str) -> bool:
     """Whether a command-line key changes what runs compute (model, data, trainer, seed; not where or how fast)."""
     group, _, name = key.lstrip("+~").partition(".")
-    return group in ("model", "data", "trainer", "seed") and name not in NON_IDENTITY_KEYS.get(group, set())
+    return (group in GROUPS or group == "seed") and name not in NON_IDENTITY_KEYS.get(group, ())
 
 
 def _seedless_identity(cfg: DictConfig) -> dict[str, Any]:
@@ -391,7 +391,7 @@ def make_configuration(
 ) -> Configuration:
     """Validate a composed config and name its configuration; `name` gives its identity less the seed (a
     stage's composer memoizes it: hashing is not free)."""
-    if cfg.stage.kind == "evaluate":
+    if StageKind.of(cfg).reads_checkpoint:
         cfg, name = with_source(cfg), _seedless_identity  # its groups are the source's
     validate(cfg)
     config_identity = name(cfg)

@@ -38,7 +38,7 @@ def check_metric(name: str, cfg: DictConfig) -> None:
     """sweep.metric is a metric whose record says which way is better (cart_sweeps.metric) and that this config's
     runs report: a validation set's, a run-wide figure (tokens_per_s), or a score of one of its harness.tasks."""
     measured = [*per_set_names([v.name for v in cfg.data.validation]), *run_wide_names()]
-    evaluates = cfg.stage.kind == StageKind.evaluate
+    evaluates = StageKind.of(cfg).reads_checkpoint
     scored = evaluates and any(name.startswith(f"{BENCH}_{task}_") for task in cfg.harness.tasks)
     if name in measured or (scored and metric(name) is not None):
         return
@@ -63,13 +63,13 @@ def check_writable(folder: str, key: str) -> None:
 def check_machine(cfg: DictConfig, no_gpu: str | None) -> None:
     """What one run config needs of the machines it runs on; `no_gpu`: why its runs get no CUDA GPU (Pool.no_gpu)."""
     t = cfg.trainer
-    if t.optimizer == "adamw8bit" and cfg.stage.kind == "train":  # an evaluate stage steps no optimizer
+    if t.optimizer == "adamw8bit" and StageKind.of(cfg).trains:  # an evaluate stage steps no optimizer
         if problem := adamw8bit_problem(cuda=no_gpu is None and t.device != "cpu"):
             raise ConfigError(problem)
     if t.device == "cuda" and no_gpu is not None:
         raise ConfigError(f"trainer.device=cuda needs a CUDA GPU and {no_gpu}; use trainer.device=auto")
     check_credentials(cfg.logger)
-    if cfg.stage.kind == "evaluate" and cfg.harness.tasks:
+    if StageKind.of(cfg).reads_checkpoint and cfg.harness.tasks:
         check_harness(list(cfg.harness.tasks))
 
 

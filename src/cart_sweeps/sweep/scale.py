@@ -13,18 +13,18 @@ one are refused (`check_apart`): the runs would be one run."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
 
 from omegaconf import DictConfig
 
-from cart_sweeps.config import ConfigError, ScaleConfig, TrainerConfig
+from cart_sweeps.config import IN_STEPS, ConfigError, ScaleConfig, TrainerConfig, keys_with
+from cart_sweeps.schedule import branchable
 
 Scale = ScaleConfig | DictConfig  # the scale group, as a dataclass (a stage reads it per run: faster) or composed
 
 # Keys shrunk with the run's length; at a train stage each is always emitted (from the paper recipe when
 # the stage does not state it), so a run's schedule, evals and checkpoints shrink with its length.
-_STEP_KEYS = tuple(f"trainer.{f.name}" for f in fields(TrainerConfig) if f.metadata.get("in_steps"))
+_STEP_KEYS = tuple(f"trainer.{key}" for key in keys_with(TrainerConfig, IN_STEPS))
 _SEQ_KEYS = ("trainer.seq_len", "model.max_seq_len")
 _BATCH_KEYS = ("trainer.micro_batch_size",)
 
@@ -95,7 +95,7 @@ def to_scale(paper: dict[str, Any], scale: Scale, paper_value: Callable[[str], A
     steps = out.get("trainer.steps")
     if isinstance(steps, int):  # a bad value is left for validation to name
         factors |= {key: _length_ratio(steps, scale) for key in _STEP_KEYS}
-        if train and out.get("trainer.schedule", paper_value("trainer.schedule")) == "wsd":
+        if train and branchable(out.get("trainer.schedule", paper_value("trainer.schedule"))):
             # every horizon warms up alike, so one run's stable phase is every shorter run's (docs/wsd.md)
             factors["trainer.warmup_steps"] = 1 / scale.steps_divisor
     for key, factor in factors.items():

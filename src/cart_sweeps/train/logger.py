@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.config import DRIVER_GROUPS, ConfigError
+from cart_sweeps.config import DRIVER, REPORTING, Config, ConfigError, keys_with
 from cart_sweeps.entry import load
 from cart_sweeps.identity import run_id
 from cart_sweeps.metric import per_set_names, require
@@ -46,7 +46,7 @@ class NullLogger:
         pass
 
 
-NOT_RECORDED = (*DRIVER_GROUPS, "paths", "logger")  # how runs are driven and where they report, not what a run is
+NOT_RECORDED = keys_with(Config, DRIVER, REPORTING)  # how runs are driven and where they report, not what a run is
 
 
 def run_config(cfg: DictConfig) -> dict[str, Any]:

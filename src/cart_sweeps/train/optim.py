@@ -1,5 +1,5 @@
 """The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit, on CUDA or the CPU), warm-up then cosine or WSD
-(`schedule.lr_at`)."""
+(`schedule.Schedule`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from cart_sweeps.config import ConfigError, TrainerConfig
-from cart_sweeps.schedule import lr_at
+from cart_sweeps.schedule import Schedule
 from cart_sweeps.train.eightbit import adamw8bit_problem
 
 if TYPE_CHECKING:
@@ -42,4 +42,5 @@ def build_optimizer(model: LanguageModel, t: TrainerConfig, device: torch.device
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, t: TrainerConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, t) / t.lr)
+    schedule = Schedule.of(t)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.lr_at(step) / schedule.lr)

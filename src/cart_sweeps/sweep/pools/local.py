@@ -28,6 +28,7 @@ from submitit.local.local import LocalJob
 
 from cart_sweeps.config import ConfigError, LauncherConfig, at_least
 from cart_sweeps.hardware import gpu_memory_bytes, nvidia_gpus
+from cart_sweeps.options import StageKind
 from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
@@ -259,7 +260,7 @@ def preloads(cfg: DictConfig) -> tuple[str, ...]:
     """What a stage's runs import besides the project, for its workers to import once before their first run:
     torch.optim's first step imports torch._dynamo (1.4-2.5 s of a cold run; an evaluation never imports it,
     so an evaluate stage's workers start that much sooner), and lm-eval where runs benchmark (0.6-0.9 s)."""
-    if cfg.stage.kind == "train":
+    if StageKind.of(cfg).trains:
         return ("torch._dynamo",)
     return ("cart_sweeps.harness.bench",) if cfg.harness.tasks else ()
 
