@@ -77,7 +77,9 @@ UNSUPPORTED: dict[str, str] = {
     r"sweep\.sampler=cmaes cannot sample a categorical parameter": "docs/decisions.md, the samplers",
     r"sweep\.sampler=(cmaes|gp|nsga2|qmc) cannot sample a conditional parameter": "docs/decisions.md, the samplers",
     r"sweep\.sampler=cmaes cannot sample several objectives": "docs/decisions.md, the samplers",
-    r"are both \S+ at scale=\w+ \(the stage's numbers are the paper's": "docs/scale.md, whose numbers a stage file holds",
+    r"are both \S+ at scale=\w+ \(the stage's numbers are the paper's": (
+        "docs/scale.md, whose numbers a stage file holds"
+    ),
 }
 LAUNCH_S = 240  # every command ends within this (a search that never ends fails here, not the suite)
 CLOSING = re.compile(r"stage (\S+): (\d+) completed, (\d+) failed")
