@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: help setup demo test test-full fuzz lint tables clean gpu-check
+.PHONY: help setup demo test test-full pins fuzz lint tables clean gpu-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -v torch='$(TORCH_VERSION)' -F':.*## ' \
@@ -31,6 +31,9 @@ test: setup ## the fast tier (~2 min on 2 cores): units, and narrowed stages thr
 
 test-full: test ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)
 	$(PYTEST) -m slow --durations=20
+
+pins: ## the third-party ranges at both ends: fresh venvs of the lowest and highest releases run the adapters' tests
+	bash tests/pins/check.sh
 
 # `make fuzz`: stage files drawn at random (tests/test_generated.py, its long profile), hours on 2 cores;
 # the seed is printed first, and FUZZ_SEED=<it> replays the same examples; FUZZ_EXAMPLES=N draws N (300).

@@ -12,9 +12,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from cart_sweeps.adapters.optuna import database_of
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.ledger import Ledger, merged_attempts, merged_launches
-from cart_sweeps.stagerecord.trials import all_trials, database_of
+from cart_sweeps.stagerecord.trials import all_trials
 from cart_sweeps.status import RunStatus
 
 

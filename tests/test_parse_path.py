@@ -10,6 +10,7 @@ are its compositions), and the project's cached composer. The launch itself is s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +31,7 @@ COMMANDS = {
     "stage": ["stage=1", "model.n_loops=2", *TINY],
     "stage with -m": ["-m", "stage=1", "model.n_loops=2", *TINY],
     "ad-hoc multirun": ["-m", "model.n_loops=2,4", *TINY],
+    "single run": ["model.n_loops=2", *TINY],
 }
 
 
@@ -78,28 +80,44 @@ def count(commands: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         return 0
 
     monkeypatch.setattr(StageDriver, "launch", launch)
+
+    def execute(cfg: Any, output_dir: Path) -> None:  # a single run's task, stopped at its door
+        launched.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr("cart_sweeps.run.execute", execute)
     monkeypatch.setattr(sys, "argv", ["cart_sweeps", *commands])
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
     monkeypatch.setenv(SEARCHPATH_ENV, "[]")
     monkeypatch.setenv(CONFIG_NAME_ENV, "config")
     monkeypatch.chdir(tmp_path)
-    main()
+    with contextlib.suppress(SystemExit):
+        main()
+    seen["sys.argv rewrites"] += sys.argv != ["cart_sweeps", *commands]
     return seen, launched
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_a_stage_command_is_parsed_once_and_composed_at_most_twice(name, monkeypatch, tmp_path):
+def test_a_command_is_parsed_once_and_composed_at_most_twice(name, monkeypatch, tmp_path):
+    """A stage command, and a single run (run as `@hydra.main` runs it, from the same one parse: no sys.argv
+    rewrite, and no composition only to read hydra.mode)."""
     seen, launched = count(COMMANDS[name], monkeypatch, tmp_path)
     print(f"{name}: {dict(seen)}")  # the numbers the issue asks for (pytest -s shows them)
-    assert [len(stage.runs) for stage in launched] == [2 if "ad-hoc" in name else 1]
+    if name == "single run":
+        assert [cfg.model.n_loops for cfg in launched] == [2]
+    else:
+        assert [len(stage.runs) for stage in launched] == [2 if "ad-hoc" in name else 1]
     assert seen["argparse"] <= 1 and seen["override parses"] <= 2 and seen["compositions"] <= 2, seen
+    assert seen["sys.argv rewrites"] == 0, seen
 
 
 def test_hydras_own_multirun_reaches_the_same_entry_through_the_plugin(monkeypatch, tmp_path):
-    """The sweeper plugin is a thin adapter: Hydra's multirun of the app (`@hydra.main`, -m) hands its task
+    """The sweeper plugin is a thin adapter: Hydra's multirun of the app (as `@hydra.main` runs it, -m) hands its task
     overrides to the driver's one entry, which runs the stage as `main()` does."""
     import cart_sweeps.sweep.command as command
-    from cart_sweeps.__main__ import _run
+    from cart_sweeps.__main__ import parse, train
+    from cart_sweeps.adapters.hydra import run_app
+    from cart_sweeps.config import CONF_DIR
 
     entered: list[list[str]] = []
     entry = command.run_stage_command
@@ -111,11 +129,10 @@ def test_hydras_own_multirun_reaches_the_same_entry_through_the_plugin(monkeypat
     monkeypatch.setattr(command, "run_stage_command", recorded)
     launched = []
     monkeypatch.setattr(StageDriver, "launch", lambda driver: launched.append(driver.stage) or 0)
-    monkeypatch.setattr(sys, "argv", ["cart_sweeps", "-m", "stage='1'", "model.n_loops=2", *TINY])
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     register_configs()  # what an app does before Hydra composes (main() does it first)
-    _run()
+    run_app(parse(["-m", "stage='1'", "model.n_loops=2", *TINY]), train, str(CONF_DIR), "config")
     assert entered == [["stage='1'", "model.n_loops=2", *TINY]]
     assert [(s.name, len(s.runs)) for s in launched] == [("1", 1)]
 

@@ -1,11 +1,11 @@
 """`python -m cart_sweeps [overrides]` trains one run; `python -m cart_sweeps stage=<name>` runs a stage.
 
-A single run goes through `@hydra.main`: it writes to hydra.run.dir (default runs/single/<label>) and resumes there
-when relaunched. Naming a stage (with or without -m) runs it straight from this command's one parse: the stage
-driver's entry (cart_sweeps.sweep.command), which Hydra's own multirun reaches through the project's sweeper
-plugin (hydra_plugins/cart_sweeps_plugins). A multirun naming no stage runs the anonymous stage `adhoc` over the
-keys it sweeps (sweeps/adhoc.yaml), with a ledger like any stage. Hydra's own flags (--config-dir, --config-name,
---cfg, --info, -sc) work as in any Hydra app.
+A single run is run as `@hydra.main` runs it, from this command's one parse (adapters.hydra.run_app): it writes to
+hydra.run.dir (default runs/single/<label>) and resumes there when relaunched. Naming a stage (with or without -m)
+runs it straight from this command's one parse: the stage driver's entry (cart_sweeps.sweep.command), which Hydra's
+own multirun reaches through the project's sweeper plugin (hydra_plugins/cart_sweeps_plugins). A multirun naming no
+stage runs the anonymous stage `adhoc` over the keys it sweeps (sweeps/adhoc.yaml), with a ledger like any stage.
+Hydra's own flags (--config-dir, --config-name, --cfg, --info, -sc) work as in any Hydra app.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ import sys
 from pathlib import Path
 from typing import NoReturn, cast
 
-import hydra
-from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override, ValueType
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps import collector, completion, interrupt
+from cart_sweeps.adapters.hydra import hydra_args_parser, run_app
 from cart_sweeps.compose import compose_config, parse_overrides, quote_stage, use_config_sources
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import CONF_DIR, ConfigError
@@ -39,8 +38,8 @@ PLUGINS = "cart_sweeps"  # the name of the project's sweeper and launcher in hyd
 HYDRA_PLUGIN_GROUPS = ("hydra/sweeper", "hydra/launcher")
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def _run(cfg: DictConfig) -> None:
+def train(cfg: DictConfig) -> None:
+    """The single run's task, run by Hydra in its output folder (hydra.run.dir)."""
     from cart_sweeps.run import execute
 
     interrupt.install()
@@ -63,17 +62,9 @@ def _refuse(message: str) -> NoReturn:
 def parse(args: list[str]) -> argparse.Namespace:
     """The command line as Hydra reads it (its flags, their values, the overrides), flags anywhere among the
     overrides; a mistake is one line, as every other error here."""
-    parser = get_args_parser()
+    parser = hydra_args_parser()
     parser.error = _refuse  # type: ignore[method-assign]
     return parser.parse_intermixed_args(args)
-
-
-def hydra_argv(args: list[str], overrides: list[str]) -> list[str]:
-    """The command line as Hydra's own parse of sys.argv reads it: its flags first, then the overrides (`stage=1`
-    quoted: quote_stage)."""
-    pending = list(overrides)
-    flags = [a for a in args if not (pending and a == pending[0] and pending.pop(0))]
-    return [*flags, *quote_stage(overrides)]
 
 
 def named_stage(parsed: list[Override]) -> str | None:
@@ -239,8 +230,8 @@ def main() -> None:
         if code := run_stage_command([cast(str, o.input_line) for o in parsed if not o.is_hydra_override()]):
             sys.exit(code)
         return
-    sys.argv[1:] = hydra_argv(sys.argv[1:], ns.overrides)  # a single run, or Hydra's own view of the command
-    _run()
+    ns.overrides = quote_stage(ns.overrides)  # a single run, or Hydra's own view of the command
+    run_app(ns, train, str(CONF_DIR), "config")
 
 
 if __name__ == "__main__":

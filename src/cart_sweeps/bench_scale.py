@@ -102,9 +102,9 @@ def ledger_writes(trials: int, folder: Path) -> dict[str, float]:
     from optuna.storages import RDBStorage
     from sqlalchemy import event
 
+    from cart_sweeps.adapters.optuna import database_of
     from cart_sweeps.record.summary import RunSummary
     from cart_sweeps.stagerecord.ledger import Ledger
-    from cart_sweeps.stagerecord.trials import database_of
     from cart_sweeps.status import RunStatus
 
     ledger = Ledger.open(folder, "1", "sqlite", objective={"metric": "ppl_austen"})

@@ -141,7 +141,7 @@ def _unknown_setting(err: BaseException, overrides: Sequence[str]) -> str | None
     parts = key.split(".")
     for i, part in enumerate(parts):
         names = [str(k) for k in node.keys()]
-        if part in names and isinstance(child := node._get_node(part), DictConfig):
+        if part in names and (child := _settings_under(node, part)) is not None:
             node = child
             continue
         if part in names:  # a value, not a node: nothing can be set under it
@@ -170,14 +170,23 @@ def _ending_in(node: DictConfig, tail: list[str]) -> list[str]:
 def _keys(node: DictConfig, prefix: str = "") -> list[str]:
     """Every setting under `node`, dotted: the schema's keys, not the entries of a free-form mapping (a stage's
     grid, a scale's paper values) nor of a node unset or None."""
-    if OmegaConf.get_type(node) in (dict, None) or node._is_none() or node._is_missing():
+    if OmegaConf.get_type(node) in (dict, None):
         return []
     keys: list[str] = []
     for name in map(str, node.keys()):
         keys.append(key := f"{prefix}{name}")
-        if isinstance(child := node._get_node(name), DictConfig):
+        if (child := _settings_under(node, name)) is not None:
             keys += _keys(child, f"{key}.")
     return keys
+
+
+def _settings_under(node: DictConfig, name: str) -> DictConfig | None:
+    """The child `name` of `node` when it is a node of settings as written: not a value, an interpolation, unset
+    (???) or None."""
+    if OmegaConf.is_missing(node, name) or OmegaConf.is_interpolation(node, name):
+        return None
+    child = node[name]
+    return child if isinstance(child, DictConfig) else None
 
 
 def _option_advice(text: str, options: list[str]) -> str:

@@ -1,7 +1,7 @@
 """Compose the configs of many runs quickly, exactly as `compose_config` (and so run_job) composes each.
 
 Hydra composes in two steps: the defaults list (group choices such as model=dense), then the value
-overrides on top, with its own `_apply_overrides_to_config`. The first step is the slow one (~0.1 s)
+overrides on top (adapters.hydra.apply_overrides). The first step is the slow one (~0.1 s)
 and a stage has few distinct group choices, so it is done once per choice set and the second step per run.
 A stage's runs repeat the same override strings (stage=1, seed=42), each parsed once a process (parse_override), and the
 cached base is copied by pickling (about 2.5x faster than deepcopy for an OmegaConf tree). The bases are kept
@@ -20,14 +20,12 @@ import pickle
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-# Private Hydra API: the value-override step of Hydra's own compose, so a run composed here is exactly what
-# `compose_config` gives. Checked against hydra-core 1.3.8, pinned in pyproject (its last final release).
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from hydra.errors import HydraException
 from omegaconf import Container, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cart_sweeps.adapters.hydra import apply_overrides
 from cart_sweeps.compose import CONFIG_NAME_ENV, compose_config, config_dirs, describe, parse_override, searchpath
 from cart_sweeps.config import ConfigError
 from cart_sweeps.identity import NON_IDENTITY_KEYS, group_identity, identity
@@ -137,7 +135,7 @@ class Composer:
         rest, assignments = _assignments_last(values)
         try:
             cfg = self._partial(groups, rest)
-            ConfigLoaderImpl._apply_overrides_to_config(assignments, cfg)
+            apply_overrides(assignments, cfg)
         except (HydraException, OmegaConfBaseException) as err:
             compose_config(overrides)  # Hydra's own composition says what is wrong, with advice (did you mean ...)
             raise ConfigError(describe(err)) from err
@@ -150,7 +148,7 @@ class Composer:
         if key in self._partials:
             return cast(DictConfig, pickle.loads(self._partials[key]))
         cfg = pickle.loads(self._base(groups)[0])
-        ConfigLoaderImpl._apply_overrides_to_config(rest, cfg)
+        apply_overrides(rest, cfg)
         if key in self._seen:  # needed again: worth keeping (a configuration of its own is not pickled)
             self._partials[key] = pickle.dumps(cfg)
         self._seen.add(key)

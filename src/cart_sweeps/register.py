@@ -14,16 +14,17 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cart_sweeps.adapters.omegaconf import cache_interpolation_parses
 from cart_sweeps.config import SWEEPS_DIR, Config, ConfigError, StageConfig
 from cart_sweeps.config_errors import file_mistake
 from cart_sweeps.naming import run_dir
-from cart_sweeps.parse_cache import install as install_parse_cache
 
 
 @functools.cache  # once per process: each composition calls it (0.3 s apiece)
 def register_configs() -> None:
     """Register the root schema, sweeps/*.yaml as the `stage` group (sweeps/ is not under conf/), the
-    resolver naming a run's folder (the root config's hydra.run.dir), and the parse cache (parse_cache.py).
+    resolver naming a run's folder (the root config's hydra.run.dir), and the interpolation parse cache
+    (adapters.omegaconf).
 
     The root schema types every group but `launcher`, so conf/ files need no schema of their own; a launcher's
     settings are typed by its pool before anything launches (Pool.settings_of).
@@ -37,7 +38,7 @@ def register_configs() -> None:
             raise ConfigError(file_mistake(str(err), str(path))) from err
         cs.store(group="stage", name=path.stem, node=stage, package="stage")
     OmegaConf.register_new_resolver("run_dir", lambda *, _root_: str(run_dir(_root_)), replace=True)
-    install_parse_cache()
+    cache_interpolation_parses()
 
 
 def stage_paths(config_dirs: Sequence[Path] = ()) -> list[Path]:

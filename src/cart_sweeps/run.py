@@ -195,11 +195,9 @@ class Trainer:
     def _load_branch(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        step, scheduler = state["step"], self.scheduler
-        lrs = [base * lam(step) for base, lam in zip(state["scheduler"]["base_lrs"], scheduler.lr_lambdas, strict=True)]
-        scheduler.load_state_dict({**state["scheduler"], "_last_lr": lrs})
-        for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
-            group["lr"] = lr
+        self.scheduler.load_state_dict(state["scheduler"])  # the parent's base lrs and step count
+        self.scheduler.last_epoch = state["step"] - 1
+        self.scheduler.step()  # to the branch step, by this run's schedule: each group's lr and get_last_lr()
         ckpt.set_rng_state(state["rng"])
 
     def _batches(self, step: int):

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import heapq
 import json
-import math
 import os
 import sys
 import warnings
@@ -33,22 +33,21 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import optuna
 import sqlalchemy.exc
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
-from optuna.storages._rdb import models
-from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, Trial, TrialState, create_trial
 
+from cart_sweeps.adapters.optuna import database_of, end_trial, optuna_tables, study_storage, transaction
 from cart_sweeps.compose import first_line, parse_overrides
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import DEFAULT, metric
 from cart_sweeps.record.summary import RunSummary
-from cart_sweeps.stagerecord.trials import all_trials, database_of
+from cart_sweeps.stagerecord.trials import all_trials
 from cart_sweeps.status import RunStatus
 
 # What a damaged ledger file raises inside Optuna (checked with optuna 5.0: an empty or overwritten
@@ -290,6 +289,11 @@ class Ledger:
         self.study, self.stage = study, stage
         self.number: int | None = None  # this launch's, once recorded: the trials it starts carry it
 
+    @functools.cached_property
+    def study_id(self) -> int:
+        """The study's key in its storage (what a new trial and a trial's number are looked up by)."""
+        return study_storage(self.study).get_study_id_from_name(self.study.study_name)
+
     @classmethod
     def open(
         cls,
@@ -379,7 +383,7 @@ class Ledger:
         """
         launch = {"at": datetime.now(UTC).isoformat(timespec="seconds"), "args": list(args), "run_ids": list(run_ids)}
         if (storage := database_of(self.study)) is None:  # a journal file: the stage's own, which its driver locks
-            stored = {s.study_name: s.user_attrs.get(LAUNCHES, []) for s in self.study._storage.get_all_studies()}
+            stored = {s.study_name: s.user_attrs.get(LAUNCHES, []) for s in study_storage(self.study).get_all_studies()}
             number, launches = self._append(launch, after, stored)
             self.study.set_user_attr(LAUNCHES, launches)
         else:
@@ -389,11 +393,11 @@ class Ledger:
 
     def _record_in(self, storage: RDBStorage, launch: dict[str, Any], after: int) -> int:
         """`record_launch` in a database: its number taken and the launch stored in one transaction."""
-        attr = models.StudyUserAttributeModel
-        with _create_scoped_session(storage.scoped_session) as session:
+        attr = optuna_tables.StudyUserAttributeModel
+        with transaction(storage) as session:
             # a write first: SQLite takes its write lock here, a database server locks the stage's first study's
             # row, so another driver's launch waits for this one's commit before it reads the numbers taken
-            study = models.StudyModel
+            study = optuna_tables.StudyModel
             session.query(study).filter(study.study_name == self.stage).update({study.study_name: self.stage})
             named = session.query(study.study_name, attr).join(attr, attr.study_id == study.study_id)
             rows = dict(named.filter(attr.key == LAUNCHES).all())
@@ -401,7 +405,7 @@ class Ledger:
             if (mine := rows.get(self.study.study_name)) is not None:
                 mine.value_json = json.dumps(launches)
             else:
-                session.add(attr(study_id=self.study._study_id, key=LAUNCHES, value_json=json.dumps(launches)))
+                session.add(attr(study_id=self.study_id, key=LAUNCHES, value_json=json.dumps(launches)))
         return number
 
     def _append(
@@ -438,11 +442,11 @@ class Ledger:
 
     def start(self, params: dict[str, Any], dists: dict[str, BaseDistribution], attrs: dict[str, Any]) -> Trial:
         """A new running trial for a run at fixed params (a grid point, or a retry of a sampled one), written
-        whole in one transaction (queueing then asking took six). Optuna has no public call for it: the
-        storage's `create_new_trial` with a template is what `Study.add_trial` uses (optuna 5.x, pinned <6)."""
+        whole in one transaction (queueing then asking took six): the storage's `create_new_trial` with a template,
+        as `Study.add_trial` does, which returns no trial."""
         user_attrs = {**attrs, **self._launch_attr(), "status": RunStatus.RUNNING.value}
         template = create_trial(state=TrialState.RUNNING, params=params, distributions=dists, user_attrs=user_attrs)
-        return Trial(self.study, self.study._storage.create_new_trial(self.study._study_id, template_trial=template))
+        return Trial(self.study, study_storage(self.study).create_new_trial(self.study_id, template_trial=template))
 
     def ask(self) -> Trial:
         """A new trial whose params the study's sampler chooses (a search); `tag` it once they are known."""
@@ -457,12 +461,10 @@ class Ledger:
         return {LAUNCH: self.number} if self.number is not None else {}
 
     def resume(self, trial: FrozenTrial) -> Trial:
-        """The live handle of a trial a previous driver left RUNNING.
-
-        Optuna has no public way from a FrozenTrial to a writable Trial; `_trial_id` (the storage's key,
-        not `number`) is what `Study.tell` itself uses. Checked against optuna 5.x (pinned <6 in pyproject).
-        """
-        return Trial(self.study, trial._trial_id)
+        """The live handle of a trial a previous driver left RUNNING (a Trial takes the storage's key, found by its
+        number)."""
+        trial_id = study_storage(self.study).get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+        return Trial(self.study, trial_id)
 
     def metric(self) -> str | None:
         """The metric this study's values are (None for a study that never named one)."""
@@ -487,45 +489,12 @@ class Ledger:
         else:
             state = TrialState.PRUNED if status == RunStatus.PRUNED else TrialState.FAIL
         if (storage := database_of(self.study)) is not None:
-            _end_trial(storage, trial._trial_id, state, told, attrs)
+            end_trial(storage, self.study_id, trial.number, state, told, attrs)
         else:  # a journal file: Optuna's own calls, each an appended line
             for key, attr in attrs.items():
                 trial.set_user_attr(key, attr)
             self.study.tell(trial, told[0] if told and len(told) == 1 else told, state=state)
         return status
-
-
-def _end_trial(
-    storage: RDBStorage, trial_id: int, state: TrialState, values: list[float] | None, attrs: dict[str, Any]
-) -> None:
-    """What `set_user_attr` for each attr, then `Study.tell`, write (optuna 5.0), in one transaction instead of
-    five commits: a run's ending is in the ledger whole or not at all (an error or a Ctrl-C midway leaves the trial
-    running, to be resumed); `values`: one per objective. A pruned trial (of one objective: Optuna prunes no other)
-    takes its last intermediate value (unless NaN), as tell does; tell's
-    `sampler.after_trial` is left out: the ledger's samplers (sweep/samplers.py, none with constraints) do nothing
-    there (checked against optuna 5.1).
-    Optuna's session helper and `_without_commit` writers are private: checked against optuna 5.0 (pinned <6)."""
-    with _create_scoped_session(storage.scoped_session) as session:  # rolled back and closed on any error
-        row = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
-        storage.check_trial_is_updatable(trial_id, cast(TrialState, row.state))
-        for key, attr in attrs.items():
-            storage._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, attr)
-        if state == TrialState.PRUNED and (last := _last_intermediate(session, trial_id)) is not None:
-            values = [last]
-        for objective, value in enumerate(values or []):
-            storage._set_trial_value_without_commit(session, row, objective, value)
-        row.state = state
-        row.datetime_complete = datetime.now()
-
-
-def _last_intermediate(session: Any, trial_id: int) -> float | None:
-    """The trial's intermediate value at its highest step unless NaN (Optuna's value of a pruned trial)."""
-    table = models.TrialIntermediateValueModel
-    last = session.query(table).filter(table.trial_id == trial_id).order_by(table.step.desc()).first()
-    if last is None:
-        return None
-    reported = table.stored_repr_to_intermediate_value(last.intermediate_value, last.intermediate_value_type)
-    return None if math.isnan(reported) else reported
 
 
 def _expanded(stored: list[dict[str, Any]]) -> list[dict[str, Any]]:

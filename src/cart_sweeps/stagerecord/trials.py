@@ -7,8 +7,8 @@ column types convert states and dates as the ORM does) and builds the same Froze
 distinct distribution once: 1.4 s for that ledger (`python -m cart_sweeps.bench_scale --ledger-trials 10240`).
 tests/test_ledger.py checks it equal to `get_trials` on every kind of trial Optuna writes.
 
-Optuna's table models are not public API: checked against optuna 5.0 (pinned <6 in pyproject). Any
-other storage (a journal file) is read through Optuna.
+Optuna's table models are not public API: they come through cart_sweeps.adapters.optuna. Any other storage (a
+journal file) is read through Optuna.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, json_to_distribution
-from optuna.storages import RDBStorage
-from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import select
+
+from cart_sweeps.adapters.optuna import database_of, optuna_tables
 
 
 @functools.cache
@@ -33,20 +33,13 @@ def _distribution(text: str) -> BaseDistribution:
     return json_to_distribution(text)
 
 
-def database_of(study: optuna.Study) -> RDBStorage | None:
-    """The study's database; None for another storage (a journal file). Optuna keeps no public handle on it, and
-    wraps a database in a trial cache (`_backend`)."""
-    storage = getattr(study._storage, "_backend", study._storage)
-    return storage if isinstance(storage, RDBStorage) else None
-
-
 def all_trials(study: optuna.Study, states: Collection[TrialState] | None = None) -> list[FrozenTrial]:
     """`study.get_trials(deepcopy=False, states=states)`, in trial order; the trials are not to be modified."""
     storage = database_of(study)
     if storage is None:
         return study.get_trials(deepcopy=False, states=states)
-    trials = models.TrialModel.__table__
-    mine = trials.c.study_id == study._study_id
+    trials = optuna_tables.TrialModel.__table__
+    mine = trials.c.study_id == storage.get_study_id_from_name(study.study_name)
     if states is not None:
         mine &= trials.c.state.in_(list(states))
     ids = select(trials.c.trial_id).where(mine).scalar_subquery()
@@ -70,11 +63,11 @@ def all_trials(study: optuna.Study, states: Collection[TrialState] | None = None
             .where(mine)
             .order_by(trials.c.trial_id)
         ).all()
-        params = rows(models.TrialParamModel, "param_name", "param_value", "distribution_json")
-        values = rows(models.TrialValueModel, "objective", "value", "value_type")
-        steps = rows(models.TrialIntermediateValueModel, "step", "intermediate_value", "intermediate_value_type")
-        user = rows(models.TrialUserAttributeModel, "key", "value_json")
-        system = rows(models.TrialSystemAttributeModel, "key", "value_json")
+        params = rows(optuna_tables.TrialParamModel, "param_name", "param_value", "distribution_json")
+        values = rows(optuna_tables.TrialValueModel, "objective", "value", "value_type")
+        steps = rows(optuna_tables.TrialIntermediateValueModel, "step", "intermediate_value", "intermediate_value_type")
+        user = rows(optuna_tables.TrialUserAttributeModel, "key", "value_json")
+        system = rows(optuna_tables.TrialSystemAttributeModel, "key", "value_json")
 
     def per_trial() -> defaultdict[int, dict[Any, Any]]:
         return defaultdict(dict)
@@ -85,9 +78,11 @@ def all_trials(study: optuna.Study, states: Collection[TrialState] | None = None
         params_of[trial_id][name] = distribution.to_external_repr(value)
         distributions_of[trial_id][name] = distribution
     for trial_id, objective, value, kind in values:
-        values_of[trial_id][objective] = models.TrialValueModel.stored_repr_to_value(value, kind)
+        values_of[trial_id][objective] = optuna_tables.TrialValueModel.stored_repr_to_value(value, kind)
     for trial_id, step, value, kind in steps:
-        steps_of[trial_id][step] = models.TrialIntermediateValueModel.stored_repr_to_intermediate_value(value, kind)
+        steps_of[trial_id][step] = optuna_tables.TrialIntermediateValueModel.stored_repr_to_intermediate_value(
+            value, kind
+        )
     user_of, system_of = per_trial(), per_trial()
     for attrs_of, rows_read in ((user_of, user), (system_of, system)):
         for trial_id, key, text in rows_read:

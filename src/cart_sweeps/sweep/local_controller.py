@@ -8,8 +8,8 @@ driver hears the terminal, and the whole job is one process group. The controlle
 ends its group the moment the driver is gone, or when the driver asks (SIGTERM): SIGINT to its tasks
 first, so a trainer records its run as interrupted, then SIGKILL to whatever is left.
 
-It mirrors `submitit.local.local.Controller.run` (submitit 1.5.4, pinned below 1.6 in pyproject.toml) and
-also writes the tasks' exit codes beside the job's logs, so the driver can say how a task died.
+It mirrors `submitit.local.local.Controller.run` (through cart_sweeps.adapters.submitit) and also writes the tasks'
+exit codes beside the job's logs, so the driver can say how a task died.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE, Controller
+from cart_sweeps.adapters.submitit import LOCAL_REQUEUE_RETURN_CODE, Controller, local_controller
 
 DRIVER_ENV = "CART_SWEEPS_DRIVER_PID"
 GRACE_S = 5.0  # how long a task may take to record its interruption before the group is killed
@@ -73,7 +73,7 @@ def run(controller: Controller, folder: Path) -> None:
 
 def main(folder: str) -> None:
     driver = int(os.environ[DRIVER_ENV])
-    controller = Controller(Path(folder))
+    controller = local_controller(Path(folder))
     signal.signal(signal.SIGTERM, lambda *_: stop_group(controller))
     threading.Thread(target=_watch, args=(driver, controller), daemon=True).start()
     run(controller, Path(folder))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from hydra.core.override_parser.types import Override, RangeSweep, ValueType
+from hydra.core.override_parser.types import Override, QuotedString, RangeSweep, ValueType
 
 from cart_sweeps.config import DRIVER_GROUPS, ConfigError
 
@@ -47,9 +47,17 @@ def sweep_size(o: Override) -> int:
 
 def _listed(o: Override) -> Iterator[Any]:
     """A sweep's values, listed only once iterated (Hydra lists a shuffled range whole when asked for them), as
-    Hydra's value() gives them: a quoted one ('paper', [a,'b']) as its text, not a QuotedString
-    (Override._convert_value: private; hydra-core 1.3.8, pinned)."""
-    yield from o.sweep_iterator(transformer=Override._convert_value)
+    Hydra's value() gives them: a quoted one ('paper', [a,'b']) as its text, not a QuotedString."""
+    yield from o.sweep_iterator(transformer=_unquoted)
+
+
+def _unquoted(value: Any) -> Any:
+    """A parsed value with each QuotedString (in lists and dicts too) as its text, as `Override.value()` has it."""
+    if isinstance(value, list):
+        return [_unquoted(v) for v in value]
+    if isinstance(value, dict):
+        return {_unquoted(k): _unquoted(v) for k, v in value.items()}
+    return value.text if isinstance(value, QuotedString) else value
 
 
 def _root(key: str) -> str:

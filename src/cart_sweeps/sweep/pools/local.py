@@ -11,9 +11,7 @@ import contextlib
 import json
 import os
 import pickle
-import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import submitit
 from omegaconf import MISSING, DictConfig
-from submitit.local.local import LocalJob
+from submitit import LocalJob
 
+from cart_sweeps.adapters.submitit import SessionExecutor
 from cart_sweeps.config import ConfigError, LauncherConfig, at_least
 from cart_sweeps.hardware import gpu_memory_bytes, nvidia_gpus
 from cart_sweeps.options import StageKind
@@ -46,38 +44,13 @@ class LocalLauncherConfig(LauncherConfig):
     runs_per_gpu: int = field(default=MISSING, metadata=at_least(1))
 
 
-class LocalExecutor(submitit.LocalExecutor):
-    """submitit's LocalExecutor with each job's controller in a session of its own, tied to this driver.
+class LocalExecutor(SessionExecutor):
+    """submitit's LocalExecutor with each job's controller (sweep/local_controller.py) in a session of its own, tied
+    to this driver."""
 
-    Mirrors `submitit.local.local.start_controller` (submitit 1.5.4), which has no such option, and runs
-    `local_controller` instead of submitit's controller module. `cuda_devices` is the next job's
-    CUDA_VISIBLE_DEVICES as given (an index, a GPU UUID or a MIG id: submitit's own parameter takes ints only).
-    """
-
-    cuda_devices = ""
-
-    def _submit_command(self, command: str) -> LocalJob:
-        p = self.parameters
-        ntasks = p.get("tasks_per_node", 1)
-        env = {
-            **os.environ,
-            "SUBMITIT_LOCAL_NTASKS": str(ntasks),
-            "SUBMITIT_LOCAL_COMMAND": command,
-            "SUBMITIT_LOCAL_TIMEOUT_S": str(int(60 * p.get("timeout_min", 2.0))),
-            "SUBMITIT_LOCAL_SIGNAL_DELAY_S": str(int(p.get("signal_delay_s", 30))),
-            "SUBMITIT_LOCAL_NODEID": "0",
-            "SUBMITIT_LOCAL_JOB_NUM_NODES": "1",
-            "SUBMITIT_STDERR_TO_STDOUT": "1" if p.get("stderr_to_stdout") else "",
-            "SUBMITIT_EXECUTOR": "local",
-            "SUBMITIT_LOCAL_WITH_SHELL": "",  # `exec` below keeps the job id the controller's own pid
-            "CUDA_VISIBLE_DEVICES": self.cuda_devices,
-            DRIVER_ENV: str(os.getpid()),
-        }
-        controller = [sys.executable, "-m", "cart_sweeps.sweep.local_controller", str(self.folder)]
-        setup = list(p.get("setup", ()))
-        args: Any = " && ".join([*setup, "exec " + shlex.join(controller)]) if setup else controller
-        process = subprocess.Popen(args, shell=bool(setup), env=env, start_new_session=True)
-        return LocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=list(range(ntasks)))
+    def controller(self) -> tuple[list[str], dict[str, str]]:
+        command = [sys.executable, "-m", "cart_sweeps.sweep.local_controller", str(self.folder)]
+        return command, {DRIVER_ENV: str(os.getpid())}
 
 
 _SIGNAL_ENDINGS = {
