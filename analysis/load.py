@@ -15,14 +15,17 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
 from cart_sweeps.config import RECIPE_KEYS
 from cart_sweeps.metric import DEFAULT, metric, require_error
+from cart_sweeps.model.params import train_flops_per_token
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS, SUMMARY
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.runset import UNREADABLE, StageRun
 from cart_sweeps.status import RunStatus
 
@@ -61,6 +64,7 @@ RUN_KEY = (
 MODEL_KEYS = ("d_model", "n_prelude", "n_loops", "n_layers")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", "d_model", "n_prelude", "n_loops", "n_layers", "eval_n_loops", "num_fewshot")  # per stage
+FLOPS = "gflops_per_token"  # a run's training FLOPs per token (forward + backward), in units of 10^9
 VARIANT_AXIS = "stage.variant"  # the column of a stage's named variants (`variant` is the ablation label)
 
 __all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]
@@ -204,8 +208,6 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
         left_out.update(e.kind for e in choice.selection.excluded if e.kind in ended)
     varied = {c for a in axes.values() for c in a.columns}
     study_evals = _normalise(_whole(pd.DataFrame(evals), evals, varied)) if evals else pd.DataFrame()
-    if not study_evals.empty:
-        study_evals = study_evals.drop_duplicates(["stage", "run", "step"], keep="last").reset_index(drop=True)
     study_train = _normalise(_whole(pd.DataFrame(train), train, varied)) if train else pd.DataFrame()
     selections = {stage: choice.selection for stage, choice in chosen.items()}
     return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), selections, axes, unread=unread)
@@ -222,18 +224,21 @@ def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, 
     evals: list[dict[str, Any]] = []
     train: list[dict[str, Any]] = []
     for run in choice.runs:
-        assert run.summary is not None  # a used run holds its result
-        summary = run.summary.to_dict()
+        summary = run.summary
+        assert summary is not None  # a used run holds its result
         meta = {**_run_meta(stage, summary, run, root), **_axis_values(run), "role": choice.selection.role}
         if choice.record and choice.record.looks > 1:  # a stage that added seeds while undecided
             meta["looks"] = choice.record.looks
+        logged: dict[Any, dict[str, Any]] = {}  # step -> its evaluation (a resumed run logs a step again: the newest)
         for event in read_metrics(run.folder / METRICS):
             if event.get("kind") == "train":
                 row = {k: event.get(k) for k in TRAIN_KEYS}
                 train.append({**meta, "step": event.get("step"), **_numbers(row, run.folder / METRICS)})
             elif event.get("kind") == "eval":
-                evals.append({**meta, "step": event.get("step"), **_scores(event)})
-        evals.append({**meta, **_scores(summary), "step": summary.get("step")})
+                logged[event.get("step")] = _scores(event)
+        logged.pop(summary.step, None)  # the last evaluation: its numbers are the summary's, read from it alone
+        evals += [{**meta, "step": step, **scores} for step, scores in logged.items()]
+        evals.append({**meta, **_final(summary), "step": summary.step})
     return evals, train
 
 
@@ -275,54 +280,70 @@ def _stage_axes(choice: Chosen) -> StageAxes:
     return StageAxes([*columns, *(["seed"] if seeds else [])], metric, search, metrics)
 
 
-def _run_meta(stage: str, summary: dict[str, Any], run: StageRun, root: Path) -> dict[str, Any]:
+def _run_meta(stage: str, summary: RunSummary, run: StageRun, root: Path) -> dict[str, Any]:
     """The columns that identify a run, the stage reading it and its recipe, shared by all its rows. The stage is
     the one whose run set holds it (a run another stage trained keeps that stage's name in its summary)."""
-    folder = run.folder
-    model, trainer = (_section(summary, key, folder) for key in ("model", "trainer"))
+    folder, details = run.folder, summary.details
+    model, trainer = (_section(details, key, folder) for key in ("model", "trainer"))
     meta: dict[str, Any] = {
         "run": str(folder.relative_to(root)) if folder.is_relative_to(root) else str(folder),
         "run_id": run.run_id,
-        "config": summary.get("config_id"),  # runs from before config ids: their key columns (_normalise)
+        "config": details.get("config_id"),  # runs from before config ids: their key columns (_normalise)
         "stage": stage,
-        "label": summary.get("label", folder.name),
-        "variant": summary.get("variant", "base"),
-        "seed": summary.get("seed"),
+        "label": folder.name if summary.label is None else summary.label,
+        "variant": details.get("variant", "base"),
+        "seed": details.get("seed"),
         "model": model.get("name", "cart"),
         **{k: model.get(k) for k in MODEL_KEYS},
         **{k: trainer.get(k) for k in RECIPE_KEYS},
         "run_dir": str(folder),
+        FLOPS: _gflops(model, trainer),
     }
-    if summary.get("stage_variant"):  # the stage's name for the run's variant (its ledger's, where it has one)
-        meta[VARIANT_AXIS] = summary["stage_variant"]
-    if "eval_n_loops" in summary:
-        meta["eval_n_loops"] = summary["eval_n_loops"]
-        meta["trained_n_loops"] = summary.get("trained_n_loops", model.get("n_loops"))
-    if summary.get("num_fewshot") is not None:  # a benchmark evaluation's shot count
-        meta["num_fewshot"] = summary["num_fewshot"]
+    if details.get("stage_variant"):  # the stage's name for the run's variant (its ledger's, where it has one)
+        meta[VARIANT_AXIS] = details["stage_variant"]
+    if "eval_n_loops" in details:
+        meta["eval_n_loops"] = details["eval_n_loops"]
+        meta["trained_n_loops"] = details.get("trained_n_loops", model.get("n_loops"))
+    if details.get("num_fewshot") is not None:  # a benchmark evaluation's shot count
+        meta["num_fewshot"] = details["num_fewshot"]
     for key, value in meta.items():
         if value is not None and not isinstance(value, str | int | float):
             raise AnalysisError(f"{folder / SUMMARY}: {key} is {json.dumps(value)}, not a number or a word")
     return meta
 
 
-def _section(summary: dict[str, Any], key: str, folder: Path) -> dict[str, Any]:
+def _gflops(model: dict[str, Any], trainer: dict[str, Any]) -> float | None:
+    """A run's training GFLOPs per token (cart_sweeps.model's formula, as `plan` costs runs), from the model and
+    sequence length it records (None where it records neither: analysis/pareto.py costs it at the screen's)."""
+    if "vocab_size" not in model or "seq_len" not in trainer:
+        return None
+    return train_flops_per_token(SimpleNamespace(**model), int(trainer["seq_len"])) / 1e9  # 7 ms less than OmegaConf
+
+
+def _section(details: dict[str, Any], key: str, folder: Path) -> dict[str, Any]:
     """A summary's `model` or `trainer` section: an object, or none."""
-    value = summary.get(key) or {}
+    value = details.get(key) or {}
     if not isinstance(value, dict):
         raise AnalysisError(f"{folder / SUMMARY}: {key} is {json.dumps(value)}, not an object of its settings")
     return value
 
 
-def _scores(record: dict[str, Any]) -> dict[str, Any]:
-    """The scalar results of a summary or eval event (ppl/bpb/ce per set, rho, counts, speed)."""
-    skip = {"status", "stage", "run_id", "label", "variant", "seed", "step", "kind", "eval_n_loops", "trained_n_loops"}
-    skip.add("num_fewshot")  # in the run's meta
-    return {
-        k: v
-        for k, v in record.items()
-        if k not in skip and (v is None or isinstance(v, int | float)) and not isinstance(v, bool)
-    }
+def _scores(event: dict[str, Any]) -> dict[str, Any]:
+    """The scalar results of an eval event (ppl/bpb/ce per set, rho)."""
+    return {k: v for k, v in event.items() if k not in ("step", "kind") and _scalar(v)}
+
+
+def _final(summary: RunSummary) -> dict[str, Any]:
+    """A run's final numbers as its summary holds them: the run-wide figures (rho, counts, speed), its metrics."""
+    figures = {k: v for k in FIGURES if (v := getattr(summary, k)) is not None}
+    return {k: v for k, v in {**figures, **summary.metrics}.items() if _scalar(v)}
+
+
+FIGURES = ("rho", "params_stored", "params_effective", "tokens_per_s", "wall_time_s", "first_step_at")  # RunSummary's
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 def _normalise(frame: pd.DataFrame) -> pd.DataFrame:

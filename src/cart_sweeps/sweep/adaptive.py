@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING, Any
 from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.compose import axis_value
 from cart_sweeps.decide import ALPHA, MOST_SEEDS, POWER, Verdict, best_level, looks, seed_order, seeds_for_power
 from cart_sweeps.metric import Metric, require
 from cart_sweeps.stagerecord.runset import StageRecord, StageRun, stage_runs
 from cart_sweeps.sweep.stage_checks import SEED, D, R, adds
-from cart_sweeps.text import count
+from cart_sweeps.text import axis_value, count
 
 if TYPE_CHECKING:
     from cart_sweeps.sweep.expand import Run, Stage
