@@ -15,12 +15,11 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
-from cart_sweeps.config import RECIPE_KEYS
+from cart_sweeps.config import RECIPE_KEYS, ModelConfig
 from cart_sweeps.metric import DEFAULT, metric, require_error
 from cart_sweeps.model.params import train_flops_per_token
 from cart_sweeps.record.metrics import read_metrics
@@ -314,10 +313,12 @@ def _run_meta(stage: str, summary: RunSummary, run: StageRun, root: Path) -> dic
 
 def _gflops(model: dict[str, Any], trainer: dict[str, Any]) -> float | None:
     """A run's training GFLOPs per token (cart_sweeps.model's formula, as `plan` costs runs), from the model and
-    sequence length it records (None where it records neither: analysis/pareto.py costs it at the screen's)."""
-    if "vocab_size" not in model or "seq_len" not in trainer:
+    sequence length it records, a setting an older record lacks at the schema's default (None where it records no
+    size: analysis/pareto.py costs it at the screen stage's recipe)."""
+    if any(k not in model for k in ("d_model", "head_dim", "vocab_size")) or "seq_len" not in trainer:
         return None
-    return train_flops_per_token(SimpleNamespace(**model), int(trainer["seq_len"])) / 1e9  # 7 ms less than OmegaConf
+    known = {k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__}
+    return train_flops_per_token(ModelConfig(**{"name": "cart", **known}), int(trainer["seq_len"])) / 1e9
 
 
 def _section(details: dict[str, Any], key: str, folder: Path) -> dict[str, Any]:
