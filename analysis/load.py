@@ -237,7 +237,7 @@ def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, 
                 logged[event.get("step")] = _scores(event)
         logged.pop(summary.step, None)  # the last evaluation: its numbers are the summary's, read from it alone
         evals += [{**meta, "step": step, **scores} for step, scores in logged.items()]
-        evals.append({**meta, **_final(summary), "step": summary.step})
+        evals.append({**meta, **_scores(summary.results()), "step": summary.step})
     return evals, train
 
 
@@ -329,22 +329,14 @@ def _section(details: dict[str, Any], key: str, folder: Path) -> dict[str, Any]:
     return value
 
 
-def _scores(event: dict[str, Any]) -> dict[str, Any]:
-    """The scalar results of an eval event (ppl/bpb/ce per set, rho)."""
-    return {k: v for k, v in event.items() if k not in ("step", "kind") and _scalar(v)}
-
-
-def _final(summary: RunSummary) -> dict[str, Any]:
-    """A run's final numbers as its summary holds them: the run-wide figures (rho, counts, speed), its metrics."""
-    figures = {k: v for k in FIGURES if (v := getattr(summary, k)) is not None}
-    return {k: v for k, v in {**figures, **summary.metrics}.items() if _scalar(v)}
-
-
-FIGURES = ("rho", "params_stored", "params_effective", "tokens_per_s", "wall_time_s", "first_step_at")  # RunSummary's
-
-
-def _scalar(value: Any) -> bool:
-    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+def _scores(values: dict[str, Any]) -> dict[str, Any]:
+    """The scalar results of an eval event, or of a summary's final numbers (RunSummary.results): ppl/bpb/ce per
+    set, rho, counts, speed."""
+    return {
+        k: v
+        for k, v in values.items()
+        if k not in ("step", "kind") and (v is None or isinstance(v, int | float)) and not isinstance(v, bool)
+    }
 
 
 def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
