@@ -21,8 +21,10 @@ import pandas as pd
 
 from cart_sweeps.config import AXIS, RECIPE_KEYS, ModelConfig, keys_with
 from cart_sweeps.metric import DEFAULT, metric, require_error
+from cart_sweeps.model.params import train_flops_per_token
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS, SUMMARY
+from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.runset import UNREADABLE, StageRun
 from cart_sweeps.status import RunStatus
 
@@ -50,6 +52,7 @@ MODEL_KEYS = keys_with(ModelConfig, AXIS)
 RUN_KEY = ("stage", "model", "variant", *MODEL_KEYS, "seed", "eval_n_loops", "num_fewshot")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", *MODEL_KEYS, "eval_n_loops", "num_fewshot")  # per stage
+FLOPS = "gflops_per_token"  # a run's training FLOPs per token (forward + backward), in units of 10^9
 VARIANT_AXIS = "stage.variant"  # the column of a stage's named variants (`variant` is the ablation label)
 
 __all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]
@@ -193,8 +196,6 @@ def load_runs(root: str | Path, launch: int | None = None, where: list[str] | No
         left_out.update(e.kind for e in choice.selection.excluded if e.kind in ended)
     varied = {c for a in axes.values() for c in a.columns}
     study_evals = _normalise(_whole(pd.DataFrame(evals), evals, varied)) if evals else pd.DataFrame()
-    if not study_evals.empty:
-        study_evals = study_evals.drop_duplicates(["stage", "run", "step"], keep="last").reset_index(drop=True)
     study_train = _normalise(_whole(pd.DataFrame(train), train, varied)) if train else pd.DataFrame()
     selections = {stage: choice.selection for stage, choice in chosen.items()}
     return Study(study_evals, study_train, dict(sorted(left_out.items())), str(root), selections, axes, unread=unread)
@@ -211,18 +212,21 @@ def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, 
     evals: list[dict[str, Any]] = []
     train: list[dict[str, Any]] = []
     for run in choice.runs:
-        assert run.summary is not None  # a used run holds its result
-        summary = run.summary.to_dict()
+        summary = run.summary
+        assert summary is not None  # a used run holds its result
         meta = {**_run_meta(stage, summary, run, root), **_axis_values(run), "role": choice.selection.role}
         if choice.record and choice.record.looks > 1:  # a stage that added seeds while undecided
             meta["looks"] = choice.record.looks
+        logged: dict[Any, dict[str, Any]] = {}  # step -> its evaluation (a resumed run logs a step again: the newest)
         for event in read_metrics(run.folder / METRICS):
             if event.get("kind") == "train":
                 row = {k: event.get(k) for k in TRAIN_KEYS}
                 train.append({**meta, "step": event.get("step"), **_numbers(row, run.folder / METRICS)})
             elif event.get("kind") == "eval":
-                evals.append({**meta, "step": event.get("step"), **_scores(event)})
-        evals.append({**meta, **_scores(summary), "step": summary.get("step")})
+                logged[event.get("step")] = _scores(event)
+        logged.pop(summary.step, None)  # the last evaluation: its numbers are the summary's, read from it alone
+        evals += [{**meta, "step": step, **scores} for step, scores in logged.items()]
+        evals.append({**meta, **_scores(summary.results()), "step": summary.step})
     return evals, train
 
 
@@ -264,53 +268,63 @@ def _stage_axes(choice: Chosen) -> StageAxes:
     return StageAxes([*columns, *(["seed"] if seeds else [])], metric, search, metrics)
 
 
-def _run_meta(stage: str, summary: dict[str, Any], run: StageRun, root: Path) -> dict[str, Any]:
+def _run_meta(stage: str, summary: RunSummary, run: StageRun, root: Path) -> dict[str, Any]:
     """The columns that identify a run, the stage reading it and its recipe, shared by all its rows. The stage is
     the one whose run set holds it (a run another stage trained keeps that stage's name in its summary)."""
-    folder = run.folder
-    model, trainer = (_section(summary, key, folder) for key in ("model", "trainer"))
+    folder, details = run.folder, summary.details
+    model, trainer = (_section(details, key, folder) for key in ("model", "trainer"))
     meta: dict[str, Any] = {
         "run": str(folder.relative_to(root)) if folder.is_relative_to(root) else str(folder),
         "run_id": run.run_id,
-        "config": summary.get("config_id"),  # runs from before config ids: their key columns (_normalise)
+        "config": details.get("config_id"),  # runs from before config ids: their key columns (_normalise)
         "stage": stage,
-        "label": summary.get("label", folder.name),
-        "variant": summary.get("variant", "base"),
-        "seed": summary.get("seed"),
+        "label": folder.name if summary.label is None else summary.label,
+        "variant": details.get("variant", "base"),
+        "seed": details.get("seed"),
         "model": model.get("name", "cart"),
         **{k: model.get(k) for k in MODEL_KEYS},
         **{k: trainer.get(k) for k in RECIPE_KEYS},
         "run_dir": str(folder),
+        FLOPS: _gflops(model, trainer),
     }
-    if summary.get("stage_variant"):  # the stage's name for the run's variant (its ledger's, where it has one)
-        meta[VARIANT_AXIS] = summary["stage_variant"]
-    if "eval_n_loops" in summary:
-        meta["eval_n_loops"] = summary["eval_n_loops"]
-        meta["trained_n_loops"] = summary.get("trained_n_loops", model.get("n_loops"))
-    if summary.get("num_fewshot") is not None:  # a benchmark evaluation's shot count
-        meta["num_fewshot"] = summary["num_fewshot"]
+    if details.get("stage_variant"):  # the stage's name for the run's variant (its ledger's, where it has one)
+        meta[VARIANT_AXIS] = details["stage_variant"]
+    if "eval_n_loops" in details:
+        meta["eval_n_loops"] = details["eval_n_loops"]
+        meta["trained_n_loops"] = details.get("trained_n_loops", model.get("n_loops"))
+    if details.get("num_fewshot") is not None:  # a benchmark evaluation's shot count
+        meta["num_fewshot"] = details["num_fewshot"]
     for key, value in meta.items():
         if value is not None and not isinstance(value, str | int | float):
             raise AnalysisError(f"{folder / SUMMARY}: {key} is {json.dumps(value)}, not a number or a word")
     return meta
 
 
-def _section(summary: dict[str, Any], key: str, folder: Path) -> dict[str, Any]:
+def _gflops(model: dict[str, Any], trainer: dict[str, Any]) -> float | None:
+    """A run's training GFLOPs per token (cart_sweeps.model's formula, as `plan` costs runs), from the model and
+    sequence length it records, a setting an older record lacks at the schema's default (None where it records no
+    size: analysis/pareto.py costs it at the screen stage's recipe)."""
+    if any(k not in model for k in ("d_model", "head_dim", "vocab_size")) or "seq_len" not in trainer:
+        return None
+    known = {k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__}
+    return train_flops_per_token(ModelConfig(**{"name": "cart", **known}), int(trainer["seq_len"])) / 1e9
+
+
+def _section(details: dict[str, Any], key: str, folder: Path) -> dict[str, Any]:
     """A summary's `model` or `trainer` section: an object, or none."""
-    value = summary.get(key) or {}
+    value = details.get(key) or {}
     if not isinstance(value, dict):
         raise AnalysisError(f"{folder / SUMMARY}: {key} is {json.dumps(value)}, not an object of its settings")
     return value
 
 
-def _scores(record: dict[str, Any]) -> dict[str, Any]:
-    """The scalar results of a summary or eval event (ppl/bpb/ce per set, rho, counts, speed)."""
-    skip = {"status", "stage", "run_id", "label", "variant", "seed", "step", "kind", "eval_n_loops", "trained_n_loops"}
-    skip.add("num_fewshot")  # in the run's meta
+def _scores(values: dict[str, Any]) -> dict[str, Any]:
+    """The scalar results of an eval event, or of a summary's final numbers (RunSummary.results): ppl/bpb/ce per
+    set, rho, counts, speed."""
     return {
         k: v
-        for k, v in record.items()
-        if k not in skip and (v is None or isinstance(v, int | float)) and not isinstance(v, bool)
+        for k, v in values.items()
+        if k not in ("step", "kind") and (v is None or isinstance(v, int | float)) and not isinstance(v, bool)
     }
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -27,18 +26,16 @@ from omegaconf import OmegaConf
 
 from cart_sweeps.metric import require as require_metric
 from cart_sweeps.model.params import train_flops_per_token
-from cart_sweeps.record.runfolder import read_summary
 
 from . import tables
 from .figures import FigureJob, metric_label, save
-from .load import AnalysisError, Study, rank_values
+from .load import FLOPS, AnalysisError, Study, rank_values
 from .stage_tables import column_name
 from .stages import SCREEN
 
 PREFIX = "pareto_"  # pareto_<stage>
 PLOT = "_plot"  # a figure's name: its table's and this
 COMPUTE = "stage1_compute_front"
-FLOPS = "gflops_per_token"  # training FLOPs per token (forward + backward), in units of 10^9
 
 
 def stages(study: Study) -> list[str]:
@@ -147,15 +144,13 @@ def _screen_recipe() -> tuple[dict[str, Any], int]:
     return model, int(recipe.get("trainer.seq_len", cfg.trainer.seq_len))
 
 
-def _flops_per_token(row: pd.Series) -> float:
-    """A run's training FLOPs per token: from the model and sequence length its summary records where it has a
-    run folder; what it does not record (a results CSV: all but d, P, R), from the screen stage's recipe."""
-    summary = read_summary(Path(row["run_dir"])) if isinstance(row.get("run_dir"), str) else None
-    recorded = summary.details if summary is not None else {}
+def _gflops_per_token(row: pd.Series) -> float:
+    """A run's training GFLOPs per token: as loaded from what its run records (analysis.load), else (a results
+    CSV records only d, P, R) at the screen stage's recipe."""
+    if pd.notna(row.get(FLOPS)):
+        return float(row[FLOPS])
     model, seq_len = _screen_recipe()
-    model = model | {k: int(row[k]) for k in tables.CONFIG} | (recorded.get("model") or {})
-    seq_len = int((recorded.get("trainer") or {}).get("seq_len", seq_len))
-    return train_flops_per_token(OmegaConf.create(model), seq_len)
+    return train_flops_per_token(OmegaConf.create(model | {k: int(row[k]) for k in tables.CONFIG}), seq_len) / 1e9
 
 
 def compute_cells(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -164,7 +159,7 @@ def compute_cells(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     rows = tables.rows_of(final, (SCREEN,), COMPUTE)
     tables.require(rows, [*tables.CONFIG, metric], COMPUTE)
     rows = rows.dropna(subset=[metric])
-    rows = rows.assign(**{FLOPS: [_flops_per_token(row) / 1e9 for _, row in rows.iterrows()]})
+    rows = rows.assign(**{FLOPS: [_gflops_per_token(row) for _, row in rows.iterrows()]})
     grouped = rows.groupby(tables.CONFIG)
     cells = grouped[metric].mean().to_frame().join(grouped.size().rename("seeds")).join(grouped[FLOPS].first())
     cells = cells.reset_index().rename(columns=tables.SHORT)

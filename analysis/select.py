@@ -18,22 +18,10 @@ from typing import Any
 from cart_sweeps.metric import metric
 from cart_sweeps.record.runfolder import SUMMARY
 from cart_sweeps.stagerecord.ledger import LEDGER_FILES, LedgerDamaged
-from cart_sweeps.stagerecord.runset import RECORD, RunSet, StageRecord, StageRun, stage_runs
+from cart_sweeps.stagerecord.runset import RECORD, LeftOut, RunSet, StageRecord, StageRun, stage_runs
 
 from .errors import AnalysisError
 from .stages import roles_of
-
-
-@dataclass
-class Exclusion:
-    """A completed run folder of the stage the tables leave out."""
-
-    label: str
-    run: str
-    kind: str  # for counts: copy, moved, by hand, superseded, diverged, pruned, unreadable, other launch, filtered,
-    # not finite, out of range
-    reason: str
-    differs: list[str]  # how its config differs from the runs chosen: "trainer.lr 0.003 -> 0.001"
 
 
 @dataclass
@@ -45,7 +33,7 @@ class StageSelection:
     basis: str
     runs: int = 0
     filters: list[str] = field(default_factory=list)
-    excluded: list[Exclusion] = field(default_factory=list)
+    excluded: list[LeftOut] = field(default_factory=list)  # the run set's, and those --where, NOT_FINITE, ... leave
     missing: list[str] = field(default_factory=list)  # runs the tables need whose run folder is gone
     pending: dict[str, int] = field(default_factory=dict)  # status -> runs the tables need without a result yet
 
@@ -120,14 +108,14 @@ def choose(root: Path, launch: int | None = None, where: list[str] | None = None
 def _narrow(runs: RunSet, role: str | None, filters: dict[str, tuple[str, Any]]) -> Chosen:
     selection = StageSelection(runs.stage, role, runs.basis, filters=list(filters), missing=list(runs.missing))
     selection.pending = dict(Counter(str(run.status) for run in runs.pending))
-    selection.excluded = [Exclusion(o.label, o.run, o.kind, o.reason, o.differs) for o in runs.left_out]
+    selection.excluded = list(runs.left_out)
     kept = []
     for run in runs.used:
         where = f"{runs.stage}/{run.folder.name}"
         if bad := _invalid(run):
-            selection.excluded.append(Exclusion(run.label, where, bad[0], bad[1], []))
-        elif failed := [t for t, (k, v) in filters.items() if _value(run, k) != v]:
-            selection.excluded.append(Exclusion(run.label, where, "filtered", f"not {', '.join(failed)}", []))
+            selection.excluded.append(LeftOut(run.label, where, *bad))
+        elif failed := [t for t, (k, v) in filters.items() if _config(run).get(k) != v]:
+            selection.excluded.append(LeftOut(run.label, where, "filtered", f"not {', '.join(failed)}"))
         else:
             kept.append(run)
     selection.runs = len(kept)
@@ -150,11 +138,4 @@ def _invalid(run: StageRun) -> tuple[str, str] | None:
 
 
 def _config(run: StageRun) -> dict[str, Any]:
-    """A run's recorded config, flat: model.*, trainer.*, and the seed."""
-    details = run.summary.details if run.summary else {}
-    flat = {f"{g}.{k}": v for g in ("model", "trainer") for k, v in (details.get(g) or {}).items()}
-    return flat | {"seed": details.get("seed")}
-
-
-def _value(run: StageRun, key: str) -> Any:
-    return _config(run).get(key)
+    return run.summary.config() if run.summary else {}

@@ -74,6 +74,30 @@ def test_tables_hold_each_cells_newest_configuration_and_say_what_they_left_out(
     assert "left out 1/d64-P2-R4-s42" in done.stdout
 
 
+def test_the_compute_front_costs_the_loaded_runs_from_their_records_composing_nothing(runs):
+    """The compute front read each run's folder again and composed the screen stage's recipe inside the analysis;
+    it is costed from the runs the analysis loaded (their recorded model and sequence length), composing nothing."""
+    from omegaconf import OmegaConf
+
+    from cart_sweeps.analysis import pareto
+    from cart_sweeps.analysis.load import load_runs
+    from cart_sweeps.model.params import train_flops_per_token
+
+    final = load_runs(runs).final()
+    front = pareto.compute_cells(final, "ppl_austen")
+    assert pareto._screen_recipe.cache_info().currsize == 0  # nothing composed
+    used = final[final["stage"] == "1"]
+    by_hand = {}
+    for folder in used["run_dir"]:  # each run's cost from its summary.json, by the model's formula
+        summary = json.loads((Path(folder) / "summary.json").read_text())
+        model = summary["model"]
+        cost = train_flops_per_token(OmegaConf.create(model), summary["trainer"]["seq_len"]) / 1e9
+        by_hand[(model["d_model"], model["n_prelude"], model["n_loops"])] = cost
+    assert len(front) == len(by_hand) == 2
+    for _, cell in front.iterrows():
+        assert cell["gflops_per_token"] == pytest.approx(by_hand[(cell["d"], cell["P"], cell["R"])], rel=1e-12)
+
+
 def test_where_and_launch_select_the_earlier_runs(runs, tmp_path):
     done = analysis(runs, tmp_path, "--where", "trainer.lr=0.003", "--launch", "1")
     assert done.returncode == 0, done.stderr

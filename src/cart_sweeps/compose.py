@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -25,6 +25,7 @@ from cart_sweeps import collector, stagefile
 from cart_sweeps.config import CONF_DIR, ConfigError
 from cart_sweeps.config_errors import file_mistake
 from cart_sweeps.register import register_configs
+from cart_sweeps.text import first_line
 
 T = TypeVar("T")
 
@@ -202,10 +203,6 @@ def _option_advice(text: str, options: list[str]) -> str:
     return f"{listing}; a {group} of your own: DIR/{group}/{name}.yaml, found with --config-dir DIR"
 
 
-def first_line(err: BaseException) -> str:
-    return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-
-
 _COMPOSING = re.compile(r"^In '([^']+)': \w+ raised while composing config:\s*\n(.*)", re.DOTALL)
 
 
@@ -265,32 +262,3 @@ def run_cli(main: Callable[[list[str]], T], usage: str, argv: Sequence[str] | No
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-
-
-_BARE = re.compile(r"[A-Za-z_/][\w./-]*")  # a string Hydra's grammar reads unquoted
-_RESERVED = {"true", "false", "null", "nan", "inf"}
-
-
-def format_value(value: Any) -> str:
-    """A value in Hydra's override grammar (strings quoted only when they need it)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(format_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
-    text = str(value)
-    if _BARE.fullmatch(text) and text.lower() not in _RESERVED:
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def axis_value(value: Any) -> Any:
-    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), so that a
-    table cell (a tuple of params) is hashable and the ledger stores it as Optuna stores a choice (a scalar);
-    a list a ledger of an earlier version holds reads the same."""
-    return format_value(value) if isinstance(value, list | tuple | dict) else value

@@ -1,4 +1,10 @@
-"""Words in messages: a count with its noun in the right number."""
+"""Words in messages (a count with its noun in the right number, an error's first line) and values as
+override text: helpers every layer may use, with nothing of Hydra but its grammar's spelling."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
 
 
 def count(n: int, noun: str) -> str:
@@ -13,3 +19,37 @@ def duration(hours: float) -> str:
     if hours >= 1:
         return f"{hours:,.1f} hours"
     return f"{hours * 60:.0f} min" if hours * 60 >= 1 else f"{hours * 3600:.0f} s"
+
+
+def first_line(err: BaseException) -> str:
+    """An error's first non-blank line (its type's name where it says nothing): a message's one line."""
+    return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+
+
+_BARE = re.compile(r"[A-Za-z_/][\w./-]*")  # a string Hydra's grammar reads unquoted
+_RESERVED = {"true", "false", "null", "nan", "inf"}
+
+
+def format_value(value: Any) -> str:
+    """A value in Hydra's override grammar (strings quoted only when they need it)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if _BARE.fullmatch(text) and text.lower() not in _RESERVED:
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def axis_value(value: Any) -> Any:
+    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), so that a
+    table cell (a tuple of params) is hashable and the ledger stores it as Optuna stores a choice (a scalar);
+    a list a ledger of an earlier version holds reads the same."""
+    return format_value(value) if isinstance(value, list | tuple | dict) else value

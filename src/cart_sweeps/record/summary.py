@@ -65,6 +65,12 @@ class RunSummary:
                 out[f.name] = value
         return {**out, **self.metrics}
 
+    def config(self) -> dict[str, Any]:
+        """The recorded config, flat: `model.*`, `trainer.*`, `data` and `seed` (what `--where` filters by and
+        a superseded run's changes name)."""
+        flat = {f"{group}.{k}": v for group in ("model", "trainer") for k, v in (self.details.get(group) or {}).items()}
+        return flat | {"data": self.details.get("data"), "seed": self.details.get("seed")}
+
     @property
     def is_result(self) -> bool:
         return self.status.is_result

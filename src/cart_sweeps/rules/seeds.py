@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.compose import axis_value
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import Metric, require
 from cart_sweeps.rules.axes import SEED, D, R
@@ -38,7 +37,7 @@ from cart_sweeps.rules.decide import (
 )
 from cart_sweeps.rules.rule import WHY, Added, Cell, Expanded, StageRule
 from cart_sweeps.stagerecord.runset import StageRun, stage_runs
-from cart_sweeps.text import count
+from cart_sweeps.text import axis_value, count
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger

@@ -43,12 +43,13 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, Trial, TrialState, create_trial
 
 from cart_sweeps.adapters.optuna import database_of, end_trial, optuna_tables, study_storage, transaction
-from cart_sweeps.compose import first_line, parse_overrides
+from cart_sweeps.compose import parse_overrides
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import DEFAULT, metric
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.trials import all_trials
 from cart_sweeps.status import RunStatus
+from cart_sweeps.text import first_line
 
 # What a damaged ledger file raises inside Optuna (checked with optuna 5.0: an empty or overwritten
 # SQLite file gives StorageInternalError; a torn journal JSONDecodeError, a garbage one AssertionError).

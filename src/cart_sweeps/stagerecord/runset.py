@@ -39,7 +39,6 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from cart_sweeps.compose import axis_value
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import SUMMARY, read_summary
 from cart_sweeps.record.summary import RunSummary
@@ -55,6 +54,7 @@ from cart_sweeps.stagerecord.ledger import (
 )
 from cart_sweeps.stagerecord.standing import stand, status_at
 from cart_sweeps.status import RunStatus
+from cart_sweeps.text import axis_value
 
 RECORD = "stage.json"  # what a stage's driver records of it at each launch: StageRecord
 OWNER = "owner"  # a trial's attr: the stage whose folder holds the run, when another stage trained it
@@ -330,16 +330,8 @@ def _changes(old: StageRun, new: StageRun) -> list[str]:
     """The recorded settings that differ between two configurations: 'trainer.lr 0.003 -> 0.001'."""
     if old.summary is None or new.summary is None:
         return []
-    a, b = _flat_config(old.summary), _flat_config(new.summary)
-    return [f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-
-
-def _flat_config(summary: RunSummary) -> dict[str, Any]:
-    """A summary's recorded config, flat (model.*, trainer.*, data), without the seed."""
-    details = summary.details
-    flat = {f"{group}.{k}": v for group in ("model", "trainer") for k, v in (details.get(group) or {}).items()}
-    flat["data"] = json.dumps(details.get("data"), sort_keys=True, default=str)
-    return flat
+    a, b = old.summary.config(), new.summary.config()
+    return [f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted((set(a) | set(b)) - {"seed"}) if a.get(k) != b.get(k)]
 
 
 UNREADABLE = "unreadable"

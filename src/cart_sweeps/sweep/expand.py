@@ -19,7 +19,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.collector import long_lived
-from cart_sweeps.compose import axis_value, config_dirs, format_value, parse_overrides
+from cart_sweeps.compose import config_dirs, parse_overrides
 from cart_sweeps.composer import Composer
 from cart_sweeps.config import ConfigError, ScaleConfig
 from cart_sweeps.identity import GROUPS, NON_IDENTITY_KEYS, SeededIds, digest, identity
@@ -35,6 +35,7 @@ from cart_sweeps.stagerecord.runset import RunSet, stage_runs
 from cart_sweeps.sweep import objectives, samplers, space
 from cart_sweeps.sweep.overrides import Arguments, split_arguments
 from cart_sweeps.sweep.scale import check_apart, to_paper, to_scale
+from cart_sweeps.text import axis_value, format_value
 from cart_sweeps.validate import check_interpolations, validate
 
 VARIANT = "variant"  # the grid axis over a stage's named variants
