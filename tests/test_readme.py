@@ -1,8 +1,9 @@
 """Every command in the README's code blocks is exercised here or by the demo, so none can rot.
 
 Commands that launch a stage are expanded and validated with `plan` (same arguments, nothing launched);
-commands that train or time are run with a few steps appended; the rest run as written, against the
-quick demo's runs. `make` and the SLURM cluster script are run by CI (.ci/run) itself.
+commands that train or time are run with a few steps appended; the rest run as written. Those that read trained
+runs run against the quick demo's, the others in an empty runs folder. `make` and the SLURM cluster script are
+run by CI (.ci/run) itself.
 """
 
 from __future__ import annotations
