@@ -4,6 +4,8 @@ then `python -m cart_sweeps.analysis`."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -16,6 +18,7 @@ import pandas as pd
 import pytest
 from stages import with_fault
 
+from cart_sweeps.analysis.__main__ import main as analysis_main
 from cart_sweeps.stagerecord.ledger import merged_launches
 from cart_sweeps.stagerecord.runset import StageRecord, stage_ledgers, stage_runs
 
@@ -33,8 +36,13 @@ def cart_sweeps(runs: Path, *args: str, env: dict[str, str] | None = None) -> No
 
 
 def analysis(runs: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "cart_sweeps.analysis", "--runs", str(runs), "--out", str(out), *args]
-    return subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    """`python -m cart_sweeps.analysis` as its main() in process: its exit code and what it printed, without a
+    fresh interpreter's imports each time (the command itself is run as a subprocess by tests/test_readme.py)."""
+    argv = ["--runs", str(runs), "--out", str(out), *args]
+    said, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(err):
+        code = analysis_main(argv)
+    return subprocess.CompletedProcess(argv, code, said.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 from stages import env, sweep
 
+from cart_sweeps.analysis.__main__ import main as analysis_main
 from cart_sweeps.compose import compose_config
 from cart_sweeps.dashboard import stage_tables
 from cart_sweeps.sweep.expand import Stage
@@ -47,9 +48,10 @@ def command(runs: Path, module: str, *args: str) -> subprocess.CompletedProcess[
 
 
 def analysis(runs: Path, out: Path) -> dict:
-    """The analysis of `runs`: its findings (each stage's own table lands in out/runs_<stage>.csv)."""
-    done = command(runs, "cart_sweeps.analysis", "--runs", str(runs), "--out", str(out))
-    assert done.returncode == 0, done.stderr
+    """The analysis of `runs`: its findings (each stage's own table lands in out/runs_<stage>.csv). In process:
+    the same main() `python -m cart_sweeps.analysis` runs, without a fresh interpreter's imports each time (the
+    command itself is run as a subprocess by tests/test_readme.py and tests/test_generated.py)."""
+    assert analysis_main(["--runs", str(runs), "--out", str(out)]) == 0
     return json.loads((out / "findings.json").read_text())
 
 

@@ -1,8 +1,9 @@
 """Every command in the README's code blocks is exercised here or by the demo, so none can rot.
 
 Commands that launch a stage are expanded and validated with `plan` (same arguments, nothing launched);
-commands that train or time are run with a few steps appended; the rest run as written, against the
-quick demo's runs. `make` and the SLURM cluster script are run by CI (.ci/run) itself.
+commands that train or time are run with a few steps appended; the rest run as written. Those that read trained
+runs run against the quick demo's, the others in an empty runs folder. `make` and the SLURM cluster script are
+run by CI (.ci/run) itself.
 """
 
 from __future__ import annotations
@@ -87,21 +88,44 @@ def test_the_readme_lists_the_registrys_tables():
     assert readme_with_tables(text) == text, stale
 
 
+def runnable(line: str) -> bool:
+    return not line.startswith(("make ", "bash tests/slurm/"))  # CI runs these (.ci/run: the cluster script, make)
+
+
+def reads_runs(line: str) -> bool:
+    """Whether a command reads trained runs (a run folder, the runs root; Stage 1's ledger for zoom, Stage 2's for
+    the benchmarks' select=best): the demo's."""
+    return re.search(r"\bruns\b", line) is not None or any(s in line for s in ("select=zoom", "stage=benchmarks"))
+
+
+ON_DEMO = [line for line in readme_commands() if runnable(line) and reads_runs(line)]
+ON_EMPTY = [line for line in readme_commands() if runnable(line) and not reads_runs(line)]
+
+
 def test_every_readme_command_runs(demo_env, tmp_path):
+    """The commands that read trained runs, against the quick demo's; the rest run in a test of their own below,
+    in an empty runs folder, so they need not wait for the demo's worker."""
     root, env = demo_env
-    exercised = 0
-    for line in readme_commands():
-        if line.startswith(("make ", "bash tests/slurm/")):
-            continue  # CI runs these (.ci/run: the cluster script, then make test; the demo below)
-        line = re.sub(r"runs/2/d\w+-P6-R6-s42-<id>", source_folder(root), line)  # the trained run to evaluate
-        args = shlex.split(line)
-        if args[0] == "optuna-dashboard":
-            check_optuna_dashboard(args, root)
-        else:
-            assert args[:2] == ["python", "-m"], line
-            check_python(args[1:], env, root, tmp_path)
-        exercised += 1
-    assert exercised >= 15
+    for line in ON_DEMO:
+        run_readme_command(line, env, root, tmp_path)
+    assert len(ON_DEMO) >= 4 and len(ON_DEMO) + len(ON_EMPTY) >= 15
+
+
+@pytest.mark.slow  # a subprocess each (a few steps for the ones that train)
+@pytest.mark.parametrize("line", ON_EMPTY)
+def test_a_readme_command_that_reads_no_runs_runs(line, data_cache, tmp_path):
+    env = {**os.environ, "CART_SWEEPS_RUNS": str(tmp_path / "runs"), "HF_DATASETS_OFFLINE": "1"}
+    run_readme_command(line, env, tmp_path, tmp_path)
+
+
+def run_readme_command(line: str, env: dict, root: Path, tmp_path: Path) -> None:
+    line = re.sub(r"runs/2/d\w+-P6-R6-s42-<id>", lambda _: source_folder(root), line)  # the trained run to evaluate
+    args = shlex.split(line)
+    if args[0] == "optuna-dashboard":
+        check_optuna_dashboard(args, root)
+    else:
+        assert args[:2] == ["python", "-m"], line
+        check_python(args[1:], env, root, tmp_path)
 
 
 def check_python(args: list[str], env: dict, root: Path, tmp_path: Path) -> None:
