@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,9 @@ class SessionExecutor(submitit.LocalExecutor):
 
     cuda_devices = ""
 
+    @abstractmethod
     def controller(self) -> tuple[list[str], dict[str, str]]:
         """The controller's command (its last argument the job's folder) and what it adds to the environment."""
-        raise NotImplementedError
 
     def _submit_command(self, command: str) -> submitit.LocalJob[Any]:
         p = self.parameters
