@@ -91,6 +91,7 @@ def test_the_compute_front_costs_the_loaded_runs_from_their_records_composing_no
     from cart_sweeps.analysis.load import load_runs
     from cart_sweeps.model.params import train_flops_per_token
 
+    pareto._screen_recipe.cache_clear()  # another test in this process may have composed it
     final = load_runs(runs).final()
     front = pareto.compute_cells(final, "ppl_austen")
     assert pareto._screen_recipe.cache_info().currsize == 0  # nothing composed
