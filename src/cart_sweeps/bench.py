@@ -32,8 +32,7 @@ def bench(overrides: list[str]) -> dict:
     cfg = compose_config(overrides)
     validate(cfg)
     t, b = cfg.trainer, cfg.bench
-    runtime = configure_torch(cfg)
-    device, dtype = runtime.device, runtime.amp
+    device, dtype = configure_torch(cfg)
     state = build_state(cfg, device)
     shape = (t.micro_batch_size, t.seq_len + 1)
 

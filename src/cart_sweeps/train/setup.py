@@ -1,13 +1,9 @@
-"""What training needs before its first step, built one way for the trainer and the bench.
-
-The torch settings (threads, determinism), the device and precision, and the step-0 model (seeded),
-its compiled form, the optimizer and the schedule: a bench figure is then a figure of the real run.
-"""
+"""What training needs before its first step, built one way for the trainer and the bench (so a bench figure
+is a figure of the real run): torch settings, device, precision, the seeded step-0 model, optimizer, schedule."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import torch
 from omegaconf import DictConfig
@@ -21,8 +17,7 @@ if TYPE_CHECKING:
     from cart_sweeps.model import LanguageModel
 
 
-@dataclass
-class Runtime:
+class Runtime(NamedTuple):
     """Where a run computes: the device and the autocast dtype (None: fp32)."""
 
     device: torch.device
@@ -30,7 +25,6 @@ class Runtime:
 
 
 def configure_torch(cfg: DictConfig) -> Runtime:
-    """Apply trainer.threads and trainer.deterministic to this process; pick the device and precision."""
     t = cfg.trainer
     if t.threads > 0:
         torch.set_num_threads(t.threads)
@@ -53,8 +47,7 @@ def compiles(cfg: DictConfig, device: torch.device) -> bool:
     return cfg.trainer.steps >= COMPILE_MIN_STEPS if cfg.trainer.compile is None else cfg.trainer.compile
 
 
-@dataclass
-class TrainState:
+class TrainState(NamedTuple):
     """The step-0 model (`forward` is its compiled form where compiling), optimizer and schedule."""
 
     model: LanguageModel
