@@ -1,9 +1,5 @@
-"""Parameter counts and training FLOPs by formula, without building any weights, from each model's spec.
-
-The formulas are REFERENCE.md's "Parameter counts" (each model's in cart_sweeps.modelspec); tests check
-`stored` against the built model's numel for every switch, so the two cannot drift apart. Torch-free: the
-driver and `plan` cost runs with it.
-"""
+"""Parameter counts and training FLOPs by formula (REFERENCE.md's, each model's in cart_sweeps.modelspec),
+without building any weights: the driver and `plan` cost runs with it, torch-free."""
 
 from __future__ import annotations
 
@@ -14,26 +10,16 @@ from cart_sweeps.modelspec import dense_stored, layer_sizes, spec_of
 
 
 def param_counts(cfg: Any) -> dict[str, int]:
-    """stored, effective, core, embedding and non_embedding_effective parameter counts.
-
-    `core` is the stored core parameters (all R blocks when unshared; 0 for dense). The embedding is tied,
-    so it is counted once.
-    """
+    """stored, effective, core (stored core parameters), embedding (tied: counted once) and non_embedding_effective."""
     counts = spec_of(cfg).counts(cfg)
     embedding = cfg.vocab_size * cfg.d_model
     return {**counts, "embedding": embedding, "non_embedding_effective": counts["effective"] - embedding}
 
 
 def train_flops_per_token(cfg: Any, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward), Chinchilla/PaLM style.
-
-    Counted: 6 * every non-embedding effective parameter (one multiply-add per weight per token, x3 for
-    the backward; norms, gate and LIE are counted too although they are not matmuls, < 0.1%);
-    6 * V * d for the tied output projection (the embedding lookup itself is free); and
-    12 * n_attn * d * seq_len for the score and value products of attention, where n_attn counts every
-    attention evaluated, one per block the model's spec counts (dense: L; CART: P + R + 1, each loop's core
-    attending over the sequence). The attention term is the full, non-causal one, as Chinchilla and PaLM count it.
-    """
+    """Training FLOPs per token (forward + backward), Chinchilla/PaLM style: 6 x every non-embedding effective
+    parameter (norms, gate and LIE too: < 0.1%), 6 V d for the tied output projection, and 12 n_attn d seq_len
+    for attention (full, non-causal), one attention per block the spec counts (CART: P + R + 1)."""
     counts = param_counts(cfg)
     d = cfg.d_model
     n_attn = spec_of(cfg).blocks(cfg)
