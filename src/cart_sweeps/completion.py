@@ -1,8 +1,5 @@
-"""Shell completion for `python -m cart_sweeps` and `cart-sweeps` (`-sc install=bash`, zsh through bashcompinit).
-
-Hydra's own bash script completes `python FILE.py` and installed apps only: under `python -m cart_sweeps` its
-`python` branch looks for a file named `-m` and offers nothing. This script recognises both spellings and asks
-the program itself (`-sc query=bash`, Hydra's query, which reads the line with the program named once).
+"""Shell completion for `python -m cart_sweeps` and `cart-sweeps` (`-sc install=bash`): Hydra's own script
+completes `python FILE.py` only, so this one recognises both spellings and asks Hydra's query (`-sc query=bash`).
 """
 
 from __future__ import annotations

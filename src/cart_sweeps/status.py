@@ -1,8 +1,4 @@
-"""How a run stands: one vocabulary for the trainer, the ledger, the driver, the progress line and the analysis.
-
-Torch-free, so the driver and the analysis can import it. A StrEnum compares equal to its value, so
-summary.json and the ledger keep plain strings on disk.
-"""
+"""How a run stands: one vocabulary for the trainer, the ledger, the driver and the analysis (plain strings on disk)."""
 
 from __future__ import annotations
 

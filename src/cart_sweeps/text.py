@@ -49,7 +49,6 @@ def format_value(value: Any) -> str:
 
 
 def axis_value(value: Any) -> Any:
-    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), so that a
-    table cell (a tuple of params) is hashable and the ledger stores it as Optuna stores a choice (a scalar);
-    a list a ledger of an earlier version holds reads the same."""
+    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), hashable and
+    stored as Optuna stores a choice (a scalar)."""
     return format_value(value) if isinstance(value, list | tuple | dict) else value
