@@ -34,16 +34,13 @@ def configure_torch(cfg: DictConfig) -> Runtime:
     return Runtime(device, amp_dtype(t.precision, device))
 
 
-# A run compiles (trainer.compile null) when it is long enough to repay compiling. Measured on 2 CPU cores
-# (issue 26, `python -m cart_sweeps.bench ... trainer.compile=true|false`):
-# compiling takes 22-32 s per shape (about 3 s with a warm cache) and saves 35% of a tiny step (65 ms) and
-# 8-14% of a d=256 one (0.9 s): it pays after ~1,100 and ~300 steps. On a GPU the paper's Stage 1 (3,000
-# steps) and Stage 2 (30,500) compile; the tiny scale's runs (20-30 steps) and the tests do not.
+# A run compiles (trainer.compile null) when it is long enough to repay it: on 2 CPU cores (issue 26) compiling
+# takes 22-32 s per shape and saves 8-35% of a step, paying after ~300-1,100 steps.
 COMPILE_MIN_STEPS = 1000
 
 
 def compiles(cfg: DictConfig, device: torch.device) -> bool:
-    """trainer.compile, where null means: when the run has at least COMPILE_MIN_STEPS steps, on any device."""
+    """trainer.compile, where null means: when the run has at least COMPILE_MIN_STEPS steps."""
     return cfg.trainer.steps >= COMPILE_MIN_STEPS if cfg.trainer.compile is None else cfg.trainer.compile
 
 
