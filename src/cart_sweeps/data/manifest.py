@@ -43,8 +43,7 @@ def bins(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def check_bin(folder: Path, entry: dict[str, Any], recipe: str) -> Path:
-    """The bin's path, after checking it exists and holds exactly the manifest's tokens and sha256 (a bin
-    overwritten in place keeps its size: only its hash tells)."""
+    """The bin's path, after checking it exists and holds exactly the manifest's tokens and sha256."""
     path = folder / entry["file"]
     if not path.is_file():
         raise DataError(f"data={recipe}: {path} is missing; {rebuild_hint(recipe, folder)}")
@@ -62,24 +61,17 @@ def check_bin(folder: Path, entry: dict[str, Any], recipe: str) -> Path:
     return path
 
 
-def checked_bins(folder: Path, manifest: dict[str, Any], recipe: str) -> dict[str, Path]:
-    """'train' and every validation set -> its bin's path, each checked against the manifest."""
-    return {name: check_bin(folder, entry, recipe) for name, entry in bins(manifest).items()}
-
-
 def checked_recipe(cfg: DictConfig) -> tuple[Path, dict[str, Any], dict[str, Path]]:
     """A prepared recipe's folder, its manifest, and its bins' paths, each bin checked against the manifest."""
     digest = recipe_hash(cfg)
     folder = recipe_dir(cfg, digest)
     manifest = read_manifest(folder, cfg.name, digest)
-    return folder, manifest, checked_bins(folder, manifest, cfg.name)
+    return folder, manifest, {name: check_bin(folder, entry, cfg.name) for name, entry in bins(manifest).items()}
 
 
 def check_prepared(data_cfg: DictConfig | DataConfig) -> None:
-    """A prepared recipe whose bins changed since (overwritten, truncated) raises DataError; one never prepared
-    is left to its first run to prepare. Preflight calls it before launch, and a warm worker before forking each
-    run (sweep/pools/worker.py), so its runs inherit the bins' checked sha256: hashed once per worker, not once
-    per run (2 GB of bins at the paper's billion tokens: seconds a run). Torch-free: the driver calls it."""
+    """A prepared recipe whose bins changed since raises DataError (one never prepared is left to its first run):
+    preflight calls it, and a warm worker before forking, so its runs inherit the checked sha256s."""
     cfg = as_config(data_cfg)
     if recipe_dir(cfg, recipe_hash(cfg)).exists():
         checked_recipe(cfg)

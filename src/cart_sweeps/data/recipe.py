@@ -1,8 +1,5 @@
-"""A data recipe's identity: the hash that names its cache folder.
-
-The hash covers what changes the bins (sources, validation sets, tokenizer, chunking, targets, and the
-content of local input files) and nothing about where or how they are built (cache_dir, streaming).
-"""
+"""A data recipe's identity: the hash that names its cache folder, of what changes the bins (the content of
+local input files included), not of where or how they are built (cache_dir, streaming)."""
 
 from __future__ import annotations
 
@@ -27,13 +24,11 @@ _FULL_HASH_LIMIT = 256 << 20  # larger local inputs are fingerprinted by name an
 
 
 def as_config(data_cfg: DictConfig | DataConfig) -> DictConfig:
-    """Accept the composed `cfg.data` or a DataConfig dataclass."""
     return data_cfg if isinstance(data_cfg, DictConfig) else OmegaConf.structured(data_cfg)
 
 
 def resolve_dir(data_dir: str | None) -> str | None:
-    """`pkg://package/sub/dir` -> that folder inside the installed package (how the shipped corpus is
-    named without an absolute path entering the recipe); other values pass through."""
+    """`pkg://package/sub/dir` -> that folder inside the installed package; other values pass through."""
     if data_dir is None or not data_dir.startswith("pkg://"):
         return data_dir
     package, _, sub = data_dir.removeprefix("pkg://").partition("/")
@@ -45,11 +40,8 @@ def resolve_dir(data_dir: str | None) -> str | None:
 
 
 def local_files(spec: DictConfig) -> list[str]:
-    """The local files a local builder (json, parquet, ...) reads.
-
-    Plain glob, not `datasets`' resolver: every run hashes its recipe, and importing `datasets` costs a
-    second or two per run process; a pattern that matches nothing is reported when prepare opens it.
-    """
+    """The local files a local builder (json, parquet, ...) reads: a plain glob, as every run hashes its recipe
+    and importing `datasets` costs a second or two."""
     if spec.path not in LOCAL_BUILDERS or not spec.data_files:
         return []
     base = resolve_dir(spec.data_dir) or str(Path.cwd())
@@ -57,19 +49,14 @@ def local_files(spec: DictConfig) -> list[str]:
 
 
 def _fingerprint(path: str) -> str:
-    """The file's sha256, once per process per version of it: every run hashes its recipe (twice), and a warm
-    worker's forked runs inherit what it hashed."""
+    """The file's sha256, once per process per version of it (size alone past _FULL_HASH_LIMIT)."""
     size = Path(path).stat().st_size
     return f"size:{size}" if size > _FULL_HASH_LIMIT else stored_sha256(Path(path))
 
 
 def input_fingerprints(cfg: DictConfig) -> dict[str, str]:
     """name -> content hash of every local input file, so a rebuilt corpus gets a new folder."""
-    out = {}
-    for spec in [*cfg.sources, *cfg.validation]:
-        for path in local_files(spec):
-            out[Path(path).name] = _fingerprint(path)
-    return out
+    return {Path(p).name: _fingerprint(p) for spec in [*cfg.sources, *cfg.validation] for p in local_files(spec)}
 
 
 def _without_unpinned(spec: dict[str, Any]) -> dict[str, Any]:
@@ -93,5 +80,4 @@ def recipe_hash(cfg: DictConfig) -> str:
 
 
 def recipe_dir(cfg: DictConfig, digest: str) -> Path:
-    """`<cache_dir>/<recipe name>-<recipe hash>/`."""
     return Path(cfg.cache_dir) / f"{cfg.name}-{digest}"

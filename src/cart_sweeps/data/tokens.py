@@ -1,7 +1,4 @@
-"""Documents -> token streams -> uint16 bins: BOS + ids + EOS per document, cut into fixed chunks.
-
-Streams are pulled lazily, so a streamed hub source is read only as far as the bins need it.
-"""
+"""Documents -> token streams (pulled lazily) -> uint16 bins: BOS + ids + EOS per document, cut into chunks."""
 
 from __future__ import annotations
 
