@@ -29,11 +29,6 @@ KeyPath = tuple[str | int, ...]
 _BASES: dict[tuple[Any, ...], tuple[bytes, bool]] = {}
 
 
-def config_groups() -> set[str]:
-    """The config groups of conf/ and of the user's config folders (--config-dir, hydra.searchpath)."""
-    return {p.name for folder in config_dirs() if folder.is_dir() for p in folder.iterdir() if p.is_dir()} | {"stage"}
-
-
 def config_sources() -> tuple[Any, ...]:
     """What a composition reads besides its overrides: the primary config's name, the search path, and the
     version of each config file up to two folders deep (a user's config folder may hold a runs/ of thousands)."""
@@ -91,7 +86,7 @@ class Composer:
 
     def __init__(self) -> None:
         self._sources = config_sources()  # read once: a composer's configs are composed from one version of them
-        self._groups = config_groups()
+        self._groups = {p.name for d in config_dirs() if d.is_dir() for p in d.iterdir() if p.is_dir()} | {"stage"}
         self._interpolations: dict[tuple[Any, ...], list[KeyPath]] = {}
         self._parts: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._partials: dict[tuple[Any, ...], bytes] = {}

@@ -14,8 +14,8 @@ from cart_sweeps.record.runfolder import base_summary, checkpoint_path, write_su
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train.checkpoint import load_trained
-from cart_sweeps.train.device import pick_device
 from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged
+from cart_sweeps.train.setup import pick_device
 
 
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:

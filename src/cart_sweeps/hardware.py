@@ -65,11 +65,6 @@ def gpu_memory_bytes(ids: list[str]) -> list[int | None]:
     return [memory.get(gpu) for gpu in ids]
 
 
-def gpu_names() -> list[str]:
-    """The names nvidia-smi gives this machine's GPUs ('NVIDIA H200'); none without nvidia-smi."""
-    return _nvidia_smi("--query-gpu=name", "--format=csv,noheader") or []
-
-
 def cpu_flops_per_s(seconds: float = 0.2) -> float:
     """This machine's fp32 matrix-multiply FLOP/s, measured now (best of repeated 256^3 products for about
     `seconds`): what a run on its CPU does its arithmetic at, as the planning peak of a machine without a GPU."""
@@ -97,7 +92,7 @@ class Machine:
 
 def this_machine() -> Machine:
     """This machine's first GPU whose peak is known, else its CPU (measured now)."""
-    for name in gpu_names():
+    for name in _nvidia_smi("--query-gpu=name", "--format=csv,noheader") or []:  # 'NVIDIA H200'
         if (peak := peak_for_device_name(name)) is not None:
             return Machine(name, peak, gpu=True)
     rate = cpu_flops_per_s()

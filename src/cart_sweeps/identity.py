@@ -157,12 +157,7 @@ class SeededIds:
 
 def run_id(cfg: DictConfig, part: GroupPart = group_identity) -> str:
     """A short stable hash of `identity(cfg)`: the ledger's key for a run."""
-    return seeded_id(identity(cfg, seed=False, part=part), cfg.seed)
-
-
-def seeded_id(config_identity: dict[str, Any], seed: int) -> str:
-    """The run id of the seed `seed` of a configuration whose `identity(cfg, seed=False)` is `config_identity`."""
-    return SeededIds.of(config_identity)(seed)
+    return SeededIds.of(identity(cfg, seed=False, part=part))(cfg.seed)
 
 
 def config_id(cfg: DictConfig) -> str:

@@ -23,6 +23,13 @@ _NOT_IN_HASH = {"name", "cache_dir", "streaming"}
 _FULL_HASH_LIMIT = 256 << 20  # larger local inputs are fingerprinted by name and size only
 
 
+def hub_offline() -> bool:
+    """Whether the HF offline variables are set (a hub fetch then fails at once), read without importing `datasets`."""
+    return any(
+        os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+    )
+
+
 def as_config(data_cfg: DictConfig | DataConfig) -> DictConfig:
     return data_cfg if isinstance(data_cfg, DictConfig) else OmegaConf.structured(data_cfg)
 
@@ -54,24 +61,20 @@ def _fingerprint(path: str) -> str:
     return f"size:{size}" if size > _FULL_HASH_LIMIT else stored_sha256(Path(path))
 
 
-def input_fingerprints(cfg: DictConfig) -> dict[str, str]:
-    """name -> content hash of every local input file, so a rebuilt corpus gets a new folder."""
-    return {Path(p).name: _fingerprint(p) for spec in [*cfg.sources, *cfg.validation] for p in local_files(spec)}
-
-
 def _without_unpinned(spec: dict[str, Any]) -> dict[str, Any]:
     """A source without `revision: None`: recipes from before revisions existed keep their hash (and folder)."""
     return {k: v for k, v in spec.items() if not (k == "revision" and v is None)}
 
 
 def recipe_content(cfg: DictConfig) -> dict[str, Any]:
-    """Everything that determines the bins, as plain data (an unpinned revision left out)."""
+    """Everything that determines the bins, as plain data (an unpinned revision left out), local inputs by content."""
     node = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     content = {k: v for k, v in node.items() if k not in _NOT_IN_HASH}
     content["tokenizer"] = _without_unpinned(content["tokenizer"])
     for key in ("sources", "validation"):
         content[key] = [_without_unpinned(spec) for spec in content[key]]
-    return {"version": PREP_VERSION, "recipe": content, "inputs": input_fingerprints(cfg)}
+    inputs = {Path(p).name: _fingerprint(p) for spec in [*cfg.sources, *cfg.validation] for p in local_files(spec)}
+    return {"version": PREP_VERSION, "recipe": content, "inputs": inputs}
 
 
 def recipe_hash(cfg: DictConfig) -> str:

@@ -10,8 +10,7 @@ import datasets
 from omegaconf import DictConfig
 
 from cart_sweeps.data.errors import DataError
-from cart_sweeps.data.hub import hub_offline
-from cart_sweeps.data.recipe import LOCAL_BUILDERS, resolve_dir
+from cart_sweeps.data.recipe import LOCAL_BUILDERS, hub_offline, resolve_dir
 
 BATCH_DOCS = 256  # documents handed to the tokenizer at once
 

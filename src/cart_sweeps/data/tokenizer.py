@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from cart_sweeps.data.errors import DataError
-from cart_sweeps.data.hub import hub_offline
+from cart_sweeps.data.recipe import hub_offline
 
 UINT16_VOCAB = 1 << 16  # token ids are stored as uint16
 MIN_FREQUENCY = 2  # a merge must occur at least twice, so a BPE never memorises one-off strings

@@ -33,7 +33,7 @@ def for_cart(args: argparse.Namespace) -> None:
     """cart's defaults where the user left them: the model, the device the run trained on, an output folder named
     after the run."""
     from cart_sweeps.harness.model import run_name, saved_config
-    from cart_sweeps.train.device import pick_device
+    from cart_sweeps.train.setup import pick_device
 
     if args.model is None and getattr(args, "config", None) is None:
         args.model = "cart"

@@ -23,8 +23,8 @@ from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.modelspec import spec_of
 from cart_sweeps.record.runfolder import CONFIG, read_summary
 from cart_sweeps.train.checkpoint import load_trained
-from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.loop import autocast
+from cart_sweeps.train.setup import amp_dtype, pick_device
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_GEN_TOKS = 64  # generate_until's length when a task names none (lm-eval's own default is 256)

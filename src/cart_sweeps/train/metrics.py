@@ -37,15 +37,9 @@ class MetricsLog:
             f.write(json.dumps(row) + "\n")
 
 
-def device_peak_flops(device: torch.device) -> float | None:
-    """The device's dense bf16 peak, or None where MFU is not meaningful (CPU, unknown GPU)."""
-    if device.type != "cuda":
-        return None
-    return peak_for_device_name(torch.cuda.get_device_name(device))
-
-
 def mfu(tokens_per_s: float, flops_per_token: float, device: torch.device) -> float | None:
-    peak = device_peak_flops(device)
+    """Against the device's dense bf16 peak; None where MFU is not meaningful (CPU, unknown GPU)."""
+    peak = peak_for_device_name(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     return None if peak is None else tokens_per_s * flops_per_token / peak
 
 

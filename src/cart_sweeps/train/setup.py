@@ -9,12 +9,27 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from cart_sweeps.config import ConfigError
 from cart_sweeps.model import build_model
-from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.optim import build_optimizer, build_scheduler
 
 if TYPE_CHECKING:
     from cart_sweeps.model import LanguageModel
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("trainer.device=cuda but no CUDA GPU is visible; use trainer.device=auto or cpu")
+    return torch.device(name)
+
+
+def amp_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast on CUDA by default (the paper); fp32 on the CPU unless bf16 is asked for."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
 
 
 class Runtime(NamedTuple):

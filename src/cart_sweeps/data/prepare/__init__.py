@@ -128,12 +128,6 @@ def write_val(cfg: DictConfig, spec: DictConfig, tok: Tokenizer, bos: int, eos: 
     }
 
 
-def hub_revisions(cfg: DictConfig) -> dict[str, str | None]:
-    """The exact hub commit each source and validation set was read at (None: local files)."""
-    specs = [("source", s) for s in cfg.sources] + [("validation", v) for v in cfg.validation]
-    return {f"{kind}/{spec.name}": hub_revision(spec, cfg.name) for kind, spec in specs}
-
-
 def build(cfg: DictConfig, digest: str, folder: Path) -> dict[str, Any]:
     """Everything of the recipe into `folder`; the manifest is written last."""
     t0 = time.perf_counter()
@@ -144,6 +138,7 @@ def build(cfg: DictConfig, digest: str, folder: Path) -> dict[str, Any]:
     train = write_train(cfg, tok, bos, eos, folder)
     val = {v.name: write_val(cfg, v, tok, bos, eos, folder) for v in cfg.validation}
     seconds = time.perf_counter() - t0
+    specs = [("source", s) for s in cfg.sources] + [("validation", v) for v in cfg.validation]
     manifest = {
         "recipe": cfg.name,
         "recipe_hash": digest,
@@ -157,7 +152,7 @@ def build(cfg: DictConfig, digest: str, folder: Path) -> dict[str, Any]:
             "eos_id": eos,
             "revision": tok_revision,
         },
-        "revisions": hub_revisions(cfg),
+        "revisions": {f"{kind}/{spec.name}": hub_revision(spec, cfg.name) for kind, spec in specs},  # None: local
         "chunk_tokens": cfg.chunk_tokens,
         "train": train,
         "validation": val,
