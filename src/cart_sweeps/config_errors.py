@@ -1,8 +1,5 @@
-"""OmegaConf's complaint about what a config file holds, as the one line a user reads: the file, the key, the fix.
-
-OmegaConf says "Key 'reicpe' not in 'StageConfig'" or "Value 2 (int) is incompatible with type hint
-'typing.List[typing.Any]'" over several lines, and Hydra's composition keeps only its heading ("ConfigKeyError
-raised while composing config:"). Both are read here from their text: Hydra passes on no more of the error.
+"""OmegaConf's multi-line complaint about what a config file holds ("Key 'reicpe' not in 'StageConfig'"), read
+from its text (Hydra passes on no more of the error), as the one line a user reads: the file, the key, the fix.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ def settings_of(schema: str) -> list[str]:
 
 
 def file_mistake(text: str, where: str, package: str = "") -> str:
-    """One line for OmegaConf's error `text` about the file `where`, whose content sits at `package` of the
-    config (its keys are named as the file writes them)."""
+    """One line for OmegaConf's error `text` about the file `where`, whose content sits at `package` of the config."""
     message = next((line.strip() for line in text.splitlines() if line.strip()), text)
     full = _FULL_KEY.search(text)
     key = full.group(1).removeprefix(f"{package}.") if full else None

@@ -1,5 +1,4 @@
-"""Words in messages (a count with its noun in the right number, an error's first line) and values as
-override text: helpers every layer may use, with nothing of Hydra but its grammar's spelling."""
+"""Words in messages and values as override text: helpers every layer may use."""
 
 from __future__ import annotations
 
