@@ -86,7 +86,6 @@ def test_dense_parity_reproduces_the_papers_pair() -> None:
     cart = model_config(d_model=1024, n_prelude=6, n_loops=6, vocab_size=32000)
     assert dense_parity(cart, "stored") == 7
     assert dense_parity(cart, "effective") == 12
-    assert dense_parity(cart, "effective", rule="nearest") == 11  # 174.09M is nearer to 178.84M
 
 
 @pytest.mark.parametrize(

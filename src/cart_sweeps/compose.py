@@ -103,7 +103,7 @@ def quote_stage(argv: Sequence[str]) -> list[str]:
     return [re.sub(r"^(\+{0,2}stage)=(\d\w*)$", r"\1='\2'", a) for a in argv]
 
 
-def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) -> DictConfig:
+def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The config `python -m cart_sweeps <overrides>` would run; Hydra's composition errors become ConfigError."""
     register_configs()
     for path in user_stage_files(overrides):
@@ -112,7 +112,7 @@ def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) ->
     name = os.environ.get(CONFIG_NAME_ENV, "config")  # the user's folders: hydra_plugins/.../searchpath.py
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose(name, overrides=quote_stage(overrides), return_hydra_config=hydra_config)
+            return compose(name, overrides=quote_stage(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_unknown_setting(err, overrides) or describe(err)) from err
 

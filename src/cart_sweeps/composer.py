@@ -51,11 +51,6 @@ def _written(node: Container, skip: Collection[str] = ()) -> list[tuple[KeyPath,
     return walk(OmegaConf.to_container(node, resolve=False), ())
 
 
-def interpolations(node: Container, skip: Collection[str] = ()) -> list[KeyPath]:
-    """Where `node` holds an interpolation as written (each has a `${`), but under its top-level keys `skip`."""
-    return [path for path, _ in _written(node, skip)]
-
-
 def resolved(node: Container, path: KeyPath) -> Any:
     """The value at `path` under `node`, resolved (a container as plain dicts and lists)."""
     value: Any = node
@@ -155,7 +150,7 @@ class Composer:
     def _part(self, written: tuple[Any, ...], group: str, node: DictConfig) -> dict[str, Any]:
         """`group_identity(group, node)`, memoized on the group as written and the values of its interpolations."""
         if written not in self._interpolations:
-            self._interpolations[written] = interpolations(node, NON_IDENTITY_KEYS.get(group, ()))
+            self._interpolations[written] = [p for p, _ in _written(node, NON_IDENTITY_KEYS.get(group, ()))]
         key = (written, tuple(repr(resolved(node, path)) for path in self._interpolations[written]))
         if key not in self._parts:
             self._parts[key] = group_identity(group, node)

@@ -26,22 +26,11 @@ def train_flops_per_token(cfg: Any, seq_len: int) -> float:
     return float(6 * counts["non_embedding_effective"] + 6 * cfg.vocab_size * d + 12 * n_attn * d * seq_len)
 
 
-def dense_parity(cfg: Any, kind: str = "stored", rule: str = "bracket") -> int:
-    """The dense depth (same d, vocab, head dim) at parameter parity with a CART config.
-
-    rule="bracket" (default) reproduces the paper's pair (7 and 12 at d=1024 P=6 R=6): at stored parity
-    the deepest dense model no larger than CART's stored count, at effective parity the shallowest dense
-    model no smaller than CART's effective count, so the two baselines bracket CART. rule="nearest" takes
-    the depth whose stored count is nearest (7 and 11 there: Dense-11 is 174.09M against 178.84M).
-    """
+def dense_parity(cfg: Any, kind: str = "stored") -> int:
+    """The dense depth (same d, vocab, head dim) at parameter parity with a CART config, reproducing the paper's
+    pair (7 and 12 at d=1024 P=6 R=6): at stored parity the deepest dense model no larger than CART's stored
+    count, at effective parity the shallowest no smaller than its effective count, so the two bracket CART."""
     if kind not in ("stored", "effective"):
         raise ValueError(f"kind={kind!r}: use 'stored' or 'effective'")
-    target = param_counts(cfg)[kind]
-    base, layer = dense_stored(cfg, 0), layer_sizes(cfg)["mha_block"]
-    depth = (target - base) / layer
-    if rule == "nearest":
-        lower = max(1, math.floor(depth))
-        return min((lower, lower + 1), key=lambda n: abs(dense_stored(cfg, n) - target))
-    if rule == "bracket":
-        return max(1, math.floor(depth) if kind == "stored" else math.ceil(depth))
-    raise ValueError(f"rule={rule!r}: use 'bracket' or 'nearest'")
+    depth = (param_counts(cfg)[kind] - dense_stored(cfg, 0)) / layer_sizes(cfg)["mha_block"]
+    return max(1, math.floor(depth) if kind == "stored" else math.ceil(depth))
