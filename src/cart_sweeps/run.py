@@ -172,12 +172,9 @@ class Trainer:
         return parent.step
 
     def _load_branch(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])  # the parent's base lrs and step count
+        self._load(state)  # the parent's base lrs and step count too
         self.scheduler.last_epoch = state["step"] - 1
         self.scheduler.step()  # to the branch step, by this run's schedule: each group's lr and get_last_lr()
-        ckpt.set_rng_state(state["rng"])
 
     def _batches(self, step: int):
         for micro in range(self.t.grad_accum):
