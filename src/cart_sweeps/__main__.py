@@ -64,8 +64,7 @@ def parse(args: list[str]) -> argparse.Namespace:
 
 
 def named_stage(parsed: list[Override]) -> str | None:
-    """The stage the overrides name (`stage=1`), if any: its jobs run on the `launcher` group's pools, never on
-    another Hydra sweeper or launcher."""
+    """The stage the overrides name (`stage=1`), if any; it runs on the project's sweeper and launcher alone."""
     names = [o.value() for o in parsed if o.key_or_group == "stage" and not o.is_delete()]
     stage = str(names[-1]) if names and names[-1] is not None else None
     for group, does in zip(HYDRA_PLUGIN_GROUPS, ("a stage runs through the", "a stage's jobs run on the"), strict=True):

@@ -32,8 +32,7 @@ _MODULE_LINE = re.compile(r"^\s*\S*python[\d.]*\s+-m\s+cart_sweeps(?=\s|$)")
 
 
 def script(overrides: list[str]) -> str | None:
-    """The script for `-sc install=bash|zsh` or `uninstall=...` (Hydra reads the request as an override);
-    None for what Hydra answers itself (queries)."""
+    """The script for `-sc install=bash|zsh` or `uninstall=...`; None for what Hydra answers itself (queries)."""
     scripts = {"install": INSTALL, "uninstall": UNINSTALL}
     return next((scripts[a] for a in (o.partition("=")[0] for o in overrides) if a in scripts), None)
 

@@ -88,8 +88,7 @@ def config_dirs() -> list[Path]:
 
 
 def user_stage_files(overrides: Sequence[str]) -> list[Path]:
-    """The files of the user's config folders the stage `overrides` choose (`stage=mine`) could be read from:
-    DIR/stage/mine.yaml, never a sibling."""
+    """The files DIR/stage/mine.yaml of the user's config folders that `stage=mine` in `overrides` could read."""
     chosen = (o for o in map(parse_override, quote_stage(overrides)) if o.key_or_group == "stage")
     names = [o.value() for o in chosen if not o.is_delete()]
     if not names or names[-1] is None:
@@ -203,8 +202,7 @@ def _config_file(name: str) -> str:
 
 
 def describe(err: BaseException) -> str:
-    """One line from Hydra's multi-line errors: what failed, the root cause, what is allowed; a config file's
-    mistake names the file, the key and the fix."""
+    """One line from Hydra's multi-line errors: what failed, the root cause, what is allowed."""
     if composing := _COMPOSING.match(str(err)):
         name, complaint = composing.groups()
         return file_mistake(complaint, _config_file(name), package=name.rpartition("/")[0].replace("/", "."))

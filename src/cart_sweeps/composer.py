@@ -30,8 +30,7 @@ _BASES: dict[tuple[Any, ...], tuple[bytes, bool]] = {}
 
 
 def config_sources() -> tuple[Any, ...]:
-    """What a composition reads besides its overrides: the primary config's name, the search path, and the
-    version of each config file up to two folders deep (a user's config folder may hold a runs/ of thousands)."""
+    """What a composition reads besides its overrides: the config name, search path and config files' versions."""
     patterns = ("*.yaml", "*/*.yaml", "*/*/*.yaml")
     files = [p for folder in config_dirs() if folder.is_dir() for glob in patterns for p in sorted(folder.glob(glob))]
     versions = tuple((str(p), st.st_mtime_ns, st.st_size) for p in files for st in [p.stat()])
@@ -131,8 +130,7 @@ class Composer:
         return cast(DictConfig, cfg)
 
     def reads_seed(self, overrides: Sequence[str]) -> bool:
-        """Whether the config of `overrides` may interpolate the seed (its seeds then differ in more than the seed):
-        read from its base and the text of its value overrides (a false yes only composes per run)."""
+        """Whether the config of `overrides` may interpolate the seed (its seeds then differ in more than the seed)."""
         groups, values = self._split(overrides)
         lines = [o.input_line or "" for o in values]
         return self._base(groups)[1] or any("${" in line and "seed" in line for line in lines)

@@ -71,8 +71,7 @@ def at_least(low: float) -> dict[str, float]:
 
 
 def above(low: float, infinite: bool = False) -> dict[str, float]:
-    """Field metadata: the field must be greater than `low` (`check_bounds`), and finite unless `infinite` (a
-    field for which inf means something)."""
+    """Field metadata: the field must be greater than `low` (`check_bounds`), and finite unless `infinite`."""
     return {"above": low} | ({"infinite": True} if infinite else {})
 
 
@@ -365,8 +364,7 @@ ABLATION_SWITCHES = keys_with(ModelConfig, ABLATION)
 
 
 def cache_home() -> str:
-    """$CART_SWEEPS_CACHE, else the per-user cache ($XDG_CACHE_HOME/cart_sweeps or ~/.cache/cart_sweeps): every
-    working folder shares one prepared copy of each recipe."""
+    """$CART_SWEEPS_CACHE, else the per-user cache ($XDG_CACHE_HOME/cart_sweeps or ~/.cache/cart_sweeps)."""
     if root := os.environ.get("CART_SWEEPS_CACHE"):
         return root
     return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cart_sweeps")

@@ -48,8 +48,7 @@ def group_keys(cfg: DictConfig) -> list[str]:
 
 
 def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
-    """The analysis tables that read this stage (its own, and the paper's of its role), as the analysis writes
-    them; none where it has no finished runs."""
+    """The analysis tables that read this stage (its own, and the paper's of its role), as the analysis writes them."""
     from cart_sweeps.analysis import recipe
     from cart_sweeps.analysis import stage_tables as own
     from cart_sweeps.analysis.load import AnalysisError, load_runs, pick_metric

@@ -122,8 +122,7 @@ STAGE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
 def check_stage_name(name: str, key: str = "stage.name") -> str:
-    """`name`, if it is safe as a stage's folder under paths.runs and as its study's name (`~` sets a study's
-    digest apart: `1~x` would join stage 1's studies in a shared storage)."""
+    """`name`, if safe as a stage's folder and study name (`~` sets a study's digest apart in a shared storage)."""
     if not STAGE_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
             f"{key}={name}: a stage's name is its folder under paths.runs and its study's name: "

@@ -110,8 +110,7 @@ GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # type: ignore[m
 
 
 class Pruner(StrEnum):
-    """How a search stops unpromising trials early (Optuna's pruners); members named by their values, as
-    OmegaConf reads an enum from the command line by name."""
+    """How a search stops unpromising trials early (Optuna's pruners); OmegaConf reads a member by its name."""
 
     none = "none"
     median = "median"  # MedianPruner: worse than the median of earlier trials at the same step

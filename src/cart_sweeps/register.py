@@ -19,8 +19,7 @@ from cart_sweeps.naming import run_dir
 
 @functools.cache  # once per process: each composition calls it (0.3 s apiece)
 def register_configs() -> None:
-    """Register the root schema (it types every group but `launcher`), sweeps/*.yaml as the `stage` group, the
-    resolver naming a run's folder (hydra.run.dir), and the interpolation parse cache (adapters.omegaconf)."""
+    """Register the root schema, sweeps/*.yaml as the `stage` group, the run_dir resolver and the parse cache."""
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for path in stage_paths():

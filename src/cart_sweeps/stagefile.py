@@ -23,6 +23,10 @@ def _refuse(path: Path, where: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{path}: {where}{problem}; {fix}")
 
 
+def _at(mark: yaml.Mark | None) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+
+
 def _text(path: Path) -> str:
     """The file's text: a regular file of at most MAX_BYTES of UTF-8 (a FIFO would block the reader forever)."""
     not_regular = _refuse(path, "", "not a regular file (a FIFO, device or folder)", PLAIN)
@@ -56,17 +60,15 @@ def _values(node: yaml.Node, path: Path) -> int:
         if id(n) in counted:
             return counted[id(n)]
         if id(n) in open_nodes:
-            mark = n.start_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: "
-            raise _refuse(path, where, "an alias inside its own anchor", "write the values out")
+            raise _refuse(path, _at(n.start_mark), "an alias inside its own anchor", "write the values out")
         open_nodes.add(id(n))
         children = [c for pair in n.value for c in pair] if isinstance(n, yaml.MappingNode) else n.value
         total = 1 + (sum(count(c) for c in children) if isinstance(n, yaml.CollectionNode) else 0)
         open_nodes.discard(id(n))
         if total > MAX_VALUES:
-            mark = n.start_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: "
-            raise _refuse(path, where, f"its aliases expand to over {MAX_VALUES:,} values", "write the values out")
+            raise _refuse(
+                path, _at(n.start_mark), f"its aliases expand to over {MAX_VALUES:,} values", "write the values out"
+            )
         counted[id(n)] = total
         return total
 
@@ -74,16 +76,15 @@ def _values(node: yaml.Node, path: Path) -> int:
 
 
 def parse(path: Path) -> yaml.Node | None:
-    """The file's YAML, parsed but not built (aliases still shared), its size once expanded checked; None when
-    empty. A YAML mistake is one line."""
+    """The file's YAML, parsed but not built, its size once expanded checked; None when empty."""
     text = _text(path)
     try:
         node = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         context = f" ({err.context})" if err.context else ""
-        raise _refuse(path, where, f"{err.problem}{context}", "fix the YAML there") from err
+        raise _refuse(
+            path, _at(err.problem_mark or err.context_mark), f"{err.problem}{context}", "fix the YAML there"
+        ) from err
     except yaml.YAMLError as err:
         raise _refuse(path, "", str(err).splitlines()[0], "fix the YAML") from err
     if node is not None:

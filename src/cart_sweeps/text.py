@@ -48,6 +48,5 @@ def format_value(value: Any) -> str:
 
 
 def axis_value(value: Any) -> Any:
-    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), hashable and
-    stored as Optuna stores a choice (a scalar)."""
+    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), hashable."""
     return format_value(value) if isinstance(value, list | tuple | dict) else value

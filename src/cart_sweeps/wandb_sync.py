@@ -50,8 +50,7 @@ class Backfill:
 
 
 def training_runs(stage_dir: Path) -> list[tuple[Path, DictConfig]]:
-    """The stage's own training run folders (`<label>-<id8>`, with config.yaml and metrics.jsonl), with their
-    configs: not a copy (`RUN.bak`), an evaluation, nor a run of another stage's folder."""
+    """The stage's own training run folders and their configs (not a copy `RUN.bak`, nor an evaluation)."""
     runs = []
     for run_dir in sorted(p for p in stage_dir.iterdir() if p.is_dir()):
         if not ((run_dir / "config.yaml").is_file() and (run_dir / METRICS).is_file()):

@@ -96,8 +96,7 @@ def train_batch(
 
 
 def val_windows(val_tokens: np.ndarray, n_windows: int, seq_len: int) -> torch.Tensor:
-    """The first `n_windows` windows (int64 [n_windows, seq_len + 1], same striding as training) of a
-    validation bin; the paper evaluates 50 of them, one at a time."""
+    """The first `n_windows` windows (int64 [n_windows, seq_len + 1], strided as training's) of a validation bin."""
     available = (len(val_tokens) - 1) // seq_len
     if n_windows > available:
         raise DataError(

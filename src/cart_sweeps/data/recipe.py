@@ -47,8 +47,7 @@ def resolve_dir(data_dir: str | None) -> str | None:
 
 
 def local_files(spec: DictConfig) -> list[str]:
-    """The local files a local builder (json, parquet, ...) reads: a plain glob, as every run hashes its recipe
-    and importing `datasets` costs a second or two."""
+    """The local files a local builder reads: a plain glob (every run hashes its recipe; `datasets` imports slowly)."""
     if spec.path not in LOCAL_BUILDERS or not spec.data_files:
         return []
     base = resolve_dir(spec.data_dir) or str(Path.cwd())

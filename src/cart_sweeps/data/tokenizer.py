@@ -44,8 +44,7 @@ def load_hub(tcfg: DictConfig, recipe: str) -> tuple[Tokenizer, str]:
 
 
 def train_bpe(tcfg: DictConfig, texts: Iterator[str]) -> Tokenizer:
-    """A byte-level BPE (GPT-2 style, no unknown tokens) with BOS/EOS as its first ids; deterministic for a
-    given text order."""
+    """A byte-level BPE (GPT-2 style, no unknown tokens) with BOS/EOS as its first ids."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

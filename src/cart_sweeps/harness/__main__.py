@@ -30,8 +30,7 @@ MISSING = "python -m cart_sweeps.harness needs lm-eval: pip install 'cart_sweeps
 
 
 def for_cart(args: argparse.Namespace) -> None:
-    """cart's defaults where the user left them: the model, the device the run trained on, an output folder named
-    after the run."""
+    """cart's defaults where the user left them: the model, the run's own device, an output folder named after it."""
     from cart_sweeps.harness.model import run_name, saved_config
     from cart_sweeps.train.setup import pick_device
 

@@ -51,8 +51,7 @@ def run_benchmarks(
     # forked workers, and a submitit job's workers inherit its SIGTERM bypass: the run would hang there.
     bootstrap_iters: int = 0,
 ) -> dict[str, float]:
-    """Evaluate `source`'s checkpoint at `step` (None: its newest) at R = `n_loops` on `tasks`; write the results
-    JSON under `out_dir`/lm_eval and return the summary metrics."""
+    """`source`'s checkpoint at `step` (None: its newest) at R = `n_loops` on `tasks`, into `out_dir`/lm_eval."""
     lm = CartLM(run_dir=str(source), n_loops=n_loops, batch_size=batch_size, step=step)
     tracker = EvaluationTracker(output_path=str(out_dir / RESULTS_DIR / "results.json"))  # results_<time>.json
     results = simple_evaluate(

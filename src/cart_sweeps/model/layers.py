@@ -132,8 +132,7 @@ class MHASelfAttention(nn.Module):
 
 
 class CausalCrossAttention(nn.Module):
-    """CART's core attention: Q and O only (2 d^2), K/V from the anchor, no RoPE; causal (the author's non-causal
-    first version leaked the future)."""
+    """CART's core attention: Q and O only (2 d^2), K/V from the anchor, no RoPE; causal (unlike the author's first)."""
 
     def __init__(self, d: int, head_dim: int) -> None:
         super().__init__()

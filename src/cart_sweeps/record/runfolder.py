@@ -131,8 +131,7 @@ def base_summary(cfg: DictConfig) -> RunSummary:
 
 
 def with_source(cfg: DictConfig) -> DictConfig:
-    """`cfg` with the model, data, recipe and seed of the trained run `stage.source` names, and `evaluated`
-    naming its final checkpoint: the stage contributes only the inference R and what else to measure."""
+    """`cfg` with the model, data, recipe and seed of the run `stage.source` names, `evaluated` its final checkpoint."""
     source = cfg.stage.source
     if not source:
         raise ConfigError("an evaluate stage needs the trained run: stage.source=<run folder>")

@@ -71,8 +71,7 @@ class RunSummary:
         return self.status.is_result
 
     def value(self, name: str) -> float | None:
-        """The metric `name` (or a run-wide figure such as tokens_per_s) when the run measured it: a finite number
-        in its kind's range."""
+        """The metric `name` (or a run-wide figure) when the run measured it: a finite number in its kind's range."""
         value = self.metrics.get(name, getattr(self, name) if name in self.RESULT_FIELDS else None)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             return None

@@ -110,8 +110,7 @@ def set_aside(path: Path) -> Path:
 def load_trained(
     run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str, step: int | None = None
 ) -> tuple[CART | Dense, int]:
-    """The model of `run_dir`'s checkpoint at `step` (None: its newest) on `device`, and its step; `key`
-    names the setting in errors."""
+    """The model of `run_dir`'s checkpoint at `step` (None: its newest) on `device`, and its step."""
     found = list_checkpoints(run_dir) if step is None else [checkpoint_path(run_dir, step)]
     if not found or not found[-1].is_file():
         raise ConfigError(f"{key}={run_dir} has no checkpoint{f' at step {step}' if step else ''}; train it first")

@@ -96,8 +96,7 @@ class Logged:
 
 
 class WandbLogger:
-    """One W&B run per training run (`wandb_id`), continued when the run resumes; each validation metric keeps
-    its best value in the summary besides its last."""
+    """One W&B run per training run (`wandb_id`), continued when the run resumes."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         import wandb
@@ -152,8 +151,7 @@ def check_credentials(lg: DictConfig, used: bool = False) -> None:
 
 
 def has_wandb_login() -> bool:
-    """Whether W&B finds credentials as it looks for them: WANDB_API_KEY, an identity token file, or the netrc
-    entry `wandb login` writes for the W&B host."""
+    """Whether W&B finds credentials: WANDB_API_KEY, an identity token file, or `wandb login`'s netrc entry."""
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
