@@ -26,17 +26,8 @@ def variant(model: DictConfig | ModelConfig) -> str:
 
 # The override keys `run_label` shows in its fixed part; any other key a stage varies is appended to it.
 LABEL_SHOWS = frozenset(
-    {
-        "seed",
-        "model",
-        "model.name",
-        "model.d_model",
-        *(f"model.{key}" for key in SHAPE_KEYS),
-        "model.core_update",
-        "stage.eval_n_loops",
-        "stage.num_fewshot",
-        *(f"model.{s}" for s in ABLATION_SWITCHES),
-    }
+    {"seed", "model", "model.name", "model.d_model", "model.core_update", "stage.eval_n_loops", "stage.num_fewshot"}
+    | {f"model.{key}" for key in (*SHAPE_KEYS, *ABLATION_SWITCHES)}
 )
 SHORT_KEYS = {"weight_decay": "wd", "warmup_steps": "warmup", "micro_batch_size": "mbs", "grad_accum": "accum"}
 

@@ -41,13 +41,6 @@ class Backfill:
     current: list[str] = field(default_factory=list)  # W&B already holds every row and the status
     running: list[str] = field(default_factory=list)  # a process trains it now: backfilled once it ends
 
-    def line(self, stage: str) -> str:
-        rows = sum(self.written.values())
-        return (
-            f"backfill stage {stage}: {len(self.written)} runs written ({rows} rows), {len(self.current)} already "
-            f"in W&B, {len(self.running)} still running"
-        )
-
 
 def training_runs(stage_dir: Path) -> list[tuple[Path, DictConfig]]:
     """The stage's own training run folders and their configs (not a copy `RUN.bak`, nor an evaluation)."""
@@ -113,7 +106,10 @@ def backfill(overrides: list[str]) -> Backfill:
             done.current.append(run_dir.name)
         else:
             done.written[run_dir.name] = written
-    print(done.line(cfg.stage.name))
+    print(
+        f"backfill stage {cfg.stage.name}: {len(done.written)} runs written ({sum(done.written.values())} rows), "
+        f"{len(done.current)} already in W&B, {len(done.running)} still running"
+    )
     if done.written and cfg.logger.mode != "online":
         print(f"offline: sync with `wandb sync {stage_dir}/*/wandb/offline-run-*` after `wandb login`")
     return done
