@@ -16,12 +16,6 @@ _MAPPING = re.compile(r"^'DictConfig' is incompatible with type hint '[\w.]*List
 _FULL_KEY = re.compile(r"^\s*full_key: (\S+)", re.MULTILINE)
 
 
-def settings_of(schema: str) -> list[str]:
-    """The settings of the schema dataclass named `schema` (cart_sweeps.config); none for another type."""
-    found = getattr(config, schema, None)
-    return [f.name for f in dataclasses.fields(found)] if dataclasses.is_dataclass(found) else []
-
-
 def file_mistake(text: str, where: str, package: str = "") -> str:
     """One line for OmegaConf's error `text` about the file `where`, whose content sits at `package` of the config."""
     message = next((line.strip() for line in text.splitlines() if line.strip()), text)
@@ -30,7 +24,8 @@ def file_mistake(text: str, where: str, package: str = "") -> str:
     if unknown := _UNKNOWN.match(message):
         name, schema = unknown.groups()
         parent = key.rpartition(".")[0] if key else ""
-        known = settings_of(schema)
+        found = getattr(config, schema, None)  # a schema dataclass of cart_sweeps.config, or another type
+        known = [f.name for f in dataclasses.fields(found)] if dataclasses.is_dataclass(found) else []
         if close := difflib.get_close_matches(name, known, n=1):
             fix = f"did you mean {'.'.join(filter(None, [parent, close[0]]))}?"
         else:

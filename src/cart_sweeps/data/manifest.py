@@ -17,8 +17,10 @@ MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 
 
-def rebuild_hint(recipe: str, folder: Path) -> str:
-    return f"delete {folder} and run `python -m cart_sweeps.data.prepare data={recipe}`"
+def _broken(recipe: str, folder: Path, what: str) -> DataError:
+    return DataError(
+        f"data={recipe}: {what}; delete {folder} and run `python -m cart_sweeps.data.prepare data={recipe}`"
+    )
 
 
 def read_manifest(folder: Path, recipe: str, digest: str) -> dict[str, Any]:
@@ -26,14 +28,9 @@ def read_manifest(folder: Path, recipe: str, digest: str) -> dict[str, Any]:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
-        raise DataError(
-            f"data={recipe}: {folder / MANIFEST} is missing or unreadable; {rebuild_hint(recipe, folder)}"
-        ) from None
-    if manifest.get("recipe_hash") != digest:
-        raise DataError(
-            f"data={recipe}: {folder / MANIFEST} is for recipe hash {manifest.get('recipe_hash')}, not {digest}; "
-            f"{rebuild_hint(recipe, folder)}"
-        )
+        raise _broken(recipe, folder, f"{folder / MANIFEST} is missing or unreadable") from None
+    if (found := manifest.get("recipe_hash")) != digest:
+        raise _broken(recipe, folder, f"{folder / MANIFEST} is for recipe hash {found}, not {digest}")
     return manifest
 
 
@@ -46,18 +43,13 @@ def check_bin(folder: Path, entry: dict[str, Any], recipe: str) -> Path:
     """The bin's path, after checking it exists and holds exactly the manifest's tokens and sha256."""
     path = folder / entry["file"]
     if not path.is_file():
-        raise DataError(f"data={recipe}: {path} is missing; {rebuild_hint(recipe, folder)}")
+        raise _broken(recipe, folder, f"{path} is missing")
     size = path.stat().st_size
     if size % 2 or size // 2 != entry["tokens"]:
-        raise DataError(
-            f"data={recipe}: {path} is truncated or corrupt ({size:,} bytes, the manifest says "
-            f"{entry['tokens']:,} uint16 tokens); {rebuild_hint(recipe, folder)}"
-        )
+        tokens = f"{size:,} bytes, the manifest says {entry['tokens']:,} uint16 tokens"
+        raise _broken(recipe, folder, f"{path} is truncated or corrupt ({tokens})")
     if stored_sha256(path) != entry["sha256"]:
-        raise DataError(
-            f"data={recipe}: {path} is not what was prepared (its sha256 differs from the manifest's); "
-            f"{rebuild_hint(recipe, folder)}"
-        )
+        raise _broken(recipe, folder, f"{path} is not what was prepared (its sha256 differs from the manifest's)")
     return path
 
 

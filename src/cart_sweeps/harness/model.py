@@ -106,7 +106,6 @@ class CartLM(TemplateLM):
         self.max_length = self.cfg.model.max_seq_len
         self.batch_size = _batch_size(batch_size)
 
-    # --- tokenizer ---
     @property
     def eot_token_id(self) -> int:
         return self.eos_id
@@ -122,7 +121,6 @@ class CartLM(TemplateLM):
     def tok_decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids)
 
-    # --- scoring ---
     @torch.no_grad()
     def _logprobs(self, rows: list[list[int]]) -> torch.Tensor:
         """Log-softmax (fp32) of the model over right-padded rows: [B, T, V]."""
