@@ -23,7 +23,7 @@ from cart_sweeps.harness.bench import run_benchmarks
 from cart_sweeps.harness.model import CartLM
 from cart_sweeps.run import execute
 from cart_sweeps.train.checkpoint import load_trained
-from cart_sweeps.train.device import pick_device
+from cart_sweeps.train.setup import pick_device
 
 LIMIT = 8
 # A few steps: the check is the harness against a direct computation, not what the model has learned.

@@ -86,7 +86,6 @@ def test_dense_parity_reproduces_the_papers_pair() -> None:
     cart = model_config(d_model=1024, n_prelude=6, n_loops=6, vocab_size=32000)
     assert dense_parity(cart, "stored") == 7
     assert dense_parity(cart, "effective") == 12
-    assert dense_parity(cart, "effective", rule="nearest") == 11  # 174.09M is nearer to 178.84M
 
 
 @pytest.mark.parametrize(
@@ -146,7 +145,7 @@ def test_dense_is_causal() -> None:
 
 def test_initial_blend_gate_and_no_decay_names() -> None:
     model = build_model(TINY)
-    assert model.hc_weights() == pytest.approx([0.576, 0.212, 0.212], abs=5e-4)
+    assert torch.softmax(model.hc_logits.detach(), dim=0).tolist() == pytest.approx([0.576, 0.212, 0.212], abs=5e-4)
     assert model.rho() == pytest.approx(0.9)
     assert build_model(replace(TINY, disable_lti=True)).rho() == 1.0
     assert build_model(replace(TINY, name="dense", n_layers=1)).rho() is None

@@ -38,8 +38,11 @@ def test_one_worker_forks_a_process_per_run_with_the_numbers_of_a_cold_start(tmp
     assert [r["code"] for r in records] == [0, 0] and records[0]["pid"] != records[1]["pid"]
 
     second = next(t for t in trials(tmp_path) if t.params["model.n_loops"] == 2)  # longest first: R=4 ran first
-    cold_dir = tmp_path / "cold"  # the run as a cold job ran it: run_job in a fresh process
-    code = "import json, sys; from cart_sweeps.run import run_job; run_job(json.loads(sys.argv[1]), sys.argv[2])"
+    cold_dir = tmp_path / "cold"  # the run as a cold job ran it: composed and executed in a fresh process
+    code = (
+        "import json, sys, pathlib; from cart_sweeps.compose import compose_config; from cart_sweeps.run import "
+        "execute; execute(compose_config(json.loads(sys.argv[1])), pathlib.Path(sys.argv[2]))"
+    )
     cold = [sys.executable, "-c", code, json.dumps(second.user_attrs["overrides"]), str(cold_dir)]
     assert subprocess.run(cold, env=env(tmp_path), capture_output=True, timeout=300).returncode == 0
     warm_dir = Path(second.user_attrs["run_dir"])

@@ -1,11 +1,8 @@
 """`python -m cart_sweeps [overrides]` trains one run; `python -m cart_sweeps stage=<name>` runs a stage.
 
-A single run is run as `@hydra.main` runs it, from this command's one parse (adapters.hydra.run_app): it writes to
-hydra.run.dir (default runs/single/<label>) and resumes there when relaunched. Naming a stage (with or without -m)
-runs it straight from this command's one parse: the stage driver's entry (cart_sweeps.sweep.command), which Hydra's
-own multirun reaches through the project's sweeper plugin (hydra_plugins/cart_sweeps_plugins). A multirun naming no
-stage runs the anonymous stage `adhoc` over the keys it sweeps (sweeps/adhoc.yaml), with a ledger like any stage.
-Hydra's own flags (--config-dir, --config-name, --cfg, --info, -sc) work as in any Hydra app.
+Both from this command's one parse: a single run as `@hydra.main` runs it (adapters.hydra.run_app, in
+hydra.run.dir), a stage (with or without -m) through the stage driver (cart_sweeps.sweep.command). A multirun
+naming no stage runs the anonymous stage `adhoc` over the keys it sweeps (sweeps/adhoc.yaml).
 """
 
 from __future__ import annotations
@@ -60,16 +57,14 @@ def _refuse(message: str) -> NoReturn:
 
 
 def parse(args: list[str]) -> argparse.Namespace:
-    """The command line as Hydra reads it (its flags, their values, the overrides), flags anywhere among the
-    overrides; a mistake is one line, as every other error here."""
+    """The command line as Hydra reads it, flags anywhere among the overrides; a mistake is one line."""
     parser = hydra_args_parser()
     parser.error = _refuse  # type: ignore[method-assign]
     return parser.parse_intermixed_args(args)
 
 
 def named_stage(parsed: list[Override]) -> str | None:
-    """The stage the overrides name (`stage=1`), if any: naming one runs it through the stage driver, which runs
-    its jobs on the `launcher` group's pools, never on another Hydra sweeper or launcher."""
+    """The stage the overrides name (`stage=1`), if any; it runs on the project's sweeper and launcher alone."""
     names = [o.value() for o in parsed if o.key_or_group == "stage" and not o.is_delete()]
     stage = str(names[-1]) if names and names[-1] is not None else None
     for group, does in zip(HYDRA_PLUGIN_GROUPS, ("a stage runs through the", "a stage's jobs run on the"), strict=True):
@@ -81,8 +76,7 @@ def named_stage(parsed: list[Override]) -> str | None:
 
 
 def adhoc_stage(parsed: list[Override]) -> list[str]:
-    """A multirun naming no stage runs as the anonymous stage over the keys it sweeps: the overrides that
-    name it (`stage=adhoc stage.name=adhoc-<hash>`); one line when it sweeps nothing."""
+    """The overrides naming the anonymous stage of a multirun's swept keys (`stage=adhoc stage.name=adhoc-<hash>`)."""
     swept = sorted(o.get_key_element() for o in parsed if o.is_sweep_override() and not o.is_hydra_override())
     if not swept:
         raise ConfigError(
@@ -94,8 +88,7 @@ def adhoc_stage(parsed: list[Override]) -> list[str]:
 
 
 def basic_sweeper(parsed: list[Override]) -> list[Override]:
-    """An ad-hoc multirun asking for Hydra's basic sweeper runs the same product of its swept keys through the
-    project's, as the ad-hoc stage (a ledger, labels, a table): one line says so, and the choice is dropped."""
+    """An ad-hoc multirun asking for Hydra's basic sweeper runs as the ad-hoc stage: one line says so."""
     chosen = [o for o in parsed if o.key_or_group == HYDRA_PLUGIN_GROUPS[0] and str(o.value()) == "basic"]
     if chosen:
         print(
@@ -107,11 +100,8 @@ def basic_sweeper(parsed: list[Override]) -> list[Override]:
 
 
 def precheck(parsed: list[Override]) -> None:
-    """Compose the command's config once, so a bad override (or interpolation) is one line before Hydra starts
-    anything.
-
-    Sweep overrides (`a=1,2`) are checked with their first value; interval sweeps are the stage's to name.
-    """
+    """Compose the command's config once, so a bad override is one line before Hydra starts anything; sweep
+    overrides (`a=1,2`) are checked with their first value, interval sweeps left to the stage."""
     single = [
         o.input_line for o in parsed if not o.is_sweep_override() and not o.get_key_element().startswith("hydra.")
     ]
@@ -130,8 +120,7 @@ def precheck(parsed: list[Override]) -> None:
 
 
 def as_typed(message: str, sweeps: dict[str, Override]) -> str:
-    """A sweep's key was checked at its first value (`n_loops=2` of `n_loops=2,4`): advice on that key
-    (did you mean model.n_loops=2?) shows the values as typed."""
+    """Advice on a sweep's key checked at its first value (did you mean model.n_loops=2?) shows them as typed."""
     for line, o in sweeps.items():
         key, _, first = line.partition("=")
         if message.startswith(f"{key}: "):
@@ -141,8 +130,7 @@ def as_typed(message: str, sweeps: dict[str, Override]) -> str:
 
 
 def refuse_hydra_settings(parsed: list[Override], stage: str) -> None:
-    """Under a stage, Hydra's own settings never reach the runs (the stage's driver launches them, with
-    hydra.searchpath the one it reads): each is one line, not ignored; placement names what to set instead."""
+    """Under a stage, Hydra's own settings never reach the runs: each is one line, not ignored."""
     for o in parsed:
         key = o.get_key_element().lstrip("+~")
         if key.startswith("hydra.sweep.") or key == "hydra.run.dir":
@@ -158,16 +146,14 @@ def refuse_hydra_settings(parsed: list[Override], stage: str) -> None:
 
 
 def plan_command(ns: argparse.Namespace) -> str:
-    """`python -m cart_sweeps.plan` with this command's config sources and overrides (as typed: stage=1, not
-    stage='1'; an ad-hoc multirun's with the stage it names), quoted to run as printed."""
-    flags = [*(["--config-dir", ns.config_dir] if ns.config_dir else [])]
+    """`python -m cart_sweeps.plan` with this command's config sources and overrides as typed, quoted."""
+    flags = ["--config-dir", ns.config_dir] if ns.config_dir else []
     flags += ["--config-name", ns.config_name] if ns.config_name else []
     return shlex.join(["python", "-m", "cart_sweeps.plan", *flags, *ns.overrides])
 
 
 def show_stage(ns: argparse.Namespace) -> None:
-    """`--cfg job` / `--help` under a stage: the stage as composed and its runs, not one run's config;
-    with `-p PACKAGE`, that package as each run has it."""
+    """`--cfg job` / `--help` under a stage: the stage and its runs (`-p PACKAGE`: that package of each run)."""
     from cart_sweeps.sweep.expand import Stage
 
     try:

@@ -1,8 +1,5 @@
-"""`python -m cart_sweeps.bench [overrides]`: time training steps of the composed model; one JSON line.
-
-Steps run on random tokens of the model's vocabulary (the data pipeline is not what is timed), through
-the same set-up (`build_state`: seed, model, compile, optimizer) and `train_step` as a real run, after
-`bench.warmup` untimed steps (compile, allocator warm-up).
+"""`python -m cart_sweeps.bench [overrides]`: time training steps of the composed model; one JSON line. Random
+tokens (the data pipeline is not timed) through a real run's `build_state` and `train_step`, after warm-up steps.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ def bench(overrides: list[str]) -> dict:
     cfg = compose_config(overrides)
     validate(cfg)
     t, b = cfg.trainer, cfg.bench
-    runtime = configure_torch(cfg)
-    device, dtype = runtime.device, runtime.amp
+    device, dtype = configure_torch(cfg)
     state = build_state(cfg, device)
     shape = (t.micro_batch_size, t.seq_len + 1)
 

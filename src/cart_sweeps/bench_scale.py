@@ -1,20 +1,7 @@
 """`python -m cart_sweeps.bench_scale [--seeds N] [--one-step-seeds M] [--ledger-trials T]`: the driver at scale.
 
-Through the real commands, in a fresh folder, it prints:
-
-- plan: `python -m cart_sweeps.plan stage=1 scale=tiny seed=range(0,N)` (64 x N runs): wall time and the
-  process's peak memory;
-- driver start: `python -m cart_sweeps -m` on that stage: seconds until its first run's folder appears,
-  and the driver's peak memory by then (it is then interrupted);
-- one-step runs: Stage 1 with `trainer.steps=1` and M seeds (64 x M runs) on 2 slots: runs per minute;
-- relaunch: the same command again on the finished stage, `--relaunches` times: seconds until it exits saying
-  all is done (median and fastest);
-- ledger writes: milliseconds per trial started and per trial finished as the driver records them (`Ledger.start`,
-  `Ledger.finish`) in a SQLite ledger, and the commits each finish takes;
-- with `--ledger-trials N`: a ledger of N finished trials shaped as a driver writes them (built through Optuna,
-  one transaction a trial: minutes at 10,240), read back as the driver, `plan` and the analysis read it
-  (`Ledger.attempts`) and by Optuna's own `get_trials`.
-
+Through the real commands, in a fresh folder: plan's and the driver's start's time and peak memory on 64 x N
+runs, one-step runs per minute and relaunches of the finished stage, and the ledger's writes and reads.
 Goals (issue 26): plan of 10,240 runs <= 5 s and <= 400 MB; the first run within 8 s at <= 400 MB; one-step
 runs >= 200 a minute; a relaunch of a finished 1,024-run stage within 2 s.
 """
@@ -32,6 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from cart_sweeps.bench_stage import show
 from cart_sweeps.record.runfolder import CONFIG
 
 if TYPE_CHECKING:
@@ -82,8 +70,7 @@ def driver_start(seeds: int, runs: Path, env: dict[str, str]) -> dict[str, float
 
 
 def one_step_runs(seeds: int, relaunches: int, env: dict[str, str]) -> dict[str, float]:
-    """A stage of one-step runs, then its relaunches (each must find all of it done): their median and fastest, as
-    one relaunch's time varies by a few tenths of a second with the machine's other load."""
+    """A stage of one-step runs, then its relaunches (each must find all of it done): their median and fastest."""
     command = [sys.executable, "-m", "cart_sweeps", "-m", *STAGE, f"seed=range(0,{seeds})", "trainer.steps=1"]
     seconds, _ = _timed(command, env)
     again = [_timed(command, env)[0] for _ in range(relaunches)]
@@ -195,9 +182,7 @@ def main(argv: list[str] | None = None) -> None:
             figures |= ledger_writes(args.ledger_writes, Path(tmp) / "writes")
         if args.ledger_trials:
             figures |= ledger_read(args.ledger_trials, Path(tmp) / "ledger")
-    width = max(map(len, figures))
-    for key, value in figures.items():
-        print(f"{key:<{width}}  {value:.2f}" if isinstance(value, float) else f"{key:<{width}}  {value}")
+    show(figures)
 
 
 if __name__ == "__main__":

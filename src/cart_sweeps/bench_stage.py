@@ -1,15 +1,8 @@
 """`python -m cart_sweeps.bench_stage [OVERRIDE ...]`: how much of a stage's wall time its runs use.
 
-Runs a stage (default: Stage 1 at the tiny scale on 2 slots, 64 runs) in a fresh folder through the real
-command, then prints its wall time, the sum of its runs' own time (`wall_time_s` in their summaries), the
-slots, the ratio of the wall time to its ideal (that sum / slots) and the median time from a run's launch
-(its trial's start in the ledger) to its first training step. What is not the runs' own time is the
-pool's overhead: starting processes, importing, composing, loading data, building models, polling.
-
-That overhead is split in two: the start-up (the command's start to the first run's first step: the
-driver, then its workers importing torch) and what each run costs its slot besides its own time (the slot
-time after the start-up, less the runs' own time, per run; slots idle at the end count here too). The
-ratio after the start-up is the second alone.
+Runs a stage (default: Stage 1, tiny, 2 slots) in a fresh folder through the real command and prints its wall
+time against its runs' own (`wall_time_s`) over the slots. The rest is the pool's overhead, split into the
+start-up (to the first run's first step) and what each run costs its slot besides its own time.
 """
 
 from __future__ import annotations
@@ -59,15 +52,12 @@ def measure(overrides: list[str], runs: Path) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class RunTiming:
-    """When a run was launched and took its first step (epoch seconds; an evaluation takes none), its own time."""
-
     launched: float
     first_step: float | None
     own_s: float
 
 
 def figures(timings: list[RunTiming], slots: int, started: float, wall: float) -> dict[str, float]:
-    """The stage's figures from its runs' timings, the command's start (epoch seconds) and its wall time."""
     own = sum(t.own_s for t in timings)
     first_steps = [t.first_step for t in timings if t.first_step is not None]
     start_up = min(first_steps) - started if first_steps else math.nan
@@ -93,7 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench-stage-") as tmp:
-        figures = measure(args.overrides or DEFAULT, Path(tmp) / "runs")
+        show(measure(args.overrides or DEFAULT, Path(tmp) / "runs"))
+
+
+def show(figures: dict[str, float]) -> None:
     width = max(map(len, figures))
     for key, value in figures.items():
         print(f"{key:<{width}}  {value:.2f}" if isinstance(value, float) else f"{key:<{width}}  {value}")

@@ -1,8 +1,5 @@
-"""Shell completion for `python -m cart_sweeps` and `cart-sweeps` (`-sc install=bash`, zsh through bashcompinit).
-
-Hydra's own bash script completes `python FILE.py` and installed apps only: under `python -m cart_sweeps` its
-`python` branch looks for a file named `-m` and offers nothing. This script recognises both spellings and asks
-the program itself (`-sc query=bash`, Hydra's query, which reads the line with the program named once).
+"""Shell completion for `python -m cart_sweeps` and `cart-sweeps` (`-sc install=bash`): Hydra's own script
+completes `python FILE.py` only, so this one recognises both spellings and asks Hydra's query (`-sc query=bash`).
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ _MODULE_LINE = re.compile(r"^\s*\S*python[\d.]*\s+-m\s+cart_sweeps(?=\s|$)")
 
 
 def script(overrides: list[str]) -> str | None:
-    """The script for `-sc install=bash|zsh` or `uninstall=...` (Hydra reads the request as an override);
-    None for what Hydra answers itself (queries)."""
+    """The script for `-sc install=bash|zsh` or `uninstall=...`; None for what Hydra answers itself (queries)."""
     scripts = {"install": INSTALL, "uninstall": UNINSTALL}
     return next((scripts[a] for a in (o.partition("=")[0] for o in overrides) if a in scripts), None)
 

@@ -29,9 +29,8 @@ from cart_sweeps.text import first_line
 
 T = TypeVar("T")
 
-# The user's own config sources of this command (Hydra's --config-dir, --config-name, hydra.searchpath),
-# kept in the environment so that every composition of the command sees them: the driver's, and its jobs'
-# (local and SLURM jobs inherit the driver's environment).
+# The command's own config sources (--config-dir, --config-name, hydra.searchpath), kept in the environment so
+# that every composition sees them, its jobs' included (they inherit the driver's environment).
 SEARCHPATH_ENV = "CART_SWEEPS_SEARCHPATH"
 CONFIG_NAME_ENV = "CART_SWEEPS_CONFIG_NAME"
 _PARSER = OverridesParser.create()
@@ -47,15 +46,13 @@ def parse_overrides(overrides: Sequence[str]) -> list[Override]:
 
 @functools.cache
 def parse_override(text: str) -> Override:
-    """One override through Hydra's grammar, once per process: its readers (the command's checks, the stage's
-    expansion, every composition of its runs) only read an Override, so the same text shares one parse."""
+    """One override through Hydra's grammar, once per process: its readers only read an Override."""
     return _PARSER.parse_overrides([text])[0]
 
 
 def use_config_sources(config_dir: str | None, config_name: str | None, parsed: Sequence[Override]) -> None:
-    """Make this command's --config-dir, --config-name and `hydra.searchpath=[...]` (in its parsed overrides)
-    reach every composition."""
-    paths = json.loads(os.environ.get(SEARCHPATH_ENV, "[]"))
+    """Make this command's --config-dir, --config-name and `hydra.searchpath=[...]` reach every composition."""
+    paths = searchpath()
     if config_dir is not None:
         folder = Path(config_dir).resolve()
         if not folder.is_dir():
@@ -81,7 +78,7 @@ def _absolute(entry: str) -> str:
 
 
 def searchpath() -> list[str]:
-    """The user's config sources of this command, beside conf/ (Hydra search path entries)."""
+    """The command's own config sources beside conf/ (Hydra search path entries)."""
     return json.loads(os.environ.get(SEARCHPATH_ENV, "[]"))
 
 
@@ -91,8 +88,7 @@ def config_dirs() -> list[Path]:
 
 
 def user_stage_files(overrides: Sequence[str]) -> list[Path]:
-    """The files of the user's config folders that the stage `overrides` choose (`stage=mine`) could be read
-    from: DIR/stage/mine.yaml. Only those: a sibling stage file is never read for another stage."""
+    """The files DIR/stage/mine.yaml of the user's config folders that `stage=mine` in `overrides` could read."""
     chosen = (o for o in map(parse_override, quote_stage(overrides)) if o.key_or_group == "stage")
     names = [o.value() for o in chosen if not o.is_delete()]
     if not names or names[-1] is None:
@@ -106,11 +102,8 @@ def quote_stage(argv: Sequence[str]) -> list[str]:
     return [re.sub(r"^(\+{0,2}stage)=(\d\w*)$", r"\1='\2'", a) for a in argv]
 
 
-def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) -> DictConfig:
-    """The config `python -m cart_sweeps <overrides>` would run, composed from the real conf/ tree.
-
-    Hydra's own composition errors (unknown key, wrong type, missing group option) become ConfigError.
-    """
+def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """The config `python -m cart_sweeps <overrides>` would run; Hydra's composition errors become ConfigError."""
     register_configs()
     for path in user_stage_files(overrides):
         stagefile.check(path)  # a FIFO, an alias bomb, a YAML mistake: one line, before Hydra reads it
@@ -118,7 +111,7 @@ def compose_config(overrides: Sequence[str] = (), hydra_config: bool = False) ->
     name = os.environ.get(CONFIG_NAME_ENV, "config")  # the user's folders: hydra_plugins/.../searchpath.py
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose(name, overrides=quote_stage(overrides), return_hydra_config=hydra_config)
+            return compose(name, overrides=quote_stage(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_unknown_setting(err, overrides) or describe(err)) from err
 
@@ -127,10 +120,8 @@ _NOT_OVERRIDDEN = re.compile(r"Could not override '([^']+)'")
 
 
 def _unknown_setting(err: BaseException, overrides: Sequence[str]) -> str | None:
-    """`model.n_loop=6` -> `did you mean model.n_loops?`, found in the config the other overrides compose.
-
-    Hydra's own advice (`+model.n_loop=6 adds a new key`) would only lead to check_settings' refusal: the
-    schema types every group, so + adds keys only under free-form nodes, where Hydra's advice stays."""
+    """`model.n_loop=6` -> `did you mean model.n_loops?`, found in the config the other overrides compose (Hydra's
+    own advice, `+model.n_loop=6`, stays only under free-form nodes: the schema refuses new keys elsewhere)."""
     if not (match := _NOT_OVERRIDDEN.search(str(err))):
         return None
     key = match.group(1)
@@ -169,8 +160,7 @@ def _ending_in(node: DictConfig, tail: list[str]) -> list[str]:
 
 
 def _keys(node: DictConfig, prefix: str = "") -> list[str]:
-    """Every setting under `node`, dotted: the schema's keys, not the entries of a free-form mapping (a stage's
-    grid, a scale's paper values) nor of a node unset or None."""
+    """Every setting under `node`, dotted: the schema's keys, not a free-form mapping's (a stage's grid)."""
     if OmegaConf.get_type(node) in (dict, None):
         return []
     keys: list[str] = []
@@ -182,8 +172,7 @@ def _keys(node: DictConfig, prefix: str = "") -> list[str]:
 
 
 def _settings_under(node: DictConfig, name: str) -> DictConfig | None:
-    """The child `name` of `node` when it is a node of settings as written: not a value, an interpolation, unset
-    (???) or None."""
+    """The child `name` of `node` when it is a node of settings as written (not a value, interpolation, ??? or None)."""
     if OmegaConf.is_missing(node, name) or OmegaConf.is_interpolation(node, name):
         return None
     child = node[name]
@@ -213,8 +202,7 @@ def _config_file(name: str) -> str:
 
 
 def describe(err: BaseException) -> str:
-    """One line from Hydra's multi-line errors: what failed, why (the root cause), what is allowed; a config
-    file's mistake (a misspelt key, one value where a list goes) names the file, the key and the fix."""
+    """One line from Hydra's multi-line errors: what failed, the root cause, what is allowed."""
     if composing := _COMPOSING.match(str(err)):
         name, complaint = composing.groups()
         return file_mistake(complaint, _config_file(name), package=name.rpartition("/")[0].replace("/", "."))
@@ -233,26 +221,19 @@ def describe(err: BaseException) -> str:
     return "; ".join(parts)
 
 
-def _source_flags() -> argparse.ArgumentParser:
-    """Hydra's flags that name config sources, as Hydra spells them."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--config-dir", "-cd")
-    parser.add_argument("--config-name", "-cn")
-    return parser
-
-
 def run_cli(main: Callable[[list[str]], T], usage: str, argv: Sequence[str] | None = None) -> T | None:
-    """Run a command-line entry point: --help prints `usage`; a config error is one line and exit 2.
-
-    Hydra's --config-dir/-cd, --config-name/-cn and hydra.searchpath=[...] work as under `python -m cart_sweeps`.
-    """
+    """Run a command-line entry point: --help prints `usage`; a config error is one line and exit 2; Hydra's
+    --config-dir/-cd, --config-name/-cn and hydra.searchpath=[...] work as under `python -m cart_sweeps`."""
     collector.skip_final_collection()
     args = list(sys.argv[1:] if argv is None else argv)
     if {"-h", "--help"} & set(args):
         print(usage)
         return None
     try:
-        flags, overrides = _source_flags().parse_known_args(args)
+        parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # Hydra's flags naming config sources
+        parser.add_argument("--config-dir", "-cd")
+        parser.add_argument("--config-name", "-cn")
+        flags, overrides = parser.parse_known_args(args)
         if unknown := [a for a in overrides if a.startswith("-")]:
             raise ConfigError(
                 f"{unknown[0]}: unknown flag; this command takes overrides, --config-dir and --config-name"

@@ -1,16 +1,9 @@
-"""Compose the configs of many runs quickly, exactly as `compose_config` (and so run_job) composes each.
+"""Compose the configs of many runs quickly, exactly as `compose_config` composes each.
 
-Hydra composes in two steps: the defaults list (group choices such as model=dense), then the value
-overrides on top (adapters.hydra.apply_overrides). The first step is the slow one (~0.1 s)
-and a stage has few distinct group choices, so it is done once per choice set and the second step per run.
-A stage's runs repeat the same override strings (stage=1, seed=42), each parsed once a process (parse_override), and the
-cached base is copied by pickling (about 2.5x faster than deepcopy for an OmegaConf tree). The bases are kept
-for the process, so that a command's check of its overrides and its stage compose each base once (0.15-0.3 s
-apiece), by the config sources they were read from: a config file edited in between is read again.
-
-Naming the runs (their run ids) is the other slow step: it resolves each group of each config. Most runs of a
-stage share most groups (768 runs of stage 1 have 64 models and one data recipe), so each group's part of the
-identity is computed once per distinct content; see `Composer.run_id`.
+Hydra's slow step (~0.1 s) is the defaults list (group choices such as model=dense), of which a stage has few:
+it is done once per choice set and process (keyed by the config files' versions), copied by pickling (2.5x faster
+than deepcopy), and the value overrides applied per run (adapters.hydra.apply_overrides). Naming the runs is the
+other slow step, so each group's part of the identity is computed once per distinct content (`identity`).
 """
 
 from __future__ import annotations
@@ -36,15 +29,8 @@ KeyPath = tuple[str | int, ...]
 _BASES: dict[tuple[Any, ...], tuple[bytes, bool]] = {}
 
 
-def config_groups() -> set[str]:
-    """The config groups of conf/ and of the user's config folders (--config-dir, hydra.searchpath)."""
-    return {p.name for folder in config_dirs() if folder.is_dir() for p in folder.iterdir() if p.is_dir()} | {"stage"}
-
-
 def config_sources() -> tuple[Any, ...]:
-    """What a composition reads besides its overrides: the primary config's name, the search path, and the
-    version of each config file in the config folders (conf/ and the user's): a primary config, a group's
-    option, a nested group's option. Not deeper: a user's config folder may hold a runs/ folder of thousands."""
+    """What a composition reads besides its overrides: the config name, search path and config files' versions."""
     patterns = ("*.yaml", "*/*.yaml", "*/*/*.yaml")
     files = [p for folder in config_dirs() if folder.is_dir() for glob in patterns for p in sorted(folder.glob(glob))]
     versions = tuple((str(p), st.st_mtime_ns, st.st_size) for p in files for st in [p.stat()])
@@ -52,8 +38,7 @@ def config_sources() -> tuple[Any, ...]:
 
 
 def _written(node: Container, skip: Collection[str] = ()) -> list[tuple[KeyPath, str]]:
-    """Each interpolation of `node` as written (a text with `${`) and where it is, but under its top-level
-    keys `skip`."""
+    """Each interpolation of `node` as written (a text with `${`) and where, but under its top-level keys `skip`."""
 
     def walk(value: Any, path: KeyPath) -> list[tuple[KeyPath, str]]:
         if isinstance(value, dict):
@@ -65,11 +50,6 @@ def _written(node: Container, skip: Collection[str] = ()) -> list[tuple[KeyPath,
     return walk(OmegaConf.to_container(node, resolve=False), ())
 
 
-def interpolations(node: Container, skip: Collection[str] = ()) -> list[KeyPath]:
-    """Where `node` holds an interpolation as written (each has a `${`), but under its top-level keys `skip`."""
-    return [path for path, _ in _written(node, skip)]
-
-
 def resolved(node: Container, path: KeyPath) -> Any:
     """The value at `path` under `node`, resolved (a container as plain dicts and lists)."""
     value: Any = node
@@ -79,13 +59,9 @@ def resolved(node: Container, path: KeyPath) -> Any:
 
 
 def _assignments_last(values: list[Override]) -> tuple[list[Override], list[Override]]:
-    """The value overrides split into the rest, in order, and the plain assignments of one value (`key=value`,
-    not +, ++ or ~, no dict or list) to a key no other override touches (itself, above or below it).
-
-    Applying such an assignment commutes with every other override, so it may come last: a stage's configurations
-    then share the rest (the scale's `++scale.paper={...}`, 1.5 ms of a configuration's 4 ms, and the recipe's
-    values) and apply only their assignments (0.06 ms each).
-    """
+    """The value overrides split into the rest, in order, and the plain assignments (`key=value` of one value) to a
+    key no other override touches: those commute with the rest, so a stage's configurations share the rest
+    (the scale's `++scale.paper={...}`: 1.5 ms of 4) and apply only their assignments (0.06 ms each)."""
 
     def related(a: str, b: str) -> bool:
         return a == b or a.startswith(f"{b}.") or b.startswith(f"{a}.")
@@ -104,7 +80,7 @@ class Composer:
 
     def __init__(self) -> None:
         self._sources = config_sources()  # read once: a composer's configs are composed from one version of them
-        self._groups = config_groups()
+        self._groups = {p.name for d in config_dirs() if d.is_dir() for p in d.iterdir() if p.is_dir()} | {"stage"}
         self._interpolations: dict[tuple[Any, ...], list[KeyPath]] = {}
         self._parts: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._partials: dict[tuple[Any, ...], bytes] = {}
@@ -142,8 +118,7 @@ class Composer:
         return cfg
 
     def _partial(self, groups: tuple[str, ...], rest: list[Override]) -> DictConfig:
-        """The base of `groups` with the overrides `rest` applied: kept (pickled) from the second composition
-        that needs it, so a stage's configurations apply only their own assignments to it."""
+        """The base of `groups` with the overrides `rest` applied, kept (pickled) from the second composition on."""
         key = (groups, tuple(o.input_line for o in rest))
         if key in self._partials:
             return cast(DictConfig, pickle.loads(self._partials[key]))
@@ -155,22 +130,14 @@ class Composer:
         return cast(DictConfig, cfg)
 
     def reads_seed(self, overrides: Sequence[str]) -> bool:
-        """Whether the config of `overrides` (composed by this composer) may interpolate the seed: its seeds then
-        differ in more than the seed. Read from its base, once per group choice, and the text of its value
-        overrides; an override that replaces such an interpolation still counts (composing per run is only slower).
-        """
+        """Whether the config of `overrides` may interpolate the seed (its seeds then differ in more than the seed)."""
         groups, values = self._split(overrides)
         lines = [o.input_line or "" for o in values]
         return self._base(groups)[1] or any("${" in line and "seed" in line for line in lines)
 
     def identity(self, overrides: Sequence[str], cfg: DictConfig) -> dict[str, Any]:
-        """`identity(cfg, seed=False)` of `cfg = composer(overrides)`, each group's part computed once per
-        distinct content (`seeded_id` of it is the run id).
-
-        An override changes only the subtree at its key, so a group's content as written follows from the base
-        and the overrides under the group; the values of its interpolations, resolved for each run, complete
-        it (those under keys that are no part of the identity aside: their values never reach it).
-        """
+        """`identity(cfg, seed=False)` of `cfg = composer(overrides)`, each group's part computed once per distinct
+        content: the base, the overrides under the group, and the resolved values of its interpolations."""
         groups, values = self._split(overrides)
 
         def written(group: str) -> tuple[Any, ...]:
@@ -181,7 +148,7 @@ class Composer:
     def _part(self, written: tuple[Any, ...], group: str, node: DictConfig) -> dict[str, Any]:
         """`group_identity(group, node)`, memoized on the group as written and the values of its interpolations."""
         if written not in self._interpolations:
-            self._interpolations[written] = interpolations(node, NON_IDENTITY_KEYS.get(group, ()))
+            self._interpolations[written] = [p for p, _ in _written(node, NON_IDENTITY_KEYS.get(group, ()))]
         key = (written, tuple(repr(resolved(node, path)) for path in self._interpolations[written]))
         if key not in self._parts:
             self._parts[key] = group_identity(group, node)

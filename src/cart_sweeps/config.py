@@ -1,11 +1,6 @@
-"""Typed schema of every config group: pure data, registered with Hydra's ConfigStore by cart_sweeps.register.
-
-The YAML files in conf/ and sweeps/ are validated against these dataclasses at compose time, so an
-unknown key or a wrong type fails before anything runs. The option lists are in cart_sweeps.options; value
-checks that types cannot express (d divisible by the head dim, R within the loop-index table, ...) in
-cart_sweeps.validate. The roles each key plays (in a run's identity or not, its training recipe, ...) are stated
-here on its field (`keys_with`); the hashes that name a run in cart_sweeps.identity, its label and folder in
-cart_sweeps.naming. The one import-time registration is the `cache_home` resolver that DataConfig's default names.
+"""Typed schema of every config group (registered by cart_sweeps.register): an unknown key or a wrong type in
+conf/ or sweeps/ fails at compose time. Value checks types cannot express are in cart_sweeps.validate; the roles
+each key plays are stated on its field (`keys_with`). Registers the `cache_home` resolver DataConfig's default names.
 """
 
 from __future__ import annotations
@@ -50,9 +45,7 @@ class ConfigError(ValueError):
 
 ABLATION = {"ablation": True}  # field metadata: an ablation switch of the model
 
-# The roles a config key plays besides holding its value, stated once on its field (metadata) and listed by
-# `keys_with`: what names a run (identity.py), what keeps runs apart in a comparison (the analysis, zoom), what
-# a branch may change (record/branch.py), what a stage keeps to its driver (sweep/overrides.py, train/logger.py).
+# The roles a config key plays, stated once on its field (metadata) and listed by `keys_with`.
 OPERATIONAL = {"operational": True}  # where or how fast a run goes, not what it computes: not in its identity
 RECIPE = {"recipe": True}  # the training recipe: runs that differ in one are never pooled into one comparison
 AFTER_BRANCH = {"after_branch": True}  # shapes only the decay after a branch step, or what is measured: a
@@ -78,17 +71,14 @@ def at_least(low: float) -> dict[str, float]:
 
 
 def above(low: float, infinite: bool = False) -> dict[str, float]:
-    """Field metadata: the field must be greater than `low` (`check_bounds`), and finite unless `infinite` (a
-    field for which inf means something)."""
+    """Field metadata: the field must be greater than `low` (`check_bounds`), and finite unless `infinite`."""
     return {"above": low} | ({"infinite": True} if infinite else {})
 
 
 @dataclass
 class ModelConfig:
-    """A model's settings. Every model's file (conf/model/<name>.yaml) states the MISSING ones; the defaults here
-    are the values no model file states: each model carries every field, whether it applies or not (its run id
-    hashes them all), so a shape key of one model (n_prelude, n_loops: CART's; n_layers: dense's) is stated here
-    once, not in its model's file."""
+    """A model's settings: conf/model/<name>.yaml states the MISSING ones. Each model carries every field (its run
+    id hashes them all), so one model's shape key (n_layers: dense's) has its default here, not in its file."""
 
     name: str = MISSING  # a model registered in cart_sweeps/modelspec.py (SPECS)
     d_model: int = field(default=MISSING, metadata=at_least(1) | AXIS)
@@ -172,8 +162,7 @@ IN_STEPS = {"in_steps": True}  # field metadata: a count of steps, shrunk with t
 
 @dataclass
 class TrainerConfig:
-    """The training recipe. The trainer group's file (conf/trainer/paper.yaml: the paper's) states the MISSING
-    ones, as a launcher's file states its settings; the defaults here are the values no trainer file states."""
+    """The training recipe: conf/trainer/paper.yaml states the MISSING ones."""
 
     steps: int = field(default=MISSING, metadata=IN_STEPS | at_least(1) | RECIPE | AFTER_BRANCH)
     seq_len: int = field(default=MISSING, metadata=at_least(1))
@@ -185,14 +174,12 @@ class TrainerConfig:
     warmup_steps: int = field(default=MISSING, metadata=IN_STEPS | at_least(0) | RECIPE)
     betas: list[float] = MISSING
     weight_decay: float = field(default=MISSING, metadata=at_least(0) | RECIPE)
-    decay_all: bool = field(
-        default=MISSING, metadata=RECIPE
-    )  # the paper decays every parameter; false spares norms, gate, HC logits, LIE
+    # the paper decays every parameter; false spares norms, gate, HC logits, LIE
+    decay_all: bool = field(default=MISSING, metadata=RECIPE)
     grad_clip: float = field(default=MISSING, metadata=above(0, infinite=True))  # inf: no clipping
     precision: Precision = MISSING
-    compile: bool | None = field(
-        default=None, metadata=OPERATIONAL
-    )  # null: compile runs long enough to repay it (train/setup.py, COMPILE_MIN_STEPS)
+    # null: compile runs long enough to repay it (train/setup.py, COMPILE_MIN_STEPS)
+    compile: bool | None = field(default=None, metadata=OPERATIONAL)
     device: Device = field(default=Device.auto, metadata=OPERATIONAL)
     threads: int = field(default=0, metadata=at_least(0) | OPERATIONAL)  # torch CPU threads; 0 leaves torch's default
     deterministic: bool = False
@@ -201,31 +188,22 @@ class TrainerConfig:
     eval_batch_size: int = field(default=MISSING, metadata=at_least(1) | OPERATIONAL)
     log_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1) | OPERATIONAL)
     ckpt_every: int = field(default=MISSING, metadata=IN_STEPS | at_least(1) | OPERATIONAL)
-    keep_checkpoints: int = field(
-        default=2, metadata=at_least(0) | OPERATIONAL
-    )  # newest checkpoints kept per run; 0 keeps all
-    # A finished run keeps its final weights alone (a d=1024 run: 0.5 GB, not up to 1.5 GB more of AdamW state);
-    # true keeps the optimizer's state and the checkpoints before, for a run you mean to train further.
+    # newest checkpoints kept per run; 0 keeps all
+    keep_checkpoints: int = field(default=2, metadata=at_least(0) | OPERATIONAL)
+    # true: a finished run keeps its optimizer state and earlier checkpoints too (to train it further)
     keep_final_optimizer: bool = field(default=False, metadata=OPERATIONAL)
-    # The learning-rate schedule (schedule.Schedule): the paper's cosine, or warm-up-stable-decay, whose runs of
-    # several lengths share their stable phase, so one run branches into the others (docs/wsd.md).
+    # The learning-rate schedule (schedule.Schedule): the paper's cosine, or warm-up-stable-decay (docs/wsd.md)
     schedule: LRSchedule = field(default=LRSchedule.cosine, metadata=RECIPE)
-    decay_fraction: float = field(
-        default=0.2, metadata=at_least(0) | RECIPE | AFTER_BRANCH
-    )  # wsd: the share of the steps that decay
-    decay_shape: DecayShape = field(
-        default=DecayShape.sqrt, metadata=RECIPE | AFTER_BRANCH
-    )  # wsd: how the decay falls to min_lr
-    # A branch computes what a fresh run of its config computes (docs/wsd.md), so where it came from is no part of it.
-    keep_checkpoints_at: list[int] = field(
-        default_factory=list, metadata=OPERATIONAL
-    )  # steps whose full checkpoint is kept for branches
-    branch_from: str | None = field(
-        default=None, metadata=OPERATIONAL
-    )  # a run folder: start from its checkpoint at branch_step, not from step 0 (wsd)
-    branch_step: int | None = field(
-        default=None, metadata=at_least(1) | OPERATIONAL
-    )  # None: the earlier of the two decay starts
+    # wsd: the share of the steps that decay
+    decay_fraction: float = field(default=0.2, metadata=at_least(0) | RECIPE | AFTER_BRANCH)
+    # wsd: how the decay falls to min_lr
+    decay_shape: DecayShape = field(default=DecayShape.sqrt, metadata=RECIPE | AFTER_BRANCH)
+    # steps whose full checkpoint is kept for branches
+    keep_checkpoints_at: list[int] = field(default_factory=list, metadata=OPERATIONAL)
+    # a run folder: start from its checkpoint at branch_step, not from step 0 (wsd)
+    branch_from: str | None = field(default=None, metadata=OPERATIONAL)
+    # None: the earlier of the two decay starts
+    branch_step: int | None = field(default=None, metadata=at_least(1) | OPERATIONAL)
 
 
 @dataclass
@@ -238,17 +216,15 @@ class LoggerConfig:
 
 @dataclass
 class LauncherConfig:
-    """What every launcher has: `_target_` names its pool class (cart_sweeps.sweep.pool.Pool), whose module
-    declares a subclass of this with the rest of its settings (`Pool.settings`). The values are in
-    conf/launcher/<name>.yaml, every one of them (no defaults here): the `launcher` group composes untyped, and
-    preflight types it by the pool's subclass before anything launches."""
+    """What every launcher has: `_target_` names its pool class (sweep.pool.Pool), whose module subclasses this
+    with its other settings. conf/launcher/<name>.yaml states every value: the group composes untyped, and
+    preflight types it by the pool's subclass."""
 
     _target_: str = MISSING
     poll_s: float = field(default=MISSING, metadata=at_least(1e-3))  # how often the driver checks its jobs
     timeout_min: int = field(default=MISSING, metadata=at_least(1))  # a job's wall-time limit
     setup: list[str] = MISSING  # shell lines run before each job (module loads, venvs)
-    # Launch a stage at scale=paper where its runs get no GPU (preflight refuses it otherwise: docs/scale.md).
-    # The one default here: a safety switch a launcher of one's own need not name.
+    # Launch a stage at scale=paper where its runs get no GPU (docs/scale.md); a safety switch, so a default.
     allow_cpu: bool = False
 
 
@@ -271,15 +247,9 @@ class ScaleConfig:
 
 @dataclass
 class StageConfig:
-    """A stage of the study: a grid of overrides over a fixed recipe (sweeps/<name>.yaml).
-
-    Keys of `grid`, `recipe` and `variants` are override keys in the paper's numbers; the sweep maps
-    them through `scale`. A run is one point of the product of the grid's axes, plus one variant when
-    `variants` is set (a variant may ask for `dense_parity: stored|effective`, a dense depth derived
-    from the CART model of the same point). `search` (a search sampler: tpe, random, ...): key -> {low, high, log}
-    or {choices: [...]}, either with `when: {key: choice}` (cart_sweeps.sweep.space checks each declaration, so any
-    value composes).
-    """
+    """A stage of the study (sweeps/<name>.yaml): a grid of override keys over a fixed recipe, times its variants
+    (a variant may ask for `dense_parity: stored|effective`); `search`: key -> {low, high, log} or {choices},
+    optionally with `when: {key: choice}` (checked by sweep.space, so any value composes)."""
 
     name: str = "single"
     kind: StageKind = StageKind.train
@@ -287,8 +257,7 @@ class StageConfig:
     quick: list[str] = field(default_factory=list)  # `python -m cart_sweeps.demo --quick`: overrides narrowing it
     grid: dict[str, list[Any]] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)
-    # The scale its grid, recipe and variants are written in: the paper's (mapped to the run's scale) or the
-    # run's own (used as written); docs/scale.md
+    # The scale its grid, recipe and variants are written in: the paper's or the run's own (docs/scale.md)
     numbers: StageNumbers = StageNumbers.paper
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     search: dict[str, Any] = field(default_factory=dict)
@@ -307,11 +276,9 @@ class StageConfig:
     rungs: list[int] = field(default_factory=list, metadata=rule("cart_sweeps.rules.ladder.LadderRule"))
     drift: float | None = None  # a gap's change per unit of ln(horizon) before two rungs (None: the paper's)
     branch: bool = False  # trainer.schedule=wsd: a promoted run branches from the previous rung's stable phase
-    # Set by the sweep: the keys this stage's runs differ in that a label does not always show (trainer.lr, ...),
-    # so each run's label, folder, summary and W&B name show them (run_label).
+    # Set by the sweep: the keys its runs differ in that a label does not always show (trainer.lr): run_label adds them
     varied: list[str] = field(default_factory=list)
-    # Set by the sweep: the name of the stage's variant this run is (single_loop), recorded in its summary, so a
-    # reader without the ledger tells the switches apart by their names, not by their model fields alone.
+    # Set by the sweep: the name of the stage's variant this run is (single_loop), recorded in its summary
     variant: str | None = None
 
 
@@ -356,10 +323,7 @@ class PathsConfig:
 
 @dataclass
 class HarnessConfig:
-    """lm-eval benchmarks run by evaluate stages beside perplexity (src/cart_sweeps/harness); [] for none.
-
-    `tasks` and `limit` are part of an evaluate run's identity (what it measures); `batch_size` is not.
-    """
+    """lm-eval benchmarks run by evaluate stages beside perplexity (cart_sweeps.harness); [] for none."""
 
     tasks: list[str] = field(default_factory=lambda: ["hellaswag", "arc_challenge", "lambada_openai", "piqa"])
     limit: int | None = field(default=None, metadata=at_least(1))  # questions per task (None: all)
@@ -368,8 +332,7 @@ class HarnessConfig:
 
 @dataclass
 class EvaluatedConfig:
-    """The checkpoint an evaluate run reads, filled in from stage.source (runfolder.with_source), never by hand:
-    part of the evaluation's identity, so another checkpoint of the source is another evaluation."""
+    """The checkpoint an evaluate run reads, from stage.source (runfolder.with_source): part of its identity."""
 
     run_id: str | None = None  # the source run's id
     step: int = MISSING  # its final step
@@ -382,9 +345,8 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig, metadata=REPORTING)
-    launcher: Any = field(
-        default=MISSING, metadata=DRIVER
-    )  # conf/launcher/<name>.yaml, typed by its pool's LauncherConfig (Pool.settings_of)
+    # conf/launcher/<name>.yaml, typed by its pool's LauncherConfig (Pool.settings_of)
+    launcher: Any = field(default=MISSING, metadata=DRIVER)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     stage: StageConfig = field(default_factory=StageConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig, metadata=DRIVER)
@@ -402,8 +364,7 @@ ABLATION_SWITCHES = keys_with(ModelConfig, ABLATION)
 
 
 def cache_home() -> str:
-    """$CART_SWEEPS_CACHE, else the per-user cache ($XDG_CACHE_HOME/cart_sweeps or ~/.cache/cart_sweeps), as
-    HF datasets and torch keep theirs: every working folder shares one prepared copy of each recipe."""
+    """$CART_SWEEPS_CACHE, else the per-user cache ($XDG_CACHE_HOME/cart_sweeps or ~/.cache/cart_sweeps)."""
     if root := os.environ.get("CART_SWEEPS_CACHE"):
         return root
     return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cart_sweeps")

@@ -1,8 +1,5 @@
-"""OmegaConf's complaint about what a config file holds, as the one line a user reads: the file, the key, the fix.
-
-OmegaConf says "Key 'reicpe' not in 'StageConfig'" or "Value 2 (int) is incompatible with type hint
-'typing.List[typing.Any]'" over several lines, and Hydra's composition keeps only its heading ("ConfigKeyError
-raised while composing config:"). Both are read here from their text: Hydra passes on no more of the error.
+"""OmegaConf's multi-line complaint about what a config file holds ("Key 'reicpe' not in 'StageConfig'"), read
+from its text (Hydra passes on no more of the error), as the one line a user reads: the file, the key, the fix.
 """
 
 from __future__ import annotations
@@ -19,22 +16,16 @@ _MAPPING = re.compile(r"^'DictConfig' is incompatible with type hint '[\w.]*List
 _FULL_KEY = re.compile(r"^\s*full_key: (\S+)", re.MULTILINE)
 
 
-def settings_of(schema: str) -> list[str]:
-    """The settings of the schema dataclass named `schema` (cart_sweeps.config); none for another type."""
-    found = getattr(config, schema, None)
-    return [f.name for f in dataclasses.fields(found)] if dataclasses.is_dataclass(found) else []
-
-
 def file_mistake(text: str, where: str, package: str = "") -> str:
-    """One line for OmegaConf's error `text` about the file `where`, whose content sits at `package` of the
-    config (its keys are named as the file writes them)."""
+    """One line for OmegaConf's error `text` about the file `where`, whose content sits at `package` of the config."""
     message = next((line.strip() for line in text.splitlines() if line.strip()), text)
     full = _FULL_KEY.search(text)
     key = full.group(1).removeprefix(f"{package}.") if full else None
     if unknown := _UNKNOWN.match(message):
         name, schema = unknown.groups()
         parent = key.rpartition(".")[0] if key else ""
-        known = settings_of(schema)
+        found = getattr(config, schema, None)  # a schema dataclass of cart_sweeps.config, or another type
+        known = [f.name for f in dataclasses.fields(found)] if dataclasses.is_dataclass(found) else []
         if close := difflib.get_close_matches(name, known, n=1):
             fix = f"did you mean {'.'.join(filter(None, [parent, close[0]]))}?"
         else:

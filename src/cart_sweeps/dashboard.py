@@ -1,11 +1,4 @@
-"""`python -m cart_sweeps.dashboard stage=<name> [overrides]`: the stage's W&B workspace and report.
-
-Panels: train loss, lr and tokens/s, each validation PPL and bits per byte, and rho against step, runs
-grouped by the keys the stage varies. The report carries the same panels and the stage's tables, as the analysis
-builds them from the run folders under paths.runs. Either way it writes both as a spec file a user can read
-(`<runs>/<stage>/wandb_dashboard.json`: sections, panels, filters, groups, tables); online (logger.mode=online,
-logged in to W&B) it also saves them to W&B, so an offline spec is pushed by the same command run online.
-"""
+"""`python -m cart_sweeps.dashboard stage=<name> [overrides]`: the stage's W&B workspace and report (USAGE)."""
 
 from __future__ import annotations
 
@@ -47,8 +40,7 @@ def panels_spec(cfg: DictConfig) -> dict[str, list[str]]:
 
 
 def group_keys(cfg: DictConfig) -> list[str]:
-    """The config keys runs are grouped by: what the stage varies (its last launch's record), the seed aside;
-    width and R before the stage ever ran."""
+    """The config keys runs are grouped by: what the stage varies, the seed aside (width and R before it ran)."""
     record = StageRecord.read(Path(cfg.paths.runs) / cfg.stage.name)
     keys = [k for k in record.varied if k not in ("seed", "variant")] if record else []
     keys = [k if "." in k else f"{k}.name" for k in keys]  # a group chosen per run (model=cart,dense): by its name
@@ -56,9 +48,7 @@ def group_keys(cfg: DictConfig) -> list[str]:
 
 
 def stage_tables(cfg: DictConfig) -> dict[str, pd.DataFrame]:
-    """The analysis tables that read this stage, from the runs its conclusions use (none where it has no
-    finished runs): its own table, and the paper's tables of its role; each built per recipe where the stages
-    it reads mix recipes, as the analysis writes it (cart_sweeps.analysis.recipe)."""
+    """The analysis tables that read this stage (its own, and the paper's of its role), as the analysis writes them."""
     from cart_sweeps.analysis import recipe
     from cart_sweeps.analysis import stage_tables as own
     from cart_sweeps.analysis.load import AnalysisError, load_runs, pick_metric
@@ -96,13 +86,11 @@ SPEC = "wandb_dashboard.json"  # in the stage's folder
 
 
 def title(cfg: DictConfig) -> str:
-    """The workspace's name and the report's title."""
     return f"CART stage {cfg.stage.name} ({cfg.scale.name})"
 
 
 def dashboard_spec(cfg: DictConfig, entity: str | None, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """The workspace and report as plain data (what `build_workspace` and `build_report` make of the same config):
-    written to the stage's folder, so it can be read, diffed and kept where W&B cannot be reached."""
+    """The workspace and report as plain data, written to the stage's folder where W&B cannot be reached."""
     from cart_sweeps.analysis.render import markdown
 
     spec = panels_spec(cfg)
@@ -121,7 +109,6 @@ def dashboard_spec(cfg: DictConfig, entity: str | None, tables: dict[str, pd.Dat
 
 
 def build_report(cfg: DictConfig, entity: str, tables: dict[str, pd.DataFrame]) -> Any:
-    """A W&B report: the stage's panels over its runs, then each of its tables (built offline, saved online)."""
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 

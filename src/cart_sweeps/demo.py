@@ -1,11 +1,7 @@
 """`python -m cart_sweeps.demo [--quick]`: the whole study at the tiny scale, through the real commands.
 
-Each step is the command a researcher would type (printed before it runs): prepare the embedded corpus,
-Stage 1, Stage 2, parity, ablations, variable-R inference (perplexity and the lm-eval tasks), the
-benchmarks of each width's best Stage-2 run, then the analysis. Every stage keeps a ledger,
-so a second demo skips what is done and finishes in seconds. `--quick` narrows each stage by the overrides
-its stage file lists (`quick:`; the same commands, fewer runs): CI runs it to keep the seams between the
-pieces tested.
+Each step is the command a researcher would type (printed before it runs); every stage keeps a ledger, so a
+second demo skips what is done. `--quick` narrows each stage by its stage file's `quick:` overrides (CI).
 """
 
 from __future__ import annotations
@@ -23,9 +19,7 @@ from cart_sweeps.record.runfolder import SUMMARY
 from cart_sweeps.roles import stage_of, stage_roles
 
 STAGE = ["-m", "cart_sweeps", "-m", "scale=tiny", "launcher.slots=2"]
-# Seeds where the decisions need them (docs/statistics.md): the screen re-runs each width's best
-# and runner-up with two more seeds (--quick: its best, in its stage file's `quick:`), so its picks carry a
-# confidence; the same commands.
+# Seeds where the decisions need them (docs/statistics.md): the screen re-runs each width's best two with 2 more
 SEEDS = {StageRole.screen: ["stage.replicates=2"]}
 # The model the paper evaluates at other R: Stage 2's widest, R=6, seed 42 (paper numbers).
 VARIABLE_R_SOURCE = {"model.d_model": 1024, "model.n_loops": 6, "seed": 42}
@@ -44,8 +38,7 @@ def variable_r_source(runs: Path, quick: bool) -> Path:
 
 
 def stage_args(role: StageRole, quick: bool) -> list[str]:
-    """The overrides after `stage=<name>`: the tiny scale, and --quick's narrowing (the stage file's `quick:`:
-    corners of each grid, enough for every table; a plain override wins over the stage's recipe)."""
+    """The overrides after `stage=<name>`: the tiny scale, and --quick's narrowing (the stage file's `quick:`)."""
     return [*STAGE[3:], *(stage_roles()[role].quick() if quick else SEEDS.get(role, []))]
 
 

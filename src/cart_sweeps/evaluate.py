@@ -1,7 +1,4 @@
-"""Variable-R inference: evaluate a trained run's final checkpoint at another loop count, no training.
-
-The evaluate stage's run: above the training layer and the benchmark harness, both of which it drives.
-"""
+"""Variable-R inference (an evaluate stage's run): a trained run's final checkpoint at another loop count."""
 
 from __future__ import annotations
 
@@ -17,13 +14,12 @@ from cart_sweeps.record.runfolder import base_summary, checkpoint_path, write_su
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train.checkpoint import load_trained
-from cart_sweeps.train.device import pick_device
 from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged
+from cart_sweeps.train.setup import pick_device
 
 
 def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:
-    """Evaluate the checkpoint `evaluated` names (`stage.source`'s final one) at R = stage.eval_n_loops
-    (perplexity, and the lm-eval tasks of `harness.tasks`); write and return the summary."""
+    """Evaluate the checkpoint `evaluated` names at R = stage.eval_n_loops (perplexity, and `harness.tasks`)."""
     started = time.perf_counter()
     device = pick_device(cfg.trainer.device)
     source, step = Path(cfg.stage.source), cfg.evaluated.step
@@ -34,9 +30,7 @@ def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:
             "run so it rewrites it (remove its summary.json first)"
         )
     model, _ = load_trained(source, cfg.model, device, "stage.source", step)
-    r = cfg.stage.eval_n_loops
-    summary = base_summary(cfg)
-    data = load_prepared(cfg.data)
+    r, summary, data = cfg.stage.eval_n_loops, base_summary(cfg), load_prepared(cfg.data)
     metrics = evaluate_sets(model, data, cfg.trainer, device, n_loops=r)
     summary.update(
         {

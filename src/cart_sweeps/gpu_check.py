@@ -1,9 +1,5 @@
-"""`make gpu-check` (python -m cart_sweeps.gpu_check): the GPU hot path measured in one command, within 8 minutes.
-
-On a CUDA machine: the CUDA tests; CART at d = 256, 512, 768, 1024 (P=6, R=6, sequence 1,024, the paper's
-8 x 4 batch) benched with and without torch.compile, tokens/s, MFU and peak memory printed beside the
-paper's RTX 3090 figures; then a two-run tiny stage packed onto one GPU (launcher.runs_per_gpu=2).
-On a machine without CUDA it says so in one line and exits 1.
+"""`make gpu-check` (python -m cart_sweeps.gpu_check): the GPU hot path measured within 8 minutes: the CUDA tests,
+CART's bench at the paper's shape beside its RTX 3090 figures, and a two-run stage packed onto one GPU.
 """
 
 from __future__ import annotations
@@ -21,26 +17,16 @@ from cart_sweeps.config import REPO_ROOT
 
 BUDGET_S = 8 * 60
 WIDTHS = (256, 512, 768, 1024)
-PAPER_SHAPE = [
-    "model.n_prelude=6",
-    "model.n_loops=6",
-    "trainer.seq_len=1024",
-    "trainer.micro_batch_size=8",
-    "trainer.grad_accum=4",
-    "bench.warmup=3",
-    "bench.steps=10",
-]
+PAPER_SHAPE = (
+    "model.n_prelude=6 model.n_loops=6 trainer.seq_len=1024 trainer.micro_batch_size=8 trainer.grad_accum=4 "
+    "bench.warmup=3 bench.steps=10"
+).split()
 # REFERENCE.md section 4: tokens/s of CART at R=6 on one RTX 3090; MFU quoted at the two ends only.
 PAPER_RTX3090_TOKENS_PER_S = {256: 134_985, 512: 71_244, 768: 45_556, 1024: 32_393}
 PAPER_RTX3090_MFU = {256: 0.20, 1024: 0.49}
-TWO_RUN_STAGE = [
-    "stage=1",
-    "scale=tiny",
-    "model.d_model=256",
-    "model.n_prelude=2",
-    "model.n_loops=2,4",
-    "launcher.runs_per_gpu=2",
-]
+TWO_RUN_STAGE = (
+    "stage=1 scale=tiny model.d_model=256 model.n_prelude=2 model.n_loops=2,4 launcher.runs_per_gpu=2".split()
+)
 
 
 def _elapsed(start: float) -> float:

@@ -1,5 +1,4 @@
-"""The GPUs: the peak FLOP/s MFU and GPU-hours are reported against, and the devices nvidia-smi lists; and this
-machine as a stage is costed on where no GPU is named (its GPU, else its CPU measured)."""
+"""The GPUs (their peak FLOP/s, the devices nvidia-smi lists) and this machine as a stage is costed on."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ def peak_for_device_name(name: str) -> float | None:
 
 
 def _nvidia_smi(*query: str) -> list[str] | None:
-    """nvidia-smi's answer, a line per GPU (the driver asks it, so it never imports torch nor opens CUDA)."""
+    """nvidia-smi's answer, a line per GPU (so the driver never imports torch nor opens CUDA)."""
     try:
         out = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
@@ -43,8 +42,7 @@ _MIG_MEMORY = re.compile(r"\.(\d+)gb$")  # a MIG profile names its memory: 3g.40
 
 
 def nvidia_gpus() -> list[Gpu]:
-    """This machine's NVIDIA devices: each GPU, or each of its MIG devices where it is split (none without
-    nvidia-smi). A GPU's memory is nvidia-smi's; a MIG device's is its profile's (3g.40gb: 40 GB)."""
+    """This machine's NVIDIA devices: each GPU, or each of its MIG devices (memory: its profile's, 3g.40gb: 40 GB)."""
     memory: dict[str, int | None] = {}
     for line in _nvidia_smi("--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits") or []:
         index, _, mib = (part.strip() for part in line.split(","))
@@ -65,14 +63,8 @@ def gpu_memory_bytes(ids: list[str]) -> list[int | None]:
     return [memory.get(gpu) for gpu in ids]
 
 
-def gpu_names() -> list[str]:
-    """The names nvidia-smi gives this machine's GPUs ('NVIDIA H200'); none without nvidia-smi."""
-    return _nvidia_smi("--query-gpu=name", "--format=csv,noheader") or []
-
-
 def cpu_flops_per_s(seconds: float = 0.2) -> float:
-    """This machine's fp32 matrix-multiply FLOP/s, measured now (best of repeated 256^3 products for about
-    `seconds`): what a run on its CPU does its arithmetic at, as the planning peak of a machine without a GPU."""
+    """This machine's fp32 matrix-multiply FLOP/s, measured now (best of repeated 256^3 products for `seconds`)."""
     import numpy as np
 
     n = 256
@@ -87,8 +79,7 @@ def cpu_flops_per_s(seconds: float = 0.2) -> float:
 
 @dataclass(frozen=True)
 class Machine:
-    """This machine as `plan` and preflight cost a stage on it: its GPU's dense bf16 peak, else its CPU's
-    measured rate."""
+    """This machine as `plan` and preflight cost a stage on it: its GPU's dense bf16 peak, else its CPU's rate."""
 
     name: str
     peak_flops: float
@@ -96,8 +87,7 @@ class Machine:
 
 
 def this_machine() -> Machine:
-    """This machine's first GPU whose peak is known, else its CPU (measured now)."""
-    for name in gpu_names():
+    for name in _nvidia_smi("--query-gpu=name", "--format=csv,noheader") or []:  # 'NVIDIA H200'
         if (peak := peak_for_device_name(name)) is not None:
             return Machine(name, peak, gpu=True)
     rate = cpu_flops_per_s()

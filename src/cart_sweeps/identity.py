@@ -1,13 +1,8 @@
 """A run's identity: the config values that define what it computes, and the hashes that name it.
 
-The run id keys a run in the ledger and names its folder, so a relaunch finds completed runs by it.
-It must therefore not move when the schema grows: the fields each schema dataclass had when identity
-was frozen (FROZEN_FIELDS) are always hashed, exactly as before; a field added later is hashed only
-when its value differs from its dataclass default. Adding a field with a default keeps every run id;
-setting it makes a new run. Changing a later field's default would silently give old ids a new
-meaning, which tests/test_identity.py guards against.
-
-Torch-free; above the schema (cart_sweeps.config), which types a config read back from a run's config.yaml.
+The run id keys a run in the ledger and names its folder, so it must not move when the schema grows: the
+fields each schema had when identity was frozen (FROZEN_FIELDS) are always hashed; a field added later only
+when it differs from its default (tests/test_identity.py guards those defaults).
 """
 
 from __future__ import annotations
@@ -28,79 +23,27 @@ GROUPS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "trainer": 
 # Its keys that change where or how fast a run goes, not what it computes (config.OPERATIONAL): left out.
 NON_IDENTITY_KEYS = {group: frozenset(keys_with(schema, OPERATIONAL)) for group, schema in GROUPS.items()}
 
+
+def _names(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
 # Never edit: the fields of each schema dataclass (by class name) when identity was frozen.
-# A field added since is hashed only when set away from its default.
 FROZEN_FIELDS: dict[str, frozenset[str]] = {
-    "ModelConfig": frozenset(
-        {
-            "name",
-            "d_model",
-            "head_dim",
-            "n_prelude",
-            "n_loops",
-            "n_layers",
-            "vocab_size",
-            "max_seq_len",
-            "norm_eps",
-            "rope_base",
-            "init_std",
-            "gate_init",
-            "core_update",
-            "unfreeze_kv",
-            "unshare_core",
-            "self_attn_core",
-            "disable_hyper",
-            "disable_lti",
-            "disable_lie",
-        }
+    "ModelConfig": _names(
+        "name d_model head_dim n_prelude n_loops n_layers vocab_size max_seq_len norm_eps rope_base init_std gate_init"
+        " core_update unfreeze_kv unshare_core self_attn_core disable_hyper disable_lti disable_lie"
     ),
-    "DataConfig": frozenset(
-        {"name", "cache_dir", "tokenizer", "sources", "validation", "chunk_tokens", "train_tokens", "streaming"}
+    "DataConfig": _names("name cache_dir tokenizer sources validation chunk_tokens train_tokens streaming"),
+    "TokenizerConfig": _names("kind name vocab_size bos_token eos_token train_docs"),
+    "SourceConfig": _names("name path config_name split data_files data_dir text_field chunks_per_cycle"),
+    "ValSetConfig": _names(
+        "name path config_name split data_files data_dir text_field last_docs shuffle_seed n_tokens"
     ),
-    "TokenizerConfig": frozenset({"kind", "name", "vocab_size", "bos_token", "eos_token", "train_docs"}),
-    "SourceConfig": frozenset(
-        {"name", "path", "config_name", "split", "data_files", "data_dir", "text_field", "chunks_per_cycle"}
-    ),
-    "ValSetConfig": frozenset(
-        {
-            "name",
-            "path",
-            "config_name",
-            "split",
-            "data_files",
-            "data_dir",
-            "text_field",
-            "last_docs",
-            "shuffle_seed",
-            "n_tokens",
-        }
-    ),
-    "TrainerConfig": frozenset(
-        {
-            "steps",
-            "seq_len",
-            "micro_batch_size",
-            "grad_accum",
-            "optimizer",
-            "lr",
-            "min_lr",
-            "warmup_steps",
-            "betas",
-            "weight_decay",
-            "decay_all",
-            "grad_clip",
-            "precision",
-            "compile",
-            "device",
-            "threads",
-            "deterministic",
-            "eval_every",
-            "eval_windows",
-            "eval_batch_size",
-            "log_every",
-            "ckpt_every",
-            "keep_checkpoints",
-        }
+    "TrainerConfig": _names(
+        "steps seq_len micro_batch_size grad_accum optimizer lr min_lr warmup_steps betas weight_decay decay_all"
+        " grad_clip precision compile device threads deterministic eval_every eval_windows eval_batch_size log_every"
+        " ckpt_every keep_checkpoints"
     ),
 }
 
@@ -110,20 +53,12 @@ def frozen_fields(schema: type) -> frozenset[str] | None:
     return next((FROZEN_FIELDS[c.__name__] for c in schema.__mro__ if c.__name__ in FROZEN_FIELDS), None)
 
 
+@functools.cache
 def later_defaults(schema: type) -> dict[str, Any]:
     """The fields of `schema` added since identity was frozen, with their defaults as a config holds them."""
     frozen = frozen_fields(schema) or frozenset()
-    return {k: v for k, v in _defaults(schema).items() if k not in frozen}
-
-
-@functools.cache
-def _later_defaults(schema: type) -> dict[str, Any]:
-    return later_defaults(schema)
-
-
-@functools.cache
-def _defaults(schema: type) -> dict[str, Any]:
-    return cast(dict[str, Any], OmegaConf.to_container(OmegaConf.structured(schema), resolve=False))
+    defaults = cast(dict[str, Any], OmegaConf.to_container(OmegaConf.structured(schema), resolve=False))
+    return {k: v for k, v in defaults.items() if k not in frozen}
 
 
 def _holds_default(node: DictConfig, key: str, value: Any, default: Any) -> bool:
@@ -137,11 +72,8 @@ def _holds_default(node: DictConfig, key: str, value: Any, default: Any) -> bool
 
 
 def _defining(node: Any, resolved: Any) -> Any:
-    """`resolved` (the node's values) without the later fields that still hold their defaults, at any depth.
-
-    Run ids are computed for every run of a stage, so this walk is on the expansion's hot path: it reads
-    the unresolved config only where a later field's value could differ from its resolved form.
-    """
+    """`resolved` (the node's values) without the later fields that still hold their defaults, at any depth
+    (on the stage expansion's hot path: it reads the unresolved config only where it must)."""
     if isinstance(node, ListConfig):
         return [_defining(n, r) for n, r in zip(node, resolved, strict=True)]
     if not isinstance(node, DictConfig):
@@ -150,7 +82,7 @@ def _defining(node: Any, resolved: Any) -> Any:
     frozen = frozen_fields(schema) if schema is not None else None
     if schema is None or frozen is None:
         return resolved
-    later = _later_defaults(schema)
+    later = later_defaults(schema)
     return {
         k: _defining(node[k], v) if isinstance(v, dict | list) else v
         for k, v in resolved.items()
@@ -176,13 +108,10 @@ GroupPart = Callable[[str, DictConfig], dict[str, Any]]
 
 
 def identity(cfg: DictConfig, seed: bool = True, part: GroupPart = group_identity) -> dict[str, Any]:
-    """The meaning-bearing part of a run's config: model, data recipe, training recipe, seed (unless not asked).
-
-    `part` gives each group's part: `group_identity`, or a memo of it (a stage's composer names many runs).
-    """
+    """The meaning-bearing part of a run's config: model, data recipe, training recipe, seed (unless not asked);
+    `part` gives each group's part (`group_identity`, or a composer's memo of it)."""
     out: dict[str, Any] = {"seed": cfg.seed} if seed else {}
-    for group in GROUPS:
-        out[group] = part(group, cfg[group])
+    out |= {group: part(group, cfg[group]) for group in GROUPS}
     if cfg.stage.eval_n_loops is not None:  # an evaluation of a trained run at another R
         out["eval_n_loops"] = cfg.stage.eval_n_loops
     if cfg.stage.get("num_fewshot") is not None:  # a benchmark evaluation with lm-eval's few-shot examples
@@ -228,12 +157,7 @@ class SeededIds:
 
 def run_id(cfg: DictConfig, part: GroupPart = group_identity) -> str:
     """A short stable hash of `identity(cfg)`: the ledger's key for a run."""
-    return seeded_id(identity(cfg, seed=False, part=part), cfg.seed)
-
-
-def seeded_id(config_identity: dict[str, Any], seed: int) -> str:
-    """The run id of the seed `seed` of a configuration whose `identity(cfg, seed=False)` is `config_identity`."""
-    return SeededIds.of(config_identity)(seed)
+    return SeededIds.of(identity(cfg, seed=False, part=part))(cfg.seed)
 
 
 def config_id(cfg: DictConfig) -> str:

@@ -1,11 +1,6 @@
-"""Stop signals that a process cannot lose.
-
-Python runs a signal handler between the bytecodes of whatever code is running, and a KeyboardInterrupt
-raised inside a weakref callback or a `__del__` (the collector's, torch.compile's many) is printed as
-"Exception ignored in ..." and dropped. A driver once finished its whole stage after SIGTERM this way, and a
-run asked to stop while compiling trained on until its pool's SIGKILL. The handler here remembers each
-signal before raising, and the loops that go on for long (the driver's refills, a run's steps) call
-`raise_if_received`, so a stop lost that way costs at most one turn of the loop.
+"""Stop signals that a process cannot lose: a KeyboardInterrupt raised inside a weakref callback or `__del__`
+(torch.compile's many) is printed and dropped, so the handler remembers each signal, and long loops (the
+driver's refills, a run's steps) call `raise_if_received`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""What a metric is: one record per kind of number a run reports, and the one place that says it.
+"""What a metric is: one record per kind of number a run reports, read by everything that ranks, tests or plots.
 
-Everything that ranks, tests, marks bold, plots or prefers a metric reads its `Metric` here: the ledger's
-Optuna direction, the decisions (cart_sweeps.rules.decide), zoom and `best`, the analysis's tables, findings and
-figures, preflight and `python -m cart_sweeps.analysis --metric`. A run's summary stores metrics flat by name:
-`<kind>_<set>` per validation set (ppl_austen), `bench_<task>_<measure>` per lm-eval score
-(bench_cart_lastword_acc), and the few run-wide figures of RUN_WIDE (tokens_per_s).
-
-Adding a metric is a `Kind` in KINDS (a per-set metric is then computed in train/loop.py's evaluate_sets),
-or, for an lm-eval measure, a row in BENCH_MEASURES.
+A summary stores metrics flat by name: `<kind>_<set>` per validation set (ppl_austen), `bench_<task>_<measure>`
+per lm-eval score, and the run-wide figures (tokens_per_s). A new metric is a `Kind` in KINDS (computed in
+train/loop.py's evaluate_sets) or a row in BENCH_MEASURES.
 """
 
 from __future__ import annotations
@@ -154,7 +149,6 @@ def run_wide_names() -> list[str]:
 
 
 def is_metric(key: str) -> bool:
-    """A measured number a summary keeps among its metrics: a per-set one, or any benchmark score (one whose
-    measure has no Kind here is kept, and named as unknown where something would rank by it)."""
+    """A measured number a summary keeps among its metrics: a per-set one, or any benchmark score."""
     found = metric(key)
     return (found is not None and found.kind.per_set) or key.startswith(f"{BENCH}_")

@@ -1,12 +1,6 @@
-"""Each model's spec, registered once in SPECS: what the code outside the model's own module knows of it.
-
-A spec names the model's class (built on first use, cart_sweeps.model), its label and the shape keys that
-apply to it (plan's columns, the label's fixed part), its block count (the memory estimate, the attention
-FLOPs), its parameter counts by formula, and its own value checks. Nothing else asks which model a config
-is, so a new model is its spec here, its module in model/ and its conf/model/<name>.yaml.
-
-Torch-free and just above the schema, so that naming and validate read it as the model package does.
-`m` is a model config: a DictConfig or a `config.ModelConfig` (attribute access only).
+"""Each model's spec, registered once in SPECS: all the code outside the model's own module knows of it, so a
+new model is its spec here, its module in model/ and its conf/model/<name>.yaml. Torch-free; `m` is a model
+config (a DictConfig or a `config.ModelConfig`: attribute access only).
 """
 
 from __future__ import annotations
@@ -86,21 +80,15 @@ def _check_cart(m: Any) -> None:
         raise ConfigError("model.unfreeze_kv=true does nothing with model.self_attn_core=true (no anchor)")
 
 
-def _no_check(m: Any) -> None:
-    """A model with no checks of its own beyond the common ones (validate.validate_model)."""
-
-
 @dataclass(frozen=True)
 class ModelSpec:
-    """What the code outside a model's module knows of it (the module docstring says who reads what)."""
-
     cls: str  # the class model.name builds, by dotted path (cart_sweeps.entry: imported on first use)
     shape: tuple[tuple[str, str], ...]  # the label's letter for each shape key that applies: (("L", "n_layers"),)
     blocks: Callable[[Any], int]  # blocks a forward pass applies, each attending over the sequence once
     counts: Callable[[Any], Counts]  # parameter counts by formula (tests check stored against the built model)
     kind: str = ""  # the label's first part, before d<width>: "dense" (CART's labels start at the width)
     ablations: bool = False  # whether the ablation switches and core_update apply (a label names them)
-    check: Callable[[Any], None] = _no_check  # the model's own value checks, one ConfigError each
+    check: Callable[[Any], None] = lambda m: None  # the model's own value checks, one ConfigError each
     # An evaluation at another loop count (stage.eval_n_loops): the model's rule, or None where it has no loops.
     check_loops: Callable[[Any, int, str], None] | None = None
 

@@ -1,8 +1,5 @@
-"""A run's names for people and for the file system: its ablation variant, its label, its folder.
-
-Above the schema and the run id (cart_sweeps.identity), which it combines; cart_sweeps.register makes
-`run_dir` the resolver the root config's hydra.run.dir reads.
-"""
+"""A run's names for people and for the file system: its ablation variant, its label, its folder (`run_dir`:
+the resolver hydra.run.dir reads)."""
 
 from __future__ import annotations
 
@@ -29,24 +26,14 @@ def variant(model: DictConfig | ModelConfig) -> str:
 
 # The override keys `run_label` shows in its fixed part; any other key a stage varies is appended to it.
 LABEL_SHOWS = frozenset(
-    {
-        "seed",
-        "model",
-        "model.name",
-        "model.d_model",
-        *(f"model.{key}" for key in SHAPE_KEYS),
-        "model.core_update",
-        "stage.eval_n_loops",
-        "stage.num_fewshot",
-        *(f"model.{s}" for s in ABLATION_SWITCHES),
-    }
+    {"seed", "model", "model.name", "model.d_model", "model.core_update", "stage.eval_n_loops", "stage.num_fewshot"}
+    | {f"model.{key}" for key in (*SHAPE_KEYS, *ABLATION_SWITCHES)}
 )
 SHORT_KEYS = {"weight_decay": "wd", "warmup_steps": "warmup", "micro_batch_size": "mbs", "grad_accum": "accum"}
 
 
 def short_value(value: Any) -> str:
-    """A value as a label writes it: 3e-3, 0.5, 32, true (three significant digits for floats); a list's items
-    joined by _ (0.9_0.95: no spaces or brackets in a folder's name)."""
+    """A value as a label writes it: 3e-3, 0.5, 32, true; a list's items joined by _ (0.9_0.95)."""
     if isinstance(value, float) and value != 0 and not 1e-2 <= abs(value) < 1e4:
         mantissa, exponent = f"{value:.2e}".split("e")
         return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
@@ -69,8 +56,7 @@ def _numbers(value: Any) -> bool:
 
 
 def axis_tag(key: str, value: Any) -> str:
-    """One varied key in a label: lr3e-3, gate_init0.5, betas0.9_0.95, decay_all_false, data_embedded; a path
-    separator in a value becomes `_`, so a label is one folder name (a value `a/b` nested the run's folder)."""
+    """One varied key in a label: lr3e-3, betas0.9_0.95, decay_all_false; a path separator becomes `_`."""
     name = key.rsplit(".", 1)[-1]
     name = SHORT_KEYS.get(name, name)
     tag = f"{name}{short_value(value)}" if _numbers(value) else f"{name}_{short_value(value)}"
@@ -78,22 +64,19 @@ def axis_tag(key: str, value: Any) -> str:
 
 
 def run_label(cfg: DictConfig) -> str:
-    """A short human label, e.g. d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42,
-    d1024-P6-R6-s42-at-R6-5shot (a benchmark evaluation); each other key its stage varies (stage.varied)
-    is shown before the seed (d32-P2-R2-lr3e-3-s42), so no two runs of a stage share a label."""
+    """A short human label: d256-P6-R8-s42, dense-d1024-L7-s42, d1024-P6-R6-disable_lti-s42, d256-P6-R6-s42-at-R6;
+    each other key its stage varies is shown before the seed (d32-P2-R2-lr3e-3-s42)."""
     return seeded_label(label_parts(cfg), cfg.seed)
 
 
 def model_parts(m: DictConfig) -> list[str]:
-    """The model's part of a label, piece by piece: [dense, d1024, L7] or [d256, P6, R8(, its variant)]. W&B tags
-    its runs with these pieces, so a run is tagged by what its label names (no P or R on a dense run)."""
+    """The model's part of a label, piece by piece (W&B's tags): [dense, d1024, L7] or [d256, P6, R8(, variant)]."""
     spec = spec_of(m)
     return [*spec.parts(m), *([variant(m)] if spec.ablations and variant(m) != "base" else [])]
 
 
 def label_parts(cfg: DictConfig) -> tuple[str, str]:
-    """`run_label` around its seed: what comes before `-s<seed>` and after (a stage names the seeds of one
-    configuration from these)."""
+    """`run_label` around its seed: what comes before `-s<seed>` and after."""
     before = "-".join(model_parts(cfg.model))
     for key in cfg.stage.get("varied") or ():
         if key not in LABEL_SHOWS:
@@ -111,10 +94,8 @@ LABEL_BYTES = 255 - len("-") - 8
 
 
 def seeded_label(parts: tuple[str, str], seed: int) -> str:
-    """`run_label` from its parts. A label too long for a folder name (a stage varying many keys, or long values)
-    keeps its seed and end, and its start cut short with a hash of the whole start in its place: the same config
-    always gets the same label, two configs that differ past the cut still differ, and a label that fits is as
-    it always was (run ids hash the config, not the label, so none changes)."""
+    """`run_label` from its parts. A label too long for a folder name keeps its seed and end, its start cut short
+    with a hash of the whole start: two configs that differ past the cut still differ."""
     start, end = parts[0], f"-s{seed}{parts[1]}"
     if len(start.encode()) + len(end.encode()) <= LABEL_BYTES:
         return start + end
@@ -124,8 +105,7 @@ def seeded_label(parts: tuple[str, str], seed: int) -> str:
 
 
 def run_dir(cfg: DictConfig) -> Path:
-    """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike:
-    the label for people, the id so that runs sharing a label (another lr, say) never share a folder."""
+    """A run's folder, `<paths.runs>/<stage>/<label>-<run id[:8]>`, for a single run and a stage's alike."""
     return run_folder(stage_folder(cfg), run_label(cfg), run_id(cfg))
 
 
@@ -133,8 +113,7 @@ STAGE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
 def check_stage_name(name: str, key: str = "stage.name") -> str:
-    """`name`, if it is safe as a stage's folder under paths.runs and as its Optuna study's name (where `~` sets a
-    study's digest apart: `1~x` would join stage 1's studies in a shared storage; `../x` would leave paths.runs)."""
+    """`name`, if safe as a stage's folder and study name (`~` sets a study's digest apart in a shared storage)."""
     if not STAGE_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(
             f"{key}={name}: a stage's name is its folder under paths.runs and its study's name: "
@@ -144,13 +123,11 @@ def check_stage_name(name: str, key: str = "stage.name") -> str:
 
 
 def stage_folder(cfg: DictConfig) -> Path:
-    """Where a stage's run folders are: `<paths.runs>/<stage>`."""
     return Path(cfg.paths.runs) / cfg.stage.name
 
 
 def runs_of_named_stage(cfg: DictConfig, purpose: str) -> Path:
-    """The folder of the stage `cfg` names, for a command that reads its runs (to `purpose` them); one line where
-    the command names no stage or the stage has no runs yet."""
+    """The folder of the stage `cfg` names, for a command that reads its runs (to `purpose` them)."""
     if cfg.stage.name == "single":
         raise ConfigError(f"name the stage whose runs to {purpose}: stage=<name> (e.g. stage=1)")
     if not (stage_dir := stage_folder(cfg)).is_dir():

@@ -1,9 +1,5 @@
-"""The fixed option lists of the schema (cart_sweeps.config): one StrEnum per setting with named choices.
-
-OmegaConf checks an Enum-typed field at compose time ("Invalid value 'x', expected one of [...]"), so a typo
-fails before anything runs; a StrEnum compares equal to its value and is written to YAML, JSON and the ledger
-as that plain string, so run ids and files are unchanged. The schedule's (trainer.schedule, trainer.decay_shape)
-live with its record, cart_sweeps.schedule.
+"""The fixed option lists of the schema: one StrEnum per setting with named choices (the schedule's are in
+cart_sweeps.schedule). OmegaConf refuses a typo at compose time; a StrEnum is written as its plain string.
 """
 
 from __future__ import annotations
@@ -52,14 +48,11 @@ class LoggerMode(StrEnum):
 
 
 class StageKind(StrEnum):
-    """What a stage's runs do: train a model, or evaluate a trained one (stage.source) at another loop count."""
-
     train = "train"
     evaluate = "evaluate"  # no training: a trained run evaluated at another loop count
 
     @classmethod
     def of(cls, cfg: Any) -> StageKind:
-        """The kind of a config's stage (a config read back from a run's config.yaml holds it as plain text)."""
         return cls(cfg.stage.kind)
 
     @property
@@ -72,8 +65,7 @@ class StageKind(StrEnum):
 
 
 class StageRole(StrEnum):
-    """The paper's parts of the study, which the analysis's tables and the demo rely on. A stage's `role:` is
-    an open name (a new table's stage names its own: roles.py); these are the ones a near miss is refused by."""
+    """The paper's parts of the study (the analysis's tables and the demo read them): a near miss is refused."""
 
     screen = "screen"  # Stage 1
     confirm = "confirm"  # Stage 2
@@ -90,8 +82,7 @@ class CandidateSelection(StrEnum):
 
 
 class Sampler(StrEnum):
-    """How a stage chooses its runs: its grid, or one of Optuna's samplers over its search space (each built and
-    checked against the space in cart_sweeps.sweep.samplers)."""
+    """How a stage chooses its runs: its grid, or an Optuna sampler over its search space (sweep.samplers)."""
 
     grid = "grid"  # every point of stage.grid
     tpe = "tpe"  # TPESampler (MOTPE with several objectives)
@@ -103,8 +94,7 @@ class Sampler(StrEnum):
 
 
 class StageNumbers(StrEnum):
-    """Which scale a stage file's numbers are in (sweep/scale.py): the paper's, mapped to the run's scale, or
-    the run's own scale, used as written."""
+    """Which scale a stage file's numbers are in (sweep/scale.py): the paper's, or the run's own."""
 
     paper = "paper"
     own = "own"
@@ -120,10 +110,7 @@ GPU = StrEnum("GPU", {name: name for name in PEAK_BF16_FLOPS})  # type: ignore[m
 
 
 class Pruner(StrEnum):
-    """How a search stops its unpromising trials early, from their intermediate evaluations (Optuna's pruners).
-
-    Members are named by their values: OmegaConf accepts an enum from the command line by name.
-    """
+    """How a search stops unpromising trials early (Optuna's pruners); OmegaConf reads a member by its name."""
 
     none = "none"
     median = "median"  # MedianPruner: worse than the median of earlier trials at the same step

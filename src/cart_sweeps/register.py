@@ -1,8 +1,5 @@
-"""What Hydra and OmegaConf must know before composing: the schema, the shipped stages (sweeps/), a resolver.
-
-Called by whatever composes (cart_sweeps.compose, the Hydra entry point), never at import: importing the
-schema or the naming registers nothing of theirs but the schema's own cache_home default.
-"""
+"""What Hydra and OmegaConf must know before composing (the schema, the shipped stages, a resolver): registered
+by whatever composes, never at import."""
 
 from __future__ import annotations
 
@@ -22,13 +19,7 @@ from cart_sweeps.naming import run_dir
 
 @functools.cache  # once per process: each composition calls it (0.3 s apiece)
 def register_configs() -> None:
-    """Register the root schema, sweeps/*.yaml as the `stage` group (sweeps/ is not under conf/), the
-    resolver naming a run's folder (the root config's hydra.run.dir), and the interpolation parse cache
-    (adapters.omegaconf).
-
-    The root schema types every group but `launcher`, so conf/ files need no schema of their own; a launcher's
-    settings are typed by its pool before anything launches (Pool.settings_of).
-    """
+    """Register the root schema, sweeps/*.yaml as the `stage` group, the run_dir resolver and the parse cache."""
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for path in stage_paths():
@@ -42,9 +33,8 @@ def register_configs() -> None:
 
 
 def stage_paths(config_dirs: Sequence[Path] = ()) -> list[Path]:
-    """Every stage file, once: the shipped sweeps/*.yaml, then each config folder's stage/*.yaml (the `stage`
-    group as Hydra finds it there). The one discovery of stages: registration, roles and plan's listing read it."""
-    paths = [*sorted(SWEEPS_DIR.glob("*.yaml"))]
+    """Every stage file, once: the shipped sweeps/*.yaml, then each config folder's stage/*.yaml."""
+    paths = sorted(SWEEPS_DIR.glob("*.yaml"))
     for folder in config_dirs:
         paths += sorted((folder / "stage").glob("*.yaml"))
     return list(dict.fromkeys(p.resolve() for p in paths))

@@ -1,15 +1,8 @@
-"""Which stage plays each part of the paper's study, read from every config source.
+"""Which stage plays each part of the paper's study (its `role:`), one stage per role across every config source.
 
-A stage file may claim a `role:`: the analysis then tables its runs in the paper tables that read that role
-(analysis/registry.py), and the demo runs the paper's roles (StageRole) with each stage's `quick:` overrides.
-A role is an open name, so a new table's stage names its own; a near miss of a paper role (`scren`) is refused
-here as a typo, and a role no table reads is refused by the analysis, which knows the tables. Stages come from
-the shipped sweeps/ and from the user's config folders (`--config-dir DIR`, `hydra.searchpath`:
-DIR/stage/*.yaml), so a role is checked across all of them: one stage per role.
-
-Finding who claims a role reads each file's top-level `name:` and `role:` alone (stagefile.top_level): a stage
-file that cannot be read (a YAML mistake, no UTF-8, a FIFO) is skipped with one warning line, so a broken
-sibling never stops another stage's command; it is refused in full when a command reads that stage itself.
+A role is an open name (a new table's stage names its own); a near miss of a paper role is refused as a typo.
+Each file's top-level `name:` and `role:` alone are read: one that cannot be read is skipped with a warning, so
+a broken sibling never stops another stage's command.
 """
 
 from __future__ import annotations
@@ -42,8 +35,7 @@ class StageFile:
 
 
 def stage_files() -> list[StageFile]:
-    """Every stage file this command can compose that can be read: sweeps/*.yaml, then each config folder's
-    stage/*.yaml, each by its top-level `name:` and `role:` alone."""
+    """Every stage file this command can compose that can be read: sweeps/*.yaml, then each DIR/stage/*.yaml."""
     return [f for path in stage_paths(config_dirs()) if (f := _head(path)) is not None]
 
 
@@ -79,8 +71,7 @@ def _refuse_shared(role: str, first: StageFile, second: StageFile) -> ConfigErro
 
 
 def check_claim(stage: str, option: str, role: str | None) -> None:
-    """The role the stage `stage` (its file `option`) runs with: spelt as a role, and no other stage's. Other
-    stages' roles are theirs: a conflict between two others is refused where the roles are read together."""
+    """The role the stage `stage` (its file `option`) runs with: spelt as a role, and no other stage's."""
     if role is None:
         return
     files = stage_files()

@@ -1,10 +1,6 @@
 """One run: train (or resume, or skip) a composed config in its run folder, or evaluate one (an evaluate
-stage's run, cart_sweeps.evaluate), and say how it ended.
-
-The run folder holds everything the analysis and a resumed process need: config.yaml, metrics.jsonl,
-summary.json, checkpoints/; one process owns it at a time. A divergence is recorded (status diverged);
-an error while resuming or training is recorded (status failed, error.log), then raised; only a config
-problem raises (ConfigError) before anything is written.
+stage's run, cart_sweeps.evaluate), and record how it ended: a divergence as status diverged, an error as
+status failed with error.log (then raised); only a config problem (ConfigError) raises before anything is written.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps import interrupt
-from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError
 from cart_sweeps.data.loader import load_prepared, train_batch
 from cart_sweeps.evaluate import evaluate_run
@@ -47,11 +42,6 @@ from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
 from cart_sweeps.train.progress import RunProgress
 from cart_sweeps.train.setup import build_state, configure_torch
 from cart_sweeps.validate import validate
-
-
-def run_job(overrides: list[str], run_dir: str) -> RunSummary:
-    """Compose `overrides` from the real conf/ tree and execute that run in `run_dir` (a run on its own)."""
-    return execute(compose_config(overrides), Path(run_dir))
 
 
 def execute(cfg: DictConfig, run_dir: Path, expected_id: str | None = None) -> RunSummary:
@@ -112,17 +102,12 @@ def _held_run(run_dir: Path) -> RunSummary | None:
 
 
 class Trainer:
-    """The paper's recipe for one config: step-addressed data, AdamW, warm-up + cosine or wsd, clip, evals.
-
-    `run` is the schedule; `step`, `log`, `evaluate` and `checkpoint` are what it does at each step. A
-    step leaves its loss on the device: finiteness is tracked there and read back at the next log,
-    evaluation or checkpoint step, so a divergence is caught before it is logged, evaluated or saved.
-    """
+    """The paper's recipe for one config. A step leaves its loss on the device: finiteness is tracked there and
+    read back at the next log, evaluation or checkpoint step, so a divergence is caught before it is saved."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, parent: Parent | None = None) -> None:
         self.cfg, self.t, self.run_dir, self.parent = cfg, cfg.trainer, run_dir, parent
-        runtime = configure_torch(cfg)
-        self.device, self.amp = runtime.device, runtime.amp
+        self.device, self.amp = configure_torch(cfg)
         self.data = load_prepared(cfg.data)
         if self.data.vocab_size > cfg.model.vocab_size:
             raise ConfigError(
@@ -146,13 +131,7 @@ class Trainer:
 
     def _init_state(self) -> None:
         """The step-0 model, optimizer and schedule (built again after a checkpoint half-loaded into them)."""
-        state = build_state(self.cfg, self.device)
-        self.model, self.forward, self.optimizer, self.scheduler = (
-            state.model,
-            state.forward,
-            state.optimizer,
-            state.scheduler,
-        )
+        self.model, self.forward, self.optimizer, self.scheduler = build_state(self.cfg, self.device)
 
     def _load(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -193,12 +172,9 @@ class Trainer:
         return parent.step
 
     def _load_branch(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])  # the parent's base lrs and step count
+        self._load(state)  # the parent's base lrs and step count too
         self.scheduler.last_epoch = state["step"] - 1
         self.scheduler.step()  # to the branch step, by this run's schedule: each group's lr and get_last_lr()
-        ckpt.set_rng_state(state["rng"])
 
     def _batches(self, step: int):
         for micro in range(self.t.grad_accum):
@@ -254,9 +230,8 @@ class Trainer:
         raise_if_diverged(metrics, f"at step {step}")
 
     def checkpoint(self, step: int) -> None:
-        """Save the state at `step` and say so in the summary (with the wall time so far). The final one is
-        the weights alone unless trainer.keep_final_optimizer: nothing resumes a finished run, and AdamW's
-        state is twice its weights (the checkpoints before it go once the summary says completed)."""
+        """Save the state at `step` and say so in the summary. The final one is the weights alone unless
+        trainer.keep_final_optimizer: nothing resumes a finished run, and AdamW's state is twice its weights."""
         state: dict[str, Any] = {"model": self.model.state_dict(), "step": step, "rng": ckpt.rng_state()}
         kept = step in self.kept
         if step < self.t.steps or self.t.keep_final_optimizer or kept:

@@ -1,15 +1,10 @@
-"""The learning-rate schedule as one record: the trainer steps by it, the checks and the analysis read it.
+"""The learning-rate schedule as one record, torch-free: the trainer steps by it, the checks and the analysis
+replay it.
 
-Torch-free, so the analysis (which predicts the gate's drift under weight decay from the schedule) replays
-the one definition the runs trained with.
-
-Every schedule is a warm-up-stable-decay one, as torchtitan's lr scheduler has it: a linear warm-up, the peak
-held until the decay start, then a fall of one shape (Decay) to min_lr. `trainer.schedule` names two of them.
-`cosine` (the paper's) holds no stable phase: its cosine spans each run's own length, so runs of two lengths
-differ from their first step after the warm-up. `wsd` (Hägele et al. 2024) holds the peak until the last
-`decay_fraction` of the run, then falls as `trainer.decay_shape`: runs of any length share every step before
-the shorter one's decay, so a longer run's checkpoint there is the shorter run's too, and a run branched from
-it (docs/wsd.md) computes what a fresh run of its length computes: the schedule is `branchable`.
+Every schedule is warm-up-stable-decay, as torchtitan's: a linear warm-up, the peak held until the decay start,
+then a fall of one shape (Decay) to min_lr. `cosine` (the paper's) has no stable phase, so runs of two lengths
+differ after the warm-up; `wsd` (Hägele et al. 2024) holds the peak until the last `decay_fraction`, so runs of
+any length share every step before the shorter one's decay and one branches from another (docs/wsd.md).
 """
 
 from __future__ import annotations
@@ -21,8 +16,6 @@ from typing import Protocol
 
 
 class LRSchedule(StrEnum):
-    """trainer.schedule: the paper's cosine, or warm-up-stable-decay (Schedule.of)."""
-
     cosine = "cosine"  # the paper's: warm-up, then a cosine over the run's own length
     wsd = "wsd"  # warm-up, constant, then a decay over the last trainer.decay_fraction: branchable (docs/wsd.md)
 
@@ -37,14 +30,14 @@ def branchable(name: object) -> bool:
 
 
 class DecayShape(StrEnum):
-    """trainer.decay_shape: how a WSD run's decay falls in its progress p from 0 to 1 (Hägele et al. 2024)."""
+    """trainer.decay_shape: how a WSD run's decay falls in its progress p from 0 to 1."""
 
     sqrt = "sqrt"  # lr falls as 1 - sqrt(p): the paper's better cooldown
     linear = "linear"  # lr falls as 1 - p
 
 
 class Decay(Enum):
-    """The shapes of a decay: the learning rate from the peak to min_lr in the decay's progress p (0 to 1)."""
+    """The learning rate from the peak to min_lr in the decay's progress p (0 to 1)."""
 
     cosine = "cosine"  # the cosine schedule's: a half cosine, flat at min_lr past its end
     sqrt = "sqrt"
@@ -104,8 +97,7 @@ class Schedule:
         return self.name.branchable
 
     def lr_at(self, step: int) -> float:
-        """Learning rate for optimizer step `step` (0-based): a 3,000-step cosine run anneals fully, it is not a
-        prefix of a 30,500-step schedule; a wsd run falls to min_lr at its last step."""
+        """Learning rate for optimizer step `step` (0-based)."""
         if step < self.warmup_steps:
             return self.lr * (step + 1) / self.warmup_steps
         if step < self.decay_start:
@@ -114,9 +106,7 @@ class Schedule:
 
 
 def stable_steps(steps: int, decay_fraction: float) -> int:
-    """The decay start of a WSD run of `steps` steps: steps less decay_fraction of them (rounded to the nearest
-    step), the last checkpoint every run of the recipe at least this long shares (what a ladder's plan and
-    simulation cost a branch by)."""
+    """The decay start of a WSD run of `steps` steps (rounded): the last step every longer run of the recipe shares."""
     return steps - round(decay_fraction * steps)
 
 
@@ -127,10 +117,8 @@ _COSINE_BRANCH = (
 
 
 def schedule_problem(t: Recipe, keep_at: list[int], branch_step: int | None, branching: bool) -> str | None:
-    """One line for a schedule or branch setting that cannot do what it says (checked before any launch), or None.
-
-    `keep_at`: trainer.keep_checkpoints_at; `branch_step`/`branching`: trainer.branch_step and whether
-    trainer.branch_from is set. The parent's own checks (its checkpoint, its recipe) are record.branch's.
+    """One line for a schedule or branch setting that cannot do what it says, or None. `keep_at`:
+    trainer.keep_checkpoints_at; `branching`: whether trainer.branch_from is set (the parent's checks: record.branch).
     """
     if t.decay_fraction > 1:
         return f"trainer.decay_fraction={t.decay_fraction} must be <= 1 (the share of the run's steps that decay)"

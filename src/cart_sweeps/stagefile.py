@@ -1,10 +1,5 @@
-"""Reading a user's stage file safely: one line naming the file, where and the fix, never a hang or a traceback.
-
-A `--config-dir` folder may hold any file named `*.yaml`: a FIFO, a device, bytes that are no UTF-8, a YAML
-"billion laughs" whose few hundred bytes of aliases expand to a billion values (OmegaConf copies every alias,
-so loading it takes minutes and gigabytes). A stage file is read here before Hydra loads it, and only when a
-command reads that stage (the stage it runs, `zoom_from`, the stage playing a role it asks for): a sibling file
-is none of another stage's business.
+"""Reading a user's stage file safely, before Hydra loads it: one line naming the file, where and the fix, never a
+hang (a FIFO) or minutes and gigabytes (a "billion laughs" of aliases, each of which OmegaConf copies).
 """
 
 from __future__ import annotations
@@ -18,18 +13,18 @@ import yaml
 
 from cart_sweeps.config import ConfigError
 
-# The shipped stage files are under 1 KB; a grid of hundreds of values is a few KB. 256 KB is far above any
-# stage a person writes, and small enough that reading and parsing it takes milliseconds.
-MAX_BYTES = 256 * 1024
-# The values a stage file's aliases may expand to: OmegaConf copies each alias, so the values it loads are
-# counted as it would (a list of 3 aliased 3 times is 9). A stage of 10,000 values is already an unusual grid.
-MAX_VALUES = 100_000
+MAX_BYTES = 256 * 1024  # far above any stage a person writes (the shipped ones are under 1 KB)
+MAX_VALUES = 100_000  # values once every alias is copied, as OmegaConf loads them
 PLAIN = "a stage file is a plain .yaml file"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # LibYAML's parser where installed: the same grammar
 
 
 def _refuse(path: Path, where: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{path}: {where}{problem}; {fix}")
+
+
+def _at(mark: yaml.Mark | None) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
 
 
 def _text(path: Path) -> str:
@@ -57,8 +52,7 @@ def _text(path: Path) -> str:
 
 
 def _values(node: yaml.Node, path: Path) -> int:
-    """The values `node` holds with every alias copied, as OmegaConf would load them: refused past MAX_VALUES and
-    for an alias inside itself (which OmegaConf would copy forever). Each distinct node is counted once."""
+    """The values `node` holds with every alias copied: refused past MAX_VALUES and for an alias inside itself."""
     counted: dict[int, int] = {}
     open_nodes: set[int] = set()
 
@@ -66,17 +60,15 @@ def _values(node: yaml.Node, path: Path) -> int:
         if id(n) in counted:
             return counted[id(n)]
         if id(n) in open_nodes:
-            mark = n.start_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: "
-            raise _refuse(path, where, "an alias inside its own anchor", "write the values out")
+            raise _refuse(path, _at(n.start_mark), "an alias inside its own anchor", "write the values out")
         open_nodes.add(id(n))
         children = [c for pair in n.value for c in pair] if isinstance(n, yaml.MappingNode) else n.value
         total = 1 + (sum(count(c) for c in children) if isinstance(n, yaml.CollectionNode) else 0)
         open_nodes.discard(id(n))
         if total > MAX_VALUES:
-            mark = n.start_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: "
-            raise _refuse(path, where, f"its aliases expand to over {MAX_VALUES:,} values", "write the values out")
+            raise _refuse(
+                path, _at(n.start_mark), f"its aliases expand to over {MAX_VALUES:,} values", "write the values out"
+            )
         counted[id(n)] = total
         return total
 
@@ -84,16 +76,15 @@ def _values(node: yaml.Node, path: Path) -> int:
 
 
 def parse(path: Path) -> yaml.Node | None:
-    """The file's YAML, parsed but not built (aliases still shared), its size once expanded checked; None when
-    empty. A YAML mistake is one line: the file, its line and column, what the parser found."""
+    """The file's YAML, parsed but not built, its size once expanded checked; None when empty."""
     text = _text(path)
     try:
         node = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         context = f" ({err.context})" if err.context else ""
-        raise _refuse(path, where, f"{err.problem}{context}", "fix the YAML there") from err
+        raise _refuse(
+            path, _at(err.problem_mark or err.context_mark), f"{err.problem}{context}", "fix the YAML there"
+        ) from err
     except yaml.YAMLError as err:
         raise _refuse(path, "", str(err).splitlines()[0], "fix the YAML") from err
     if node is not None:
@@ -109,8 +100,7 @@ def check(path: Path) -> None:
 
 
 def top_level(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
-    """The values of the top-level `keys` the file sets (role:, name:), built alone: the rest is parsed, never
-    built (discovering which stage claims a role reads every stage file this way)."""
+    """The values of the top-level `keys` the file sets (role:, name:), built alone."""
     node = parse(path)
     if not isinstance(node, yaml.MappingNode):
         return {}
@@ -123,6 +113,6 @@ def top_level(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def load(path: Path) -> Any:
-    """The whole file, built (checked first): what a command asking one stage's settings reads (its `quick:`)."""
+    """The whole file, built (checked first)."""
     node = parse(path)
     return None if node is None else yaml.constructor.SafeConstructor().construct_document(node)

@@ -1,8 +1,4 @@
-"""How a run stands: one vocabulary for the trainer, the ledger, the driver, the progress line and the analysis.
-
-Torch-free, so the driver and the analysis can import it. A StrEnum compares equal to its value, so
-summary.json and the ledger keep plain strings on disk.
-"""
+"""How a run stands: one vocabulary for the trainer, the ledger, the driver and the analysis (plain strings on disk)."""
 
 from __future__ import annotations
 
@@ -21,8 +17,7 @@ class RunStatus(StrEnum):
 
     @classmethod
     def read(cls, value: object, fallback: RunStatus) -> tuple[RunStatus, str | None]:
-        """A status as another writer left it (a ledger edited by hand, a newer version's summary.json):
-        a known one, or `fallback` and one line saying what was not known."""
+        """A status as another writer left it: a known one, or `fallback` and one line saying what was not known."""
         if isinstance(value, str) and value in cls._value2member_map_:
             return cls(value), None
         return fallback, f"status {value!r} is not one this version knows; read as {fallback.value}"

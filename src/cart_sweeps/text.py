@@ -1,5 +1,4 @@
-"""Words in messages (a count with its noun in the right number, an error's first line) and values as
-override text: helpers every layer may use, with nothing of Hydra but its grammar's spelling."""
+"""Words in messages and values as override text: helpers every layer may use."""
 
 from __future__ import annotations
 
@@ -49,7 +48,5 @@ def format_value(value: Any) -> str:
 
 
 def axis_value(value: Any) -> Any:
-    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), so that a
-    table cell (a tuple of params) is hashable and the ledger stores it as Optuna stores a choice (a scalar);
-    a list a ledger of an earlier version holds reads the same."""
+    """A grid value as a run's params hold it: a list or dict as its override text (`[0.9,0.95]`), hashable."""
     return format_value(value) if isinstance(value, list | tuple | dict) else value

@@ -1,7 +1,4 @@
-"""Value checks the schema's types cannot express, on a composed config: one clear line (ConfigError) each.
-
-Apart from the schema (cart_sweeps.config, pure data) so that it holds only what a config may contain.
-"""
+"""Value checks the schema's types cannot express, on a composed config: one clear line (ConfigError) each."""
 
 from __future__ import annotations
 
@@ -22,10 +19,9 @@ from cart_sweeps.schedule import schedule_problem
 
 
 def check_bounds(node: Any, path: str) -> None:
-    """The bounds the schema declares on a group's fields (`at_least`, `above` metadata): one line for the
-    first value that cannot succeed. One walk for every group, so a bounded field needs no check of its own.
-    A bounded value must be finite too (nan compares false both ways; inf passes a lower bound), unless its
-    field declares infinity meaningful (`above(0, infinite=True)`: trainer.grad_clip=inf clips nothing)."""
+    """The bounds the schema declares on a group's fields (`at_least`, `above`): one line for the first value that
+    cannot succeed. A bounded value must be finite too (nan compares false both ways), unless its field
+    declares infinity meaningful (trainer.grad_clip=inf clips nothing)."""
     schema = type(node) if is_dataclass(node) else OmegaConf.get_type(node)
     if schema is None or not is_dataclass(schema):
         return
@@ -67,8 +63,7 @@ def _unknown_key(node: DictConfig, path: str) -> str | None:
 
 
 def check_settings(cfg: DictConfig) -> None:
-    """A setting the schema lacks (`+model.n_loop=4`: a typo that + let in), or a model no spec registers
-    (`model.name=dens`), is one line, before anything reads it (a run's folder name does)."""
+    """A setting the schema lacks (`+model.n_loop=4`: a typo + let in), or a model no spec registers, is one line."""
     spec_of(cfg.model)
     for group in ("model", "data", "trainer"):
         if unknown := _unknown_key(cfg[group], group):
@@ -83,9 +78,8 @@ _NO_VARIABLE = re.compile(r"Environment variable '([^']*)' not found")
 
 
 def check_interpolations(cfg: DictConfig, keys: Sequence[str] | None = None) -> None:
-    """Every interpolation in `cfg` (or under its `keys`) resolves: one that does not (an unset ${oc.env:X}, a
-    missing key, a value of the wrong type) is one line naming its key and why, before anything reads it: the
-    first reader would be a run, after launch, or the driver, with a traceback."""
+    """Every interpolation in `cfg` (or under its `keys`) resolves: one that does not (an unset ${oc.env:X}) is one
+    line naming its key and why, not a traceback in a run after launch."""
     try:
         for node in [cfg] if keys is None else [OmegaConf.select(cfg, key) for key in keys]:
             if OmegaConf.is_config(node):
@@ -99,8 +93,7 @@ def check_interpolations(cfg: DictConfig, keys: Sequence[str] | None = None) -> 
 
 
 def check_schedule(t: DictConfig) -> None:
-    """The trainer's values against one another, where a combination cannot succeed or would silently train
-    another schedule than the one asked for (schedule.Schedule)."""
+    """The trainer's values against one another, where a combination cannot succeed or would train another schedule."""
     if t.min_lr > t.lr:
         raise ConfigError(
             f"trainer.min_lr={t.min_lr} must be <= trainer.lr={t.lr}: the cosine decays from lr to min_lr "
@@ -118,7 +111,6 @@ def check_schedule(t: DictConfig) -> None:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Checks across the whole composed config that the schema's types cannot express."""
     check_settings(cfg)
     validate_model(cfg.model)
     for group in ("trainer", "data", "harness"):

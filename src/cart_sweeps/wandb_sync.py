@@ -1,11 +1,7 @@
 """`python -m cart_sweeps.wandb_sync backfill stage=<name> [logger.* ...]`: W&B runs from a stage's run folders.
 
-A stage trained with `logger=none` (the default) has all W&B would hold in its run folders: config.yaml,
-metrics.jsonl and summary.json. The backfill writes each training run's W&B run from them, as the live logger
-would have (same id, name, tags, config, keys; train.logger.WandbLogger itself), offline by default. It is
-idempotent and resumable: each run folder records what its W&B run holds (train.logger.Logged), so a second
-backfill writes nothing, a run trained further since adds only its new rows (to the same W&B run, resumed), and
-a backfill cut off halfway writes the run it was cut off in again from where that run stood.
+Each training run's W&B run is written through the live logger (train.logger.WandbLogger), so it is the same
+run; each folder records what its W&B run holds (train.logger.Logged), so a backfill is idempotent and resumable.
 """
 
 from __future__ import annotations
@@ -41,25 +37,13 @@ logger.entity and logger.mode say where the runs go, as for a launch.
 
 @dataclass
 class Backfill:
-    """What one backfill did, run folder by run folder."""
-
     written: dict[str, int] = field(default_factory=dict)  # run folder -> rows written
     current: list[str] = field(default_factory=list)  # W&B already holds every row and the status
     running: list[str] = field(default_factory=list)  # a process trains it now: backfilled once it ends
 
-    def line(self, stage: str) -> str:
-        rows = sum(self.written.values())
-        return (
-            f"backfill stage {stage}: {len(self.written)} runs written ({rows} rows), {len(self.current)} already "
-            f"in W&B, {len(self.running)} still running"
-        )
-
 
 def training_runs(stage_dir: Path) -> list[tuple[Path, DictConfig]]:
-    """The stage's own training run folders, with their configs: each `<label>-<id8>` folder with its
-    config.yaml and metrics.jsonl. Not a copy (`RUN.bak`: its W&B run is the original's), nor an evaluation
-    (it logs no W&B run while it runs either); a run this stage references in another stage's folder is
-    backfilled with that stage, as its W&B run was logged by it."""
+    """The stage's own training run folders and their configs (not a copy `RUN.bak`, nor an evaluation)."""
     runs = []
     for run_dir in sorted(p for p in stage_dir.iterdir() if p.is_dir()):
         if not ((run_dir / "config.yaml").is_file() and (run_dir / METRICS).is_file()):
@@ -87,8 +71,7 @@ def run_status(run_dir: Path) -> str:
 
 
 def backfill_run(run_dir: Path, cfg: DictConfig, logger_cfg: DictConfig) -> int | None:
-    """Write what the run's W&B run lacks of its folder (`cfg`: its config.yaml); the rows written, or None
-    where it holds them all."""
+    """Write what the run's W&B run lacks of its folder; the rows written, or None where it holds them all."""
     cfg.logger = logger_cfg
     rows, status, id_ = read_metrics(run_dir / METRICS), run_status(run_dir), wandb_id(cfg)
     last = max((row["step"] for row in rows), default=0)
@@ -110,7 +93,6 @@ def backfill_run(run_dir: Path, cfg: DictConfig, logger_cfg: DictConfig) -> int 
 
 
 def backfill(overrides: list[str]) -> Backfill:
-    """Backfill every training run of the stage `overrides` compose (see USAGE)."""
     cfg = compose_config(overrides)
     stage_dir = runs_of_named_stage(cfg, "backfill")
     logger_cfg = OmegaConf.merge(cfg.logger, {"name": "wandb"})
@@ -124,7 +106,10 @@ def backfill(overrides: list[str]) -> Backfill:
             done.current.append(run_dir.name)
         else:
             done.written[run_dir.name] = written
-    print(done.line(cfg.stage.name))
+    print(
+        f"backfill stage {cfg.stage.name}: {len(done.written)} runs written ({sum(done.written.values())} rows), "
+        f"{len(done.current)} already in W&B, {len(done.running)} still running"
+    )
     if done.written and cfg.logger.mode != "online":
         print(f"offline: sync with `wandb sync {stage_dir}/*/wandb/offline-run-*` after `wandb login`")
     return done

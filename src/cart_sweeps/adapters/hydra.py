@@ -27,26 +27,23 @@ from omegaconf import DictConfig
 
 def hydra_args_parser() -> argparse.ArgumentParser:
     """Hydra's own command-line parser (`hydra._internal.utils.get_args_parser`, private): the one place Hydra's
-    flags (--cfg, -p, --info, -cd, -cn, -m, -sc, ...) are defined; `@hydra.main` parses sys.argv with it. Parsing with
-    it keeps `python -m cart_sweeps` Hydra's command line exactly. Checked on hydra-core 1.3.2 and 1.3.8."""
+    flags are defined, so `python -m cart_sweeps` keeps Hydra's command line exactly. Checked on hydra-core 1.3.2
+    and 1.3.8."""
     return get_args_parser()
 
 
 def apply_overrides(overrides: list[Override], cfg: DictConfig) -> None:
     """Hydra's value-override step of a composition (`ConfigLoaderImpl._apply_overrides_to_config`, private) on a
-    config composed already: `key=v`, `+key=v`, `++key=v`, `~key` with Hydra's own checks and errors. `compose` runs
-    it after the defaults list, which is the slow step (~0.1 s) a stage's runs share; no public call applies
-    overrides alone. Checked on hydra-core 1.3.2 and 1.3.8."""
+    config composed already, with Hydra's own checks and errors: no public call applies overrides alone, without
+    the slow defaults list. Checked on hydra-core 1.3.2 and 1.3.8."""
     ConfigLoaderImpl._apply_overrides_to_config(overrides, cfg)
 
 
 def run_app(args: argparse.Namespace, task: Callable[[DictConfig], Any], config_dir: str, config_name: str) -> None:
-    """What `@hydra.main(config_path=config_dir, config_name=...)(task)()` does, on a command line parsed already
-    (`args`, hydra_args_parser's) instead of sys.argv, with version_base 1.3: its run of one job (output folder,
-    .hydra/, logging), and its own flags (--cfg, --info, --help, -sc) through `hydra._internal.utils._run_hydra`
-    (private; Hydra's only entry taking parsed arguments). A plain run goes straight to `Hydra.run` (private), as
-    `_run_hydra` does after composing the config once more only to read `hydra.mode`, which a single run leaves
-    unset. Checked on hydra-core 1.3.2 and 1.3.8."""
+    """What `@hydra.main(config_path=config_dir, config_name=...)(task)()` does, on a command line parsed already:
+    its own flags through `hydra._internal.utils._run_hydra` (private; Hydra's only entry taking parsed arguments),
+    a plain run straight through `Hydra.run` (private), as `_run_hydra` does after composing the config once more
+    only to read `hydra.mode`. Checked on hydra-core 1.3.2 and 1.3.8."""
     version.setbase("1.3")  # @hydra.main(version_base="1.3"): a job runs where it was started, among others
     if args.cfg or args.info or args.help or args.hydra_help or args.shell_completion or args.multirun or args.resolve:
         _run_hydra(

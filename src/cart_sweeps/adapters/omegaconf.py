@@ -1,9 +1,5 @@
-"""OmegaConf's interpolation parser, its trees kept by text.
-
-OmegaConf parses an interpolation's text (with ANTLR, 0.1-0.2 ms) each time it resolves it, and naming, validating
-and costing a stage's runs resolve the same few texts thousands of times (model.vocab_size, paths.runs). A parse
-tree depends on its text alone and resolving only reads it: trees are kept by text.
-"""
+"""OmegaConf's interpolation parser, its trees kept by text: OmegaConf parses an interpolation (0.1-0.2 ms) each
+time it resolves it, and a stage's runs resolve the same few texts thousands of times."""
 
 from __future__ import annotations
 

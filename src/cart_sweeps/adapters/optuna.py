@@ -47,13 +47,11 @@ def end_trial(
     values: list[float] | None,
     attrs: dict[str, Any],
 ) -> None:
-    """What `set_user_attr` for each attr, then `Study.tell`, write, in one transaction instead of five commits: a
-    run's ending is in the ledger whole or not at all (an error or a Ctrl-C midway leaves the trial running, to be
-    resumed); the trial is the study's `number`; `values`: one per objective. A pruned trial (of one objective:
-    Optuna prunes no other) takes its last intermediate value (unless NaN), as tell does; tell's
-    `sampler.after_trial` is left out: the ledger's samplers (sweep/samplers.py, none with constraints) do nothing
-    there. Uses the storage's private `_set_trial_attr_without_commit` and `_set_trial_value_without_commit` (the
-    public setters commit each). Checked on optuna 5.0.0 and 5.1.0."""
+    """What `set_user_attr` for each attr, then `Study.tell`, write, in one transaction: a run's ending is in the
+    ledger whole or not at all. A pruned trial takes its last intermediate value (unless NaN), as tell does; tell's
+    `sampler.after_trial` is left out (the ledger's samplers do nothing there). Uses the storage's private
+    `_set_trial_attr_without_commit` and `_set_trial_value_without_commit` (the public setters commit each).
+    Checked on optuna 5.0.0 and 5.1.0."""
     trials = optuna_tables.TrialModel
     with transaction(storage) as session:
         row = session.query(trials).filter(trials.study_id == study_id, trials.number == number).with_for_update()

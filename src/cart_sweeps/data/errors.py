@@ -6,5 +6,4 @@ from cart_sweeps.config import ConfigError
 
 
 class DataError(ConfigError):
-    """A user-fixable data problem; its message is one line naming the problem and the fix. A ConfigError:
-    a run that meets one is rejected, not retried (it would meet it again)."""
+    """A user-fixable data problem: a ConfigError, so a run that meets one is rejected, not retried."""

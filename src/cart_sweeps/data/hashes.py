@@ -18,7 +18,6 @@ def _sha256(path: Path, device: int, inode: int, size: int, mtime_ns: int) -> st
 
 
 def stored_sha256(path: Path) -> str:
-    """`file_sha256(path)`, hashed once per process per version of the file (a data bin of 1B tokens takes
-    seconds; a warm worker's forked runs inherit what it hashed)."""
+    """`file_sha256(path)`, hashed once per process per version of the file (a bin of 1B tokens takes seconds)."""
     st = path.stat()
     return _sha256(path.resolve(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

@@ -1,8 +1,5 @@
-"""What a run reads: the prepared bins, memory-mapped, addressed by step.
-
-The batch of a step is a pure function of (step, micro_step, micro_batch_size, grad_accum, seq_len), as
-in the author's code (a fixed-order DataLoader over seq_len-strided windows of seq_len + 1 tokens): no
-shuffle, every seed sees the same tokens, and a resumed run needs no loader state.
+"""What a run reads: the prepared bins, memory-mapped, addressed by step: as in the author's code (a fixed-order
+DataLoader over seq_len-strided windows), no shuffle, every seed sees the same tokens, a resume needs no state.
 """
 
 from __future__ import annotations
@@ -36,7 +33,6 @@ class Prepared:
 
     @property
     def vocab_size(self) -> int:
-        """The tokenizer's vocabulary; a model needs at least this many embeddings."""
         return self.manifest["tokenizer"]["vocab_size"]
 
     @property
@@ -55,11 +51,7 @@ class Prepared:
 
 
 def load_prepared(data_cfg: DictConfig | DataConfig) -> Prepared:
-    """Memory-map the recipe's bins, preparing them first if this recipe has never been prepared.
-
-    A folder that is there but damaged (bins missing, truncated or overwritten, a manifest of another
-    recipe) raises DataError naming the fix: every bin's sha256 is checked once per process.
-    """
+    """Memory-map the recipe's bins (each sha256 checked once per process), preparing them first if needed."""
     cfg = as_config(data_cfg)
     if not recipe_dir(cfg, recipe_hash(cfg)).exists():
         from cart_sweeps.data.prepare import prepare  # imports `datasets` (~1.5 s): only when there is work
@@ -74,13 +66,9 @@ def load_prepared(data_cfg: DictConfig | DataConfig) -> Prepared:
 def train_batch(
     train_tokens: np.ndarray, step: int, micro_step: int, micro_batch_size: int, grad_accum: int, seq_len: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, targets), int64 [micro_batch_size, seq_len], of micro-batch `micro_step` of optimizer step
-    `step` (0 for the first step).
-
-    Window w is tokens[w * seq_len : w * seq_len + seq_len + 1]; micro-batch b = step * grad_accum +
-    micro_step holds windows b * micro_batch_size ... + micro_batch_size - 1. Past the last whole
-    micro-batch the order wraps to the start (logged once).
-    """
+    """(inputs, targets), int64 [micro_batch_size, seq_len], of micro-batch `micro_step` of 0-based step `step`:
+    micro-batch b = step * grad_accum + micro_step holds windows b * micro_batch_size onwards, window w being
+    tokens[w * seq_len : (w + 1) * seq_len + 1]; past the last whole micro-batch the order wraps (logged once)."""
     if not 0 <= micro_step < grad_accum:
         raise ValueError(f"micro_step={micro_step} must be in 0..{grad_accum - 1}")
     n_batches = (len(train_tokens) - 1) // seq_len // micro_batch_size
@@ -108,8 +96,7 @@ def train_batch(
 
 
 def val_windows(val_tokens: np.ndarray, n_windows: int, seq_len: int) -> torch.Tensor:
-    """The first `n_windows` windows (int64 [n_windows, seq_len + 1], same striding as training) of a
-    validation bin; the paper evaluates 50 of them, one at a time."""
+    """The first `n_windows` windows (int64 [n_windows, seq_len + 1], strided as training's) of a validation bin."""
     available = (len(val_tokens) - 1) // seq_len
     if n_windows > available:
         raise DataError(

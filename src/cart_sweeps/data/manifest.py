@@ -17,8 +17,10 @@ MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 
 
-def rebuild_hint(recipe: str, folder: Path) -> str:
-    return f"delete {folder} and run `python -m cart_sweeps.data.prepare data={recipe}`"
+def _broken(recipe: str, folder: Path, what: str) -> DataError:
+    return DataError(
+        f"data={recipe}: {what}; delete {folder} and run `python -m cart_sweeps.data.prepare data={recipe}`"
+    )
 
 
 def read_manifest(folder: Path, recipe: str, digest: str) -> dict[str, Any]:
@@ -26,14 +28,9 @@ def read_manifest(folder: Path, recipe: str, digest: str) -> dict[str, Any]:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
-        raise DataError(
-            f"data={recipe}: {folder / MANIFEST} is missing or unreadable; {rebuild_hint(recipe, folder)}"
-        ) from None
-    if manifest.get("recipe_hash") != digest:
-        raise DataError(
-            f"data={recipe}: {folder / MANIFEST} is for recipe hash {manifest.get('recipe_hash')}, not {digest}; "
-            f"{rebuild_hint(recipe, folder)}"
-        )
+        raise _broken(recipe, folder, f"{folder / MANIFEST} is missing or unreadable") from None
+    if (found := manifest.get("recipe_hash")) != digest:
+        raise _broken(recipe, folder, f"{folder / MANIFEST} is for recipe hash {found}, not {digest}")
     return manifest
 
 
@@ -43,28 +40,17 @@ def bins(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def check_bin(folder: Path, entry: dict[str, Any], recipe: str) -> Path:
-    """The bin's path, after checking it exists and holds exactly the manifest's tokens and sha256 (a bin
-    overwritten in place keeps its size: only its hash tells)."""
+    """The bin's path, after checking it exists and holds exactly the manifest's tokens and sha256."""
     path = folder / entry["file"]
     if not path.is_file():
-        raise DataError(f"data={recipe}: {path} is missing; {rebuild_hint(recipe, folder)}")
+        raise _broken(recipe, folder, f"{path} is missing")
     size = path.stat().st_size
     if size % 2 or size // 2 != entry["tokens"]:
-        raise DataError(
-            f"data={recipe}: {path} is truncated or corrupt ({size:,} bytes, the manifest says "
-            f"{entry['tokens']:,} uint16 tokens); {rebuild_hint(recipe, folder)}"
-        )
+        tokens = f"{size:,} bytes, the manifest says {entry['tokens']:,} uint16 tokens"
+        raise _broken(recipe, folder, f"{path} is truncated or corrupt ({tokens})")
     if stored_sha256(path) != entry["sha256"]:
-        raise DataError(
-            f"data={recipe}: {path} is not what was prepared (its sha256 differs from the manifest's); "
-            f"{rebuild_hint(recipe, folder)}"
-        )
+        raise _broken(recipe, folder, f"{path} is not what was prepared (its sha256 differs from the manifest's)")
     return path
-
-
-def checked_bins(folder: Path, manifest: dict[str, Any], recipe: str) -> dict[str, Path]:
-    """'train' and every validation set -> its bin's path, each checked against the manifest."""
-    return {name: check_bin(folder, entry, recipe) for name, entry in bins(manifest).items()}
 
 
 def checked_recipe(cfg: DictConfig) -> tuple[Path, dict[str, Any], dict[str, Path]]:
@@ -72,14 +58,12 @@ def checked_recipe(cfg: DictConfig) -> tuple[Path, dict[str, Any], dict[str, Pat
     digest = recipe_hash(cfg)
     folder = recipe_dir(cfg, digest)
     manifest = read_manifest(folder, cfg.name, digest)
-    return folder, manifest, checked_bins(folder, manifest, cfg.name)
+    return folder, manifest, {name: check_bin(folder, entry, cfg.name) for name, entry in bins(manifest).items()}
 
 
 def check_prepared(data_cfg: DictConfig | DataConfig) -> None:
-    """A prepared recipe whose bins changed since (overwritten, truncated) raises DataError; one never prepared
-    is left to its first run to prepare. Preflight calls it before launch, and a warm worker before forking each
-    run (sweep/pools/worker.py), so its runs inherit the bins' checked sha256: hashed once per worker, not once
-    per run (2 GB of bins at the paper's billion tokens: seconds a run). Torch-free: the driver calls it."""
+    """A prepared recipe whose bins changed since raises DataError (one never prepared is left to its first run):
+    preflight calls it, and a warm worker before forking, so its runs inherit the checked sha256s."""
     cfg = as_config(data_cfg)
     if recipe_dir(cfg, recipe_hash(cfg)).exists():
         checked_recipe(cfg)

@@ -1,8 +1,5 @@
-"""A data recipe's identity: the hash that names its cache folder.
-
-The hash covers what changes the bins (sources, validation sets, tokenizer, chunking, targets, and the
-content of local input files) and nothing about where or how they are built (cache_dir, streaming).
-"""
+"""A data recipe's identity: the hash that names its cache folder, of what changes the bins (the content of
+local input files included), not of where or how they are built (cache_dir, streaming)."""
 
 from __future__ import annotations
 
@@ -26,14 +23,19 @@ _NOT_IN_HASH = {"name", "cache_dir", "streaming"}
 _FULL_HASH_LIMIT = 256 << 20  # larger local inputs are fingerprinted by name and size only
 
 
+def hub_offline() -> bool:
+    """Whether the HF offline variables are set (a hub fetch then fails at once), read without importing `datasets`."""
+    return any(
+        os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+    )
+
+
 def as_config(data_cfg: DictConfig | DataConfig) -> DictConfig:
-    """Accept the composed `cfg.data` or a DataConfig dataclass."""
     return data_cfg if isinstance(data_cfg, DictConfig) else OmegaConf.structured(data_cfg)
 
 
 def resolve_dir(data_dir: str | None) -> str | None:
-    """`pkg://package/sub/dir` -> that folder inside the installed package (how the shipped corpus is
-    named without an absolute path entering the recipe); other values pass through."""
+    """`pkg://package/sub/dir` -> that folder inside the installed package; other values pass through."""
     if data_dir is None or not data_dir.startswith("pkg://"):
         return data_dir
     package, _, sub = data_dir.removeprefix("pkg://").partition("/")
@@ -45,11 +47,7 @@ def resolve_dir(data_dir: str | None) -> str | None:
 
 
 def local_files(spec: DictConfig) -> list[str]:
-    """The local files a local builder (json, parquet, ...) reads.
-
-    Plain glob, not `datasets`' resolver: every run hashes its recipe, and importing `datasets` costs a
-    second or two per run process; a pattern that matches nothing is reported when prepare opens it.
-    """
+    """The local files a local builder reads: a plain glob (every run hashes its recipe; `datasets` imports slowly)."""
     if spec.path not in LOCAL_BUILDERS or not spec.data_files:
         return []
     base = resolve_dir(spec.data_dir) or str(Path.cwd())
@@ -57,19 +55,9 @@ def local_files(spec: DictConfig) -> list[str]:
 
 
 def _fingerprint(path: str) -> str:
-    """The file's sha256, once per process per version of it: every run hashes its recipe (twice), and a warm
-    worker's forked runs inherit what it hashed."""
+    """The file's sha256, once per process per version of it (size alone past _FULL_HASH_LIMIT)."""
     size = Path(path).stat().st_size
     return f"size:{size}" if size > _FULL_HASH_LIMIT else stored_sha256(Path(path))
-
-
-def input_fingerprints(cfg: DictConfig) -> dict[str, str]:
-    """name -> content hash of every local input file, so a rebuilt corpus gets a new folder."""
-    out = {}
-    for spec in [*cfg.sources, *cfg.validation]:
-        for path in local_files(spec):
-            out[Path(path).name] = _fingerprint(path)
-    return out
 
 
 def _without_unpinned(spec: dict[str, Any]) -> dict[str, Any]:
@@ -78,13 +66,14 @@ def _without_unpinned(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def recipe_content(cfg: DictConfig) -> dict[str, Any]:
-    """Everything that determines the bins, as plain data (an unpinned revision left out)."""
+    """Everything that determines the bins, as plain data (an unpinned revision left out), local inputs by content."""
     node = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     content = {k: v for k, v in node.items() if k not in _NOT_IN_HASH}
     content["tokenizer"] = _without_unpinned(content["tokenizer"])
     for key in ("sources", "validation"):
         content[key] = [_without_unpinned(spec) for spec in content[key]]
-    return {"version": PREP_VERSION, "recipe": content, "inputs": input_fingerprints(cfg)}
+    inputs = {Path(p).name: _fingerprint(p) for spec in [*cfg.sources, *cfg.validation] for p in local_files(spec)}
+    return {"version": PREP_VERSION, "recipe": content, "inputs": inputs}
 
 
 def recipe_hash(cfg: DictConfig) -> str:
@@ -93,5 +82,4 @@ def recipe_hash(cfg: DictConfig) -> str:
 
 
 def recipe_dir(cfg: DictConfig, digest: str) -> Path:
-    """`<cache_dir>/<recipe name>-<recipe hash>/`."""
     return Path(cfg.cache_dir) / f"{cfg.name}-{digest}"

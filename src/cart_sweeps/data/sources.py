@@ -1,9 +1,5 @@
-"""Read one text source (a training source or a validation set) through `datasets`, in a fixed order.
-
-The same code reads the hub (streaming) and local files (the `json`/`parquet` builders), so the shipped
-corpus and the test stand-ins exercise the paper recipe's path. Empty documents are skipped, as in the
-author's build script.
-"""
+"""Read one text source (a training source or a validation set) through `datasets`, in a fixed order: the hub
+and local files by the same code; empty documents skipped, as in the author's build script."""
 
 from __future__ import annotations
 
@@ -14,8 +10,7 @@ import datasets
 from omegaconf import DictConfig
 
 from cart_sweeps.data.errors import DataError
-from cart_sweeps.data.hub import hub_offline
-from cart_sweeps.data.recipe import LOCAL_BUILDERS, resolve_dir
+from cart_sweeps.data.recipe import LOCAL_BUILDERS, hub_offline, resolve_dir
 
 BATCH_DOCS = 256  # documents handed to the tokenizer at once
 
@@ -53,8 +48,7 @@ def _load(spec: DictConfig, streaming: bool, recipe: str) -> datasets.Dataset | 
 
 
 def hub_revision(spec: DictConfig, recipe: str) -> str | None:
-    """The commit sha of the hub dataset a source reads (its pinned `revision` resolved), for the manifest;
-    None for local files. `datasets` resolves it once per dataset (the cache answers offline)."""
+    """The commit sha of the hub dataset a source reads (its `revision` resolved); None for local files."""
     if spec.path in LOCAL_BUILDERS:
         return None
     try:

@@ -1,8 +1,5 @@
-"""The recipe's tokenizer: a pretrained one from the hub, or a byte-level BPE trained on the sources.
-
-Either way the result is a `tokenizers.Tokenizer` saved next to the bins, so a prepared folder is
-self-contained and the ids in the bins can always be decoded.
-"""
+"""The recipe's tokenizer: a pretrained one from the hub, or a byte-level BPE trained on the sources, saved next
+to the bins either way."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from omegaconf import DictConfig
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from cart_sweeps.data.errors import DataError
-from cart_sweeps.data.hub import hub_offline
+from cart_sweeps.data.recipe import hub_offline
 
 UINT16_VOCAB = 1 << 16  # token ids are stored as uint16
 MIN_FREQUENCY = 2  # a merge must occur at least twice, so a BPE never memorises one-off strings
@@ -47,10 +44,7 @@ def load_hub(tcfg: DictConfig, recipe: str) -> tuple[Tokenizer, str]:
 
 
 def train_bpe(tcfg: DictConfig, texts: Iterator[str]) -> Tokenizer:
-    """A byte-level BPE (GPT-2 style, no unknown tokens) with BOS/EOS as its first ids.
-
-    Training is deterministic for a given text order, which prepare fixes by reading sources in order.
-    """
+    """A byte-level BPE (GPT-2 style, no unknown tokens) with BOS/EOS as its first ids."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -1,7 +1,4 @@
-"""Documents -> token streams -> uint16 bins: BOS + ids + EOS per document, cut into fixed chunks.
-
-Streams are pulled lazily, so a streamed hub source is read only as far as the bins need it.
-"""
+"""Documents -> token streams (pulled lazily) -> uint16 bins: BOS + ids + EOS per document, cut into chunks."""
 
 from __future__ import annotations
 
@@ -19,8 +16,7 @@ from tqdm import tqdm
 def encode_documents(
     batches: Iterable[list[str]], tok: Tokenizer, bos: int, eos: int
 ) -> Iterator[tuple[np.ndarray, int]]:
-    """(BOS + ids + EOS as uint16, UTF-8 bytes of the text) per document; batches use the tokenizer's
-    threads."""
+    """(BOS + ids + EOS as uint16, UTF-8 bytes of the text) per document."""
     for texts in batches:
         for text, enc in zip(texts, tok.encode_batch(texts, add_special_tokens=False), strict=True):
             ids = np.empty(len(enc.ids) + 2, dtype=np.uint16)

@@ -1,9 +1,5 @@
-"""Downstream benchmarks through the LM Evaluation Harness (lm-eval 0.4): any run folder at any loop count.
-
-`model.py` is the lm-eval model ("cart"), `__main__.py` lm-eval's own command line with it registered,
-`bench.py` the study's call (results into a run folder and its summary), `tasks/` the offline tasks
-built from the embedded corpus's validation text.
-"""
+"""Downstream benchmarks through the LM Evaluation Harness (lm-eval 0.4): any run folder at any loop count;
+`tasks/` holds the offline tasks built from the embedded corpus's validation text."""
 
 from pathlib import Path
 

@@ -1,8 +1,5 @@
-"""`python -m cart_sweeps.harness <lm-eval flags>`: lm-eval's own CLI, with the "cart" model registered (and
-the default) and the shipped offline tasks (tasks/) on the include path beside any --include_path of the user's.
-
-lm-eval 0.4.13 finds models only in its own registry (no entry-point plugins), so a plain `lm_eval
---model cart` cannot see this model; this command is that CLI with the model imported first.
+"""`python -m cart_sweeps.harness <lm-eval flags>`: lm-eval's own CLI with the "cart" model registered (lm-eval
+0.4.13 has no entry-point plugins, so `lm_eval --model cart` cannot see it) and the shipped tasks on the include path.
 """
 
 from __future__ import annotations
@@ -33,10 +30,9 @@ MISSING = "python -m cart_sweeps.harness needs lm-eval: pip install 'cart_sweeps
 
 
 def for_cart(args: argparse.Namespace) -> None:
-    """cart's defaults where the user left them: the model; the device the run trained on (lm-eval's own
-    default is cuda:0); and an output folder named after the run (lm-eval's is named after `pretrained`)."""
+    """cart's defaults where the user left them: the model, the run's own device, an output folder named after it."""
     from cart_sweeps.harness.model import run_name, saved_config
-    from cart_sweeps.train.device import pick_device
+    from cart_sweeps.train.setup import pick_device
 
     if args.model is None and getattr(args, "config", None) is None:
         args.model = "cart"

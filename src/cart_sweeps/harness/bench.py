@@ -18,10 +18,8 @@ PREFIX = "bench_"
 
 
 def summary_metrics(results: dict[str, Any]) -> dict[str, float]:
-    """lm-eval's per-task numbers as flat summary keys: `acc,none` of hellaswag -> bench_hellaswag_acc.
-
-    Standard errors are left in the JSON; a filter other than `none` keeps its name as a suffix.
-    """
+    """lm-eval's per-task numbers as flat summary keys (`acc,none` of hellaswag -> bench_hellaswag_acc; another
+    filter than `none` as a suffix); standard errors stay in the JSON."""
     out = {}
     for task, metrics in results["results"].items():
         for key, value in metrics.items():
@@ -33,8 +31,7 @@ def summary_metrics(results: dict[str, Any]) -> dict[str, float]:
 
 
 def task_manager(tasks: list[str]) -> TaskManager:
-    """Our shipped tasks, plus lm-eval's own only when a task needs them (indexing its ~14,000 YAML files
-    takes a minute on a small machine)."""
+    """Our shipped tasks, plus lm-eval's own only when a task needs them (indexing them takes a minute)."""
     ours = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
     if all(task in ours.all_tasks for task in tasks):
         return ours
@@ -54,8 +51,7 @@ def run_benchmarks(
     # forked workers, and a submitit job's workers inherit its SIGTERM bypass: the run would hang there.
     bootstrap_iters: int = 0,
 ) -> dict[str, float]:
-    """Evaluate `source`'s checkpoint at `step` (None: its newest) at R = `n_loops` on `tasks`; write the results
-    JSON under `out_dir`/lm_eval and return the summary metrics."""
+    """`source`'s checkpoint at `step` (None: its newest) at R = `n_loops` on `tasks`, into `out_dir`/lm_eval."""
     lm = CartLM(run_dir=str(source), n_loops=n_loops, batch_size=batch_size, step=step)
     tracker = EvaluationTracker(output_path=str(out_dir / RESULTS_DIR / "results.json"))  # results_<time>.json
     results = simple_evaluate(

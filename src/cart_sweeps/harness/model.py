@@ -1,9 +1,5 @@
-"""A trained run as an lm-eval model: `--model cart --model_args run_dir=DIR,n_loops=R`.
-
-The run folder supplies everything: its config.yaml (the model), its newest checkpoint (the weights) and
-its prepared data folder (the tokenizer and BOS/EOS ids). A document starts with BOS as in training;
-inputs longer than the model's context (model.max_seq_len) keep their last tokens. On CUDA the forward
-runs under bf16 autocast with fp32 weights, as training's evaluation does.
+"""A trained run as an lm-eval model: `--model cart --model_args run_dir=DIR,n_loops=R`, all read from the run
+folder (model, weights, tokenizer). A document starts with BOS as in training; a long input keeps its last tokens.
 """
 
 from __future__ import annotations
@@ -27,8 +23,8 @@ from cart_sweeps.data.loader import load_prepared
 from cart_sweeps.modelspec import spec_of
 from cart_sweeps.record.runfolder import CONFIG, read_summary
 from cart_sweeps.train.checkpoint import load_trained
-from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.loop import autocast
+from cart_sweeps.train.setup import amp_dtype, pick_device
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_GEN_TOKS = 64  # generate_until's length when a task names none (lm-eval's own default is 256)
@@ -54,8 +50,7 @@ def run_name(run_dir: Path) -> str:
 
 
 def _device(asked: str | None, run_default: str) -> torch.device:
-    """The --device asked for (like lm-eval's HF model, the CPU where no GPU is visible, said in one line),
-    else where the run itself computed (our CLI passes that when --device is not given)."""
+    """The --device asked for (the CPU, said in one line, where no GPU is visible), else where the run computed."""
     if asked and asked.startswith("cuda") and not torch.cuda.is_available():
         log.warning("--device %s: no CUDA GPU is visible; evaluating on the CPU", asked)
         asked = None
@@ -74,8 +69,7 @@ def _batch_size(value: int | str | None) -> int:
 
 
 def _loops(n_loops: int | str | None, model: DictConfig) -> int | None:
-    """The inference R (None: the trained R), checked against what the run's model config allows, by the
-    model's own rule (cart_sweeps.modelspec: the loop-index table's rows, unshared cores), before any weight loads."""
+    """The inference R (None: the trained R), checked by the model's own rule before any weight loads."""
     if n_loops is None:
         return None
     check = spec_of(model).check_loops
@@ -112,7 +106,6 @@ class CartLM(TemplateLM):
         self.max_length = self.cfg.model.max_seq_len
         self.batch_size = _batch_size(batch_size)
 
-    # --- tokenizer ---
     @property
     def eot_token_id(self) -> int:
         return self.eos_id
@@ -128,7 +121,6 @@ class CartLM(TemplateLM):
     def tok_decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids)
 
-    # --- scoring ---
     @torch.no_grad()
     def _logprobs(self, rows: list[list[int]]) -> torch.Tensor:
         """Log-softmax (fp32) of the model over right-padded rows: [B, T, V]."""
@@ -141,10 +133,7 @@ class CartLM(TemplateLM):
     def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """(sum log p(continuation | context), whether greedy decoding gives the continuation) per pair,
         each input left-truncated to the model's context; batched longest first."""
-        rows = []
-        for context, continuation in pairs:
-            row = (context + continuation)[-(self.max_length + 1) :][:-1]
-            rows.append((row, continuation))
+        rows = [((ctx + cont)[-(self.max_length + 1) :][:-1], cont) for ctx, cont in pairs]
         collator = Collator(rows, sort_fn=lambda r: (-len(r[0]), tuple(r[0])))
         out = []
         for chunk in collator.get_batched(n=self.batch_size):

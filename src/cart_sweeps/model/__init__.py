@@ -1,9 +1,5 @@
-"""The models by `model.name` (each one's spec: cart_sweeps.modelspec), built on first use, plus their parameter
-counts and FLOPs by formula.
-
-`model_cfg` may be a DictConfig or a `config.ModelConfig`: only attribute access is used. The package
-imports no torch (the driver and `plan` count parameters with it); `build_model` imports the model's module.
-"""
+"""The models by `model.name` (each one's spec: cart_sweeps.modelspec), built on first use, and their parameter
+counts and FLOPs by formula; torch is imported only by `build_model`."""
 
 from __future__ import annotations
 

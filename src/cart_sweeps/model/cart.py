@@ -1,8 +1,5 @@
-"""CART: prelude -> anchor K/V -> one shared core looped R times -> coda (REFERENCE.md section 1).
-
-The default is the author's code, which produced the published numbers; the paper's other readings
-and the ablations are ModelConfig switches.
-"""
+"""CART: prelude -> anchor K/V -> one shared core looped R times -> coda (REFERENCE.md section 1); the default is
+the author's code, the paper's other readings and the ablations are ModelConfig switches."""
 
 from __future__ import annotations
 
@@ -95,12 +92,6 @@ class CART(nn.Module):
         if self.gate is None:
             return 1.0
         return torch.sigmoid(self.gate.detach().float()).max().item()
-
-    def hc_weights(self) -> list[float] | None:
-        """The current hyper-connection blend over the last 3 loop states (None when disabled)."""
-        if self.hc_logits is None:
-            return None
-        return torch.softmax(self.hc_logits.detach().float(), dim=0).tolist()
 
     def no_decay_names(self) -> set[str]:
         """Norm weights, the gate a, the HC logits and the LIE projection: spared when decay_all=false."""

@@ -29,9 +29,9 @@ class Dense(nn.Module):
         return self.norm(h) @ self.embed.weight.T
 
     def rho(self) -> None:
-        """A dense model has no gate: None, so the trainer logs rho only where it exists."""
+        """None: no gate."""
         return None
 
     def no_decay_names(self) -> set[str]:
-        """The norm weights (the only parameters of CART's no-decay kinds that a dense model has)."""
+        """The norm weights (of CART's no-decay kinds, the only ones a dense model has)."""
         return {n for n, _ in self.named_parameters() if n.endswith("norm.weight")}

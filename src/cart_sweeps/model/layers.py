@@ -1,8 +1,5 @@
-"""Building blocks shared by CART and the dense baseline (REFERENCE.md section 1).
-
-Every attention goes through `F.scaled_dot_product_attention` with `is_causal=True` on [B, H, T, hd]
-tensors, so a block holds no Python per token and compiles to one graph. No biases anywhere.
-"""
+"""Building blocks shared by CART and the dense baseline (REFERENCE.md section 1): every attention is
+`F.scaled_dot_product_attention(is_causal=True)` on [B, H, T, hd], so a block compiles to one graph. No biases."""
 
 from __future__ import annotations
 
@@ -135,10 +132,7 @@ class MHASelfAttention(nn.Module):
 
 
 class CausalCrossAttention(nn.Module):
-    """CART's core attention: Q and O only (2 d^2), K/V from the anchor, no RoPE.
-
-    Causal: query t sees anchor positions 0..t. The author's non-causal first version leaked the future.
-    """
+    """CART's core attention: Q and O only (2 d^2), K/V from the anchor, no RoPE; causal (unlike the author's first)."""
 
     def __init__(self, d: int, head_dim: int) -> None:
         super().__init__()
@@ -155,11 +149,8 @@ ATTENTION = {"mla": MLASelfAttention, "mha": MHASelfAttention, "cross": CausalCr
 
 
 class Block(nn.Module):
-    """Pre-norm block `x + attn(norm(x), *ctx)`, then `+ SwiGLU(norm(.))`.
-
-    `ctx` is (rope,) for self-attention and (K, V) for cross-attention. With `residual=False` the block
-    returns only its two contributions attn + ffn (CART's core under core_update=paper).
-    """
+    """Pre-norm block `x + attn(norm(x), *ctx)`, then `+ SwiGLU(norm(.))`; `ctx`: (rope,) or (K, V).
+    `residual=False` returns only the two contributions attn + ffn (CART's core under core_update=paper)."""
 
     def __init__(self, attention: str, d: int, head_dim: int, eps: float) -> None:
         super().__init__()

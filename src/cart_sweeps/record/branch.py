@@ -1,10 +1,6 @@
-"""A branch's parent: the run folder a WSD run starts from (trainer.branch_from), checked to be the run whose
-first steps this one would have trained, before anything is written.
-
-A branch equals a fresh run of its own config when everything before its branch step is the same: the model,
-the data, the seed, and the recipe up to that step (docs/wsd.md). It may differ from its parent only in what
-shapes the decay after it (its length, decay fraction and shape, min_lr) and in what is measured (evals).
-Torch-free: the checkpoint is found by its JSON meta; the trainer loads it.
+"""A branch's parent: the run folder a WSD run starts from (trainer.branch_from), checked before anything is
+written to be the run whose first steps this one would have trained: the same model, data, seed and recipe up
+to the branch step (docs/wsd.md), differing only in what shapes the decay after it or what is measured.
 """
 
 from __future__ import annotations
@@ -24,8 +20,6 @@ from cart_sweeps.schedule import Schedule, schedule_problem, stable_steps
 
 @dataclass(frozen=True)
 class Parent:
-    """The checkpoint a branch starts from: its run, step and file."""
-
     run_dir: Path
     run_id: str
     step: int

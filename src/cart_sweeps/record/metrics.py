@@ -8,11 +8,8 @@ from typing import Any
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The logged events of a run's metrics.jsonl, in order: each line that is a JSON object with a step.
-
-    A line that does not parse (a write cut off mid-line) is skipped, and a file that cannot be read is no
-    events: the run may still be writing it, or never started.
-    """
+    """The logged events of a run's metrics.jsonl, in order: each line that is a JSON object with a step (one cut
+    off mid-line is skipped; a file that cannot be read is no events)."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:

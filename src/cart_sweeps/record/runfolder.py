@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import ConfigError, EvaluatedConfig
-from cart_sweeps.data.hashes import file_sha256
+from cart_sweeps.data.hashes import stored_sha256
 from cart_sweeps.identity import config_id, run_id
 from cart_sweeps.model import param_counts
 from cart_sweeps.naming import run_label, variant
@@ -25,9 +24,7 @@ from cart_sweeps.status import RunStatus
 CONFIG = "config.yaml"  # the run's composed config, resolved (written by run.py, read by a resume and evaluations)
 SUMMARY = "summary.json"
 CKPT_DIR = "checkpoints"
-METRICS = (
-    "metrics.jsonl"  # one JSON object per logged event (written by train.metrics.MetricsLog, read by record.metrics)
-)
+METRICS = "metrics.jsonl"  # one JSON object per logged event (train.metrics.MetricsLog writes it)
 LOCK = ".run.lock"
 
 
@@ -42,11 +39,8 @@ def _record_pid(fd: int) -> None:
 
 @contextmanager
 def owned(run_dir: Path) -> Iterator[None]:
-    """Own `run_dir` for the block, or raise RunFolderBusy at once if another process does.
-
-    filelock's Unix lock is flock, which the OS releases when its process dies (kill -9 included), so
-    a cut-off run never blocks its relaunch. flock works on local disks and NFSv4 (not NFSv3).
-    """
+    """Own `run_dir` for the block, or raise RunFolderBusy at once: flock, which the OS releases when its process
+    dies (kill -9 included), so a cut-off run never blocks its relaunch (local disks and NFSv4, not NFSv3)."""
     path = run_dir / LOCK
     lock = FileLock(path, on_acquired=_record_pid)  # on_acquired also rules out filelock's soft (pid file) fallback
     try:
@@ -75,26 +69,18 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
-    """Where a run keeps its checkpoint of `step` (train/checkpoint.py writes it, with a JSON meta beside it)."""
     return run_dir / CKPT_DIR / f"step_{step:07d}.pt"
-
-
-@functools.cache
-def _digest(path: Path, size: int, mtime_ns: int) -> str:
-    return file_sha256(path)
 
 
 def checkpoint_digest(path: Path) -> str:
     """The checkpoint's sha256: its meta's (written at save time), else hashed once per file version."""
     with contextlib.suppress(OSError, ValueError, KeyError):
         return str(json.loads(path.with_suffix(".json").read_text())["sha256"])
-    stat = path.stat()
-    return _digest(path, stat.st_size, stat.st_mtime_ns)
+    return stored_sha256(path)
 
 
 def source_checkpoint(source: Path) -> dict[str, Any]:
-    """What an evaluation of `source` reads: its run id, final step and that checkpoint's digest (part of the
-    evaluation's identity). A source not completed, or whose final checkpoint is gone, is one line."""
+    """What an evaluation of `source` reads: its run id, final step and that checkpoint's digest."""
     summary = read_summary(source)
     if summary is None or summary.status != RunStatus.COMPLETED or summary.step is None:
         how = f"{summary.status} at step {summary.step}" if summary else "without a summary.json"
@@ -123,7 +109,7 @@ def write_summary(run_dir: Path, summary: RunSummary) -> None:
 
 
 def base_summary(cfg: DictConfig) -> RunSummary:
-    """The identity fields every summary.json carries (what the analysis groups by), of a run now running."""
+    """The identity fields every summary.json carries (what the analysis groups by)."""
     counts = param_counts(cfg.model)
     return RunSummary.from_dict(
         {
@@ -145,12 +131,7 @@ def base_summary(cfg: DictConfig) -> RunSummary:
 
 
 def with_source(cfg: DictConfig) -> DictConfig:
-    """`cfg` with the model, data, recipe and seed of the trained run named by `stage.source`.
-
-    What is evaluated is the source's model, so those groups come from its saved config; the stage
-    contributes only the inference R (`stage.eval_n_loops`) and what else to measure (`harness`, `stage.num_fewshot`).
-    `evaluated` names the source's final checkpoint, so an evaluation is of that checkpoint and no other.
-    """
+    """`cfg` with the model, data, recipe and seed of the run `stage.source` names, `evaluated` its final checkpoint."""
     source = cfg.stage.source
     if not source:
         raise ConfigError("an evaluate stage needs the trained run: stage.source=<run folder>")

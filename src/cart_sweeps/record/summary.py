@@ -1,9 +1,5 @@
-"""A run's summary, typed: one record for the trainer, the ledger, the driver, the progress line and the analysis.
-
-On disk it stays the flat JSON object summary.json always was (metrics such as `ppl_austen` at the top
-level), so every existing run folder reads back unchanged. Torch-free, like everything the driver and
-the analysis import.
-"""
+"""A run's summary, typed: one record for the trainer, the ledger, the driver and the analysis; on disk the flat
+JSON object summary.json always was (metrics such as `ppl_austen` at the top level)."""
 
 from __future__ import annotations
 
@@ -66,8 +62,7 @@ class RunSummary:
         return {**out, **self.metrics}
 
     def config(self) -> dict[str, Any]:
-        """The recorded config, flat: `model.*`, `trainer.*`, `data` and `seed` (what `--where` filters by and
-        a superseded run's changes name)."""
+        """The recorded config, flat: `model.*`, `trainer.*`, `data` and `seed`."""
         flat = {f"{group}.{k}": v for group in ("model", "trainer") for k, v in (self.details.get(group) or {}).items()}
         return flat | {"data": self.details.get("data"), "seed": self.details.get("seed")}
 
@@ -76,9 +71,7 @@ class RunSummary:
         return self.status.is_result
 
     def value(self, name: str) -> float | None:
-        """The metric `name` (sweep.metric), when the run measured it: a finite number, in its range where its
-        kind is known (cart_sweeps.metric: a perplexity <= 1 is no measurement); a run-wide figure such as
-        tokens_per_s too."""
+        """The metric `name` (or a run-wide figure) when the run measured it: a finite number in its kind's range."""
         value = self.metrics.get(name, getattr(self, name) if name in self.RESULT_FIELDS else None)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             return None

@@ -75,7 +75,7 @@ def check_machine(cfg: DictConfig, no_gpu: str | None) -> None:
 
 def check_harness(tasks: list[str]) -> None:
     """lm-eval is there, and the hub too unless every task is one of the shipped offline tasks."""
-    from cart_sweeps.data.hub import hub_offline
+    from cart_sweeps.data.recipe import hub_offline
     from cart_sweeps.harness import SHIPPED_TASKS
 
     if importlib.util.find_spec("lm_eval") is None:

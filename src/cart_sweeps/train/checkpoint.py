@@ -1,9 +1,5 @@
-"""Atomic checkpoints: a torch file with the training state beside a JSON meta readable without torch.
-
-A checkpoint is written to a temp file and renamed into place, so a run killed mid-write leaves the
-previous checkpoint intact; one damaged anyway (a bad copy, a crash before the data reached the disk) fails to load as a
-CheckpointError, so the caller can fall back or say so. Loading uses `weights_only=True`: a checkpoint
-is data, never code.
+"""Atomic checkpoints: a torch file with the training state beside a JSON meta readable without torch; one
+damaged anyway fails to load as a CheckpointError. Loading uses `weights_only=True`: a checkpoint is data, never code.
 """
 
 from __future__ import annotations
@@ -48,9 +44,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(
     run_dir: Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep: int, kept: bool = False
 ) -> Path:
-    """Write checkpoint `step` atomically (meta last, so a meta always points at a whole file; it holds the sha256).
-
-    `kept`: one of trainer.keep_checkpoints_at, which branches start from: no pruning deletes it."""
+    """Write checkpoint `step` atomically, meta last (it holds the sha256); `kept`: never pruned (a branch point)."""
     path = checkpoint_path(run_dir, step)
     path.parent.mkdir(parents=True, exist_ok=True)
     digest: list[str] = []
@@ -116,11 +110,7 @@ def set_aside(path: Path) -> Path:
 def load_trained(
     run_dir: Path, model_cfg: DictConfig, device: torch.device, key: str, step: int | None = None
 ) -> tuple[CART | Dense, int]:
-    """The model of `run_dir`'s checkpoint at `step` (None: its newest) on `device`, and its step; `key`
-    names the setting in errors.
-
-    Shared by variable-R inference and the benchmark harness, so both read a trained run the same way.
-    """
+    """The model of `run_dir`'s checkpoint at `step` (None: its newest) on `device`, and its step."""
     found = list_checkpoints(run_dir) if step is None else [checkpoint_path(run_dir, step)]
     if not found or not found[-1].is_file():
         raise ConfigError(f"{key}={run_dir} has no checkpoint{f' at step {step}' if step else ''}; train it first")

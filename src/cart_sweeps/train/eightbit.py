@@ -1,12 +1,10 @@
-"""Whether bitsandbytes' AdamW8bit (trainer.optimizer=adamw8bit, the author's optimizer) can run here.
-
-Torch-free: the stage driver asks before launching, the run again when it builds its optimizer. On CUDA any
-bitsandbytes will do; on a CPU only one with CPU kernels for its 8-bit optimizers, which 0.50.0 added
-(bitsandbytes/backends/cpu/ops.py registers optimizer_update_8bit_blockwise; 0.49.2 has none).
+"""Whether bitsandbytes' AdamW8bit (the author's optimizer) can run here, torch-free (the driver asks before
+launching): on CUDA any release; on a CPU only one with CPU kernels for its 8-bit optimizers (0.50.0 added them).
 """
 
 from __future__ import annotations
 
+import itertools
 from importlib import metadata
 
 CPU_KERNELS = (0, 50)
@@ -15,17 +13,11 @@ INSTALL = "pip install 'cart_sweeps[hub]'"
 
 def _release(version: str) -> tuple[int, ...]:
     """(0, 50, 2) of '0.50.2' or '0.50.2.dev0'; stops at the first part that is not a number."""
-    parts = []
-    for part in version.split("."):
-        if not part.isdigit():
-            break
-        parts.append(int(part))
-    return tuple(parts)
+    return tuple(int(p) for p in itertools.takewhile(str.isdigit, version.split(".")))
 
 
 def adamw8bit_problem(cuda: bool, version: str | None = None) -> str | None:
-    """Why adamw8bit cannot run on a CUDA GPU (`cuda`) or a CPU here, in one line; None where it can.
-    `version`: bitsandbytes' version (default: the installed one's)."""
+    """Why adamw8bit cannot run on a CUDA GPU (`cuda`) or a CPU here, in one line; None where it can."""
     if version is None:
         try:
             version = metadata.version("bitsandbytes")

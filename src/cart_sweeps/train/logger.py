@@ -1,7 +1,5 @@
-"""Dashboards: W&B (offline unless asked for online) or a null logger with the same methods, by `logger.name`.
-
-A new logger (MLflow, TensorBoard, ...) is a class with `log` and `finish` built from (cfg, run_dir), a
-`LoggerName` member, its path in LOGGERS, and conf/logger/<name>.yaml.
+"""Dashboards by `logger.name`: W&B (offline unless asked for online) or none. A new logger is a class with `log`
+and `finish` built from (cfg, run_dir), a `LoggerName` member, its path in LOGGERS, and conf/logger/<name>.yaml.
 """
 
 from __future__ import annotations
@@ -26,16 +24,12 @@ from cart_sweeps.record.runfolder import atomic_write
 
 
 class Logger(Protocol):
-    """What the trainer calls: a row of metrics at a step, and how the run ended."""
-
     def log(self, row: dict[str, Any], step: int) -> None: ...
 
     def finish(self, status: str) -> None: ...
 
 
 class NullLogger:
-    """Stands in for W&B when `logger=none`: the trainer calls the same methods either way."""
-
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         pass
 
@@ -52,27 +46,23 @@ NOT_RECORDED = keys_with(Config, DRIVER, REPORTING)  # how runs are driven and w
 def run_config(cfg: DictConfig) -> dict[str, Any]:
     """The config a W&B run records: the run's own (model, data, trainer, stage, scale, seed), not the driver's."""
     full = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
-    assert isinstance(full, dict)
     return {k: v for k, v in full.items() if k not in NOT_RECORDED}
 
 
 def wandb_id(cfg: DictConfig) -> str:
-    """The W&B run id: one per (stage, run id), the same at every relaunch, so a resumed run continues its
-    W&B run and one configuration trained in two stages keeps two (the run id hashes the configuration only)."""
+    """The W&B run id: one per (stage, run id), so a resumed run continues its W&B run."""
     return f"{cfg.stage.name}-{run_id(cfg)}"
 
 
 def wandb_tags(cfg: DictConfig) -> list[str]:
-    """A run's W&B tags: its stage, scale, model kind, the pieces of its label's model part (d256 P6 R8, or
-    dense d1024 L7: tags follow the label, so a dense run has no P or R) and its seed."""
+    """A run's W&B tags: its stage, scale, model kind, its label's model part piece by piece, and its seed."""
     m = cfg.model
     tags = [f"stage-{cfg.stage.name}", f"scale-{cfg.scale.name}", str(m.name), *model_parts(m), f"seed{cfg.seed}"]
     return list(dict.fromkeys(tags))
 
 
 def wandb_metrics(row: dict[str, Any]) -> dict[str, Any]:
-    """A metrics.jsonl row as W&B keys: train/<key> or val/<key> by the row's kind, and rho. A figure this device
-    cannot measure (MFU, peak memory on the CPU; rho of a dense model) is left out, not logged as null."""
+    """A metrics.jsonl row as W&B keys: train/<key> or val/<key> by the row's kind, and rho; None left out."""
     prefix = "val/" if row.get("kind") == "eval" else "train/"
     return {
         ("rho" if k == "rho" else prefix + k): v for k, v in row.items() if k not in ("kind", "step") and v is not None
@@ -84,9 +74,8 @@ LOGGED = Path("wandb") / "logged.json"  # in the run folder, beside W&B's own fi
 
 @dataclass(frozen=True)
 class Logged:
-    """What of a run folder's metrics.jsonl its W&B run holds: every row up to `step`, and the run's `status`
-    when it was logged. `writing`: the W&B run folder a backfill was writing (removed, then written again, if
-    the backfill was cut off). The live logger and the backfill both keep it, so neither logs a row twice."""
+    """What of a run folder's metrics.jsonl its W&B run holds (every row up to `step`, its `status`), so neither
+    the live logger nor a backfill logs a row twice; `writing`: the W&B folder a cut-off backfill was writing."""
 
     id: str
     step: int
@@ -107,12 +96,7 @@ class Logged:
 
 
 class WandbLogger:
-    """One W&B run per training run (`wandb_id`), continued when the run resumes.
-
-    W&B conventions: job_type is the stage, tags carry stage, scale and the model (`wandb_tags`), and each
-    validation set's PPL and bits per byte keep their best value in the summary besides their last. At the end
-    it records what it logged (`Logged`), so a backfill of the run folder adds only what came after.
-    """
+    """One W&B run per training run (`wandb_id`), continued when the run resumes."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         import wandb
@@ -145,7 +129,7 @@ class WandbLogger:
 
     @property
     def folder(self) -> Path:
-        """The W&B run's own folder (wandb/offline-run-<time>-<id> offline, wandb/run-<time>-<id> online)."""
+        """The W&B run's own folder (wandb/offline-run-<time>-<id>, or wandb/run-<time>-<id> online)."""
         return Path(self.run.dir).parent
 
     def log(self, row: dict[str, Any], step: int) -> None:
@@ -159,8 +143,7 @@ class WandbLogger:
 
 
 def check_credentials(lg: DictConfig, used: bool = False) -> None:
-    """Online logging needs W&B credentials; without them wandb.init would prompt or hang, so say it first.
-    `used`: check whatever logger.name is (the dashboard talks to W&B itself)."""
+    """Online logging needs W&B credentials (wandb.init would prompt or hang); `used`: whatever logger.name is."""
     if (used or lg.name == "wandb") and lg.mode == "online" and not has_wandb_login():
         raise ConfigError(
             "logger.mode=online needs a W&B login (`wandb login`, or WANDB_API_KEY); or use logger.mode=offline"
@@ -168,8 +151,7 @@ def check_credentials(lg: DictConfig, used: bool = False) -> None:
 
 
 def has_wandb_login() -> bool:
-    """Whether W&B finds credentials as it looks for them: WANDB_API_KEY, an identity token file, or the
-    netrc entry `wandb login` writes for the W&B host (WANDB_BASE_URL; the netrc file is $NETRC or ~/.netrc)."""
+    """Whether W&B finds credentials: WANDB_API_KEY, an identity token file, or `wandb login`'s netrc entry."""
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname

@@ -1,8 +1,5 @@
-"""One optimizer step and one evaluation pass: shared by the trainer, the variable-R evaluation and the bench.
-
-A step never waits for the GPU: it returns the loss and gradient norm as device tensors, and the trainer
-reads them (and checks them for finiteness, on the device) only at its log steps.
-"""
+"""One optimizer step (it never waits for the GPU: the loss and gradient norm stay device tensors) and one
+evaluation pass, shared by the trainer, the variable-R evaluation and the bench."""
 
 from __future__ import annotations
 
@@ -29,12 +26,8 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean CE of low-precision logits, upcast to fp32 one chunk of tokens at a time.
-
-    The gradient of each chunk is computed in the forward pass, in fp32, and kept in the logits' dtype
-    (where autograd casts it anyway on its way back into the bf16 matmul), so no fp32 copy of the whole
-    [tokens, V] logits ever exists (1 GiB at V=32,000 and 8 x 1,024 tokens, plus its softmax for backward).
-    """
+    """Mean CE of low-precision logits, upcast to fp32 one chunk of tokens at a time, each chunk's gradient
+    computed in the forward pass and kept in the logits' dtype: no fp32 copy of the whole logits ever exists."""
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -60,11 +53,8 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor, chunk: int = LOSS_CHUNK_TOKENS) -> torch.Tensor:
-    """Mean next-token CE (nats) over [B, T, V] logits, computed in fp32.
-
-    fp32 logits (the CPU) need no copy, so they take torch's own cross-entropy, bit for bit what the
-    golden numbers hold; bf16 logits (autocast on a GPU) are upcast chunk by chunk.
-    """
+    """Mean next-token CE (nats) over [B, T, V] logits in fp32: torch's own for fp32 logits (bit for bit the
+    golden numbers), chunk by chunk for bf16 ones."""
     flat_logits, flat_targets = logits.flatten(0, 1), targets.flatten()
     if flat_logits.dtype == torch.float32:
         return F.cross_entropy(flat_logits, flat_targets)
@@ -79,11 +69,7 @@ def train_step(
     amp_dtype: torch.dtype | None,
     grad_clip: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Accumulate gradients over the micro-batches, clip, step. Returns (mean loss, grad norm) on the device.
-
-    Nothing here reads a value back to the host; the caller checks the loss for finiteness (the optimizer
-    has stepped either way).
-    """
+    """Accumulate gradients over the micro-batches, clip, step; (mean loss, grad norm), left on the device."""
     total = torch.zeros((), device=next(model.parameters()).device)
     for inputs, targets in micro_batches:
         with autocast(inputs.device, amp_dtype):
@@ -99,12 +85,8 @@ def train_step(
 
 @torch.no_grad()
 def evaluate_windows(model: nn.Module, windows: torch.Tensor, batch_size: int, n_loops: int | None = None) -> float:
-    """Mean over windows of each window's mean next-token CE (nats), in fp32 outside autocast.
-
-    PPL = exp(this value), as in the paper (a mean of per-window means, not a token-weighted mean).
-    The CE is taken over [tokens, V] rows, not [B, V, T] (the vocabulary strided): 4.5x faster on a CPU at
-    V=4,096, and equal to rounding (the same softmax summed in another order: <= 5e-7 relative on the golden run).
-    """
+    """Mean over windows of each window's mean next-token CE (nats), in fp32 outside autocast: PPL = exp(this), as
+    in the paper. Taken over [tokens, V] rows (4.5x faster on a CPU than [B, V, T], equal to rounding)."""
     was_training = model.training
     model.eval()
     per_window = []
@@ -139,10 +121,7 @@ def raise_if_diverged(metrics: dict[str, float], at: str) -> None:
 
 
 def evaluate_sets(model: nn.Module, data: Any, t: Any, device: torch.device, n_loops: int | None = None) -> dict:
-    """`ce_<set>`, `ppl_<set>`, `bpb_<set>` on the first `t.eval_windows` windows of each validation set.
-
-    The one evaluation of the project: the trainer's evals and the variable-R evaluation both call it.
-    """
+    """`ce_<set>`, `ppl_<set>`, `bpb_<set>` on the first `t.eval_windows` windows of each validation set."""
     out: dict[str, float] = {}
     for name, tokens in data.val.items():
         windows = val_windows(tokens, t.eval_windows, t.seq_len).to(device)

@@ -20,26 +20,12 @@ from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import atomic_write
 
 # The packages whose versions a run records (bitsandbytes: AdamW8bit's kernels).
-PACKAGES = (
-    "torch",
-    "bitsandbytes",
-    "hydra-core",
-    "optuna",
-    "submitit",
-    "wandb",
-    "datasets",
-    "tokenizers",
-    "cart_sweeps",
-)
+PACKAGES = "torch bitsandbytes hydra-core optuna submitit wandb datasets tokenizers cart_sweeps".split()
 
 
 class MetricsLog:
-    """Append-only JSON lines, one object per logged event; resumable without duplicates.
-
-    On resume, rows past the checkpoint's step are dropped: they were logged by the cut-off process
-    after its last checkpoint and will be logged again, identically, by the resumed one. So is a line
-    that does not parse (a write cut off mid-line). `rows` holds what was kept.
-    """
+    """Append-only JSON lines, one object per logged event; on resume, rows past the checkpoint's step (logged
+    again, identically, by the resumed process) and lines that do not parse are dropped. `rows`: those kept."""
 
     def __init__(self, path: Path, resume_step: int) -> None:
         self.path = path
@@ -51,15 +37,9 @@ class MetricsLog:
             f.write(json.dumps(row) + "\n")
 
 
-def device_peak_flops(device: torch.device) -> float | None:
-    """The device's dense bf16 peak, or None where MFU is not meaningful (CPU, unknown GPU)."""
-    if device.type != "cuda":
-        return None
-    return peak_for_device_name(torch.cuda.get_device_name(device))
-
-
 def mfu(tokens_per_s: float, flops_per_token: float, device: torch.device) -> float | None:
-    peak = device_peak_flops(device)
+    """Against the device's dense bf16 peak; None where MFU is not meaningful (CPU, unknown GPU)."""
+    peak = peak_for_device_name(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     return None if peak is None else tokens_per_s * flops_per_token / peak
 
 
@@ -70,8 +50,7 @@ def peak_mem_mb(device: torch.device) -> float | None:
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    """What produced a run: code version, packages, hardware, and the GPU its launcher gave it
-    (CUDA_VISIBLE_DEVICES as set for its process: runs packed onto one GPU record the same one)."""
+    """What produced a run: code version, packages, hardware, and the GPU its launcher gave it."""
     return {
         **software(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
@@ -83,8 +62,7 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 @functools.cache
 def software() -> dict[str, Any]:
-    """The code version (`git`, a process of its own) and package versions: read once per process; a warm
-    worker reads them before it forks its runs, which run the code it imported then."""
+    """The code version (`git`) and package versions, read once per process (a warm worker's forks inherit them)."""
     try:
         sha = (
             subprocess.run(
@@ -94,10 +72,11 @@ def software() -> dict[str, Any]:
         )
     except (OSError, subprocess.SubprocessError):
         sha = None
-    packages: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            packages[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            packages[name] = None
-    return {"git_sha": sha, "python": platform.python_version(), "packages": packages}
+    return {"git_sha": sha, "python": platform.python_version(), "packages": {n: _version(n) for n in PACKAGES}}
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None

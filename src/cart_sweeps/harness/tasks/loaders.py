@@ -1,8 +1,5 @@
-"""`custom_dataset` loaders of the shipped task files: paths next to this file, wherever the package lives.
-
-lm-eval resolves a task YAML's `!function loaders.<name>` against the YAML's folder, whereas a YAML's own
-`data_files` would be relative to the working directory; hence these two one-line loaders.
-"""
+"""`custom_dataset` loaders of the shipped task files (a YAML's own `data_files` would be relative to the working
+directory; `!function loaders.<name>` is resolved against the YAML's folder)."""
 
 from __future__ import annotations
 
