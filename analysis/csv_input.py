@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 
 from cart_sweeps.metric import metric
+from cart_sweeps.stagerecord.runset import LeftOut
 from cart_sweeps.status import RunStatus
 
-from .errors import AnalysisError, LeftOut
+from .errors import AnalysisError
 from .select import NOT_FINITE
 
 OUT_OF_RANGE = "out of range"
@@ -117,7 +118,8 @@ def _without_copies(
     at = [frame.columns.get_loc(c) for c in key]
     for line, row in zip(frame.index, values.itertuples(index=False, name=None), strict=True):
         if row in first:
-            copies[line] = LeftOut(f"{path.name} line {line}", DUPLICATE, f"a duplicate of line {first[row]}")
+            where = f"{path.name} line {line}"
+            copies[line] = LeftOut(where, where, DUPLICATE, f"a duplicate of line {first[row]}")
             continue
         first[row] = line
         run = tuple(row[i] for i in at)
@@ -156,13 +158,11 @@ def _unmeasured(
         for line, value in given.items():
             if (fault := unmeasured(column, value))[1]:
                 faults.setdefault(line, []).append((*fault, column))
-    return {
-        line: (
-            LeftOut(f"{path.name} line {line}", found[0][0], "; ".join(reason for _, reason, _ in found)),
-            [column for _, _, column in found],
-        )
-        for line, found in faults.items()
-    }
+    out = {}
+    for line, found in faults.items():
+        where, reasons = f"{path.name} line {line}", "; ".join(reason for _, reason, _ in found)
+        out[line] = (LeftOut(where, where, found[0][0], reasons), [column for _, _, column in found])
+    return out
 
 
 def unmeasured(column: str, value: float) -> tuple[str, str]:

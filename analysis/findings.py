@@ -377,28 +377,18 @@ def _screen_words(screen: Findings, confirm: str) -> list[Said]:
         every = widths["all_widths"]
         final = max(w["final_step"] for d, w in widths.items() if d != "all_widths")
         if every["full_order_step"] is not None:
-            parts.append(
-                (
-                    f"Stage {stage}",
-                    f"Stage {stage}: from step {every['full_order_step']} of {final} on, every width's ranking "
-                    "matches its final one (the shortest screen that would have sufficed).",
-                )
+            said = (
+                f"from step {every['full_order_step']} of {final} on, every width's ranking matches its final one "
+                "(the shortest screen that would have sufficed)"
             )
         elif every["top1_step"] is not None:
-            parts.append(
-                (
-                    f"Stage {stage}",
-                    f"Stage {stage}: the top pick settles at step {every['top1_step']} of {final} at every width; "
-                    "the full ranking matches the final one only at the end.",
-                )
+            said = (
+                f"the top pick settles at step {every['top1_step']} of {final} at every width; the full ranking "
+                "matches the final one only at the end"
             )
         else:
-            parts.append(
-                (
-                    f"Stage {stage}",
-                    f"Stage {stage}: no screen shorter than the full {final} steps gives the final ranking.",
-                )
-            )
+            said = f"no screen shorter than the full {final} steps gives the final ranking"
+        parts.append((f"Stage {stage}", f"Stage {stage}: {said}."))
     for d, points in screen.get("stage1_to_stage2", {}).items():
         told = [
             f"{when} (step {p['stage2_step']}): top-1 {'kept' if p['top1_agrees'] else 'changed'}"

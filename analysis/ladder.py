@@ -1,21 +1,7 @@
-"""The analysis of a ladder stage (a stage whose runs vary trainer.steps over its rungs: docs/ladder.md).
-
-Per ladder stage `<s>`:
-
-- `ladder_<s>_rungs`: per rung, width and configuration, the seed mean, seeds, rank within the width, and
-  what the ladder decided there (promoted, dropped, decided, undecided), recomputed from the runs through the
-  driver's own rule (cart_sweeps.rules.ladder_walk.walk, with the design the driver recorded in the stage
-  folder; from a CSV, inferred: the default drift prior and --alpha). Steps are the runs' own (at the scale);
-  the rule's allowance uses the recorded rungs (paper numbers);
-- `ladder_<s>_agreement`: how well each rung's ranking predicts the last rung's: the share of pairs of
-  configurations (of one width) run at both that the two order alike, with a bootstrap interval
-  (analysis.promotion.agreement: DataDecide's decision accuracy). Only the configurations the ladder kept
-  reach the last rung, so these pairs are the close ones: a lower bound on a full grid's agreement;
-- `ladder_<s>_drift`: each gap's change from one rung to the next (a configuration against the later rung's
-  best, on the metric's tested scale) per unit of ln(horizon), as the ladder measures it (ladder_walk.gaps), then
-  the measured root-mean-square rate with its 90% interval beside the prior the first rung used, and whether the
-  prior lies within, below or above it;
-- figure `ladder_<s>_curves`: per width, each configuration's seed-mean metric against the horizon.
+"""The analysis of a ladder stage (a stage whose runs vary trainer.steps over its rungs): its tables
+`ladder_<s>_rungs`, `_agreement`, `_drift` and figure `ladder_<s>_curves`, as docs/ladder.md describes them.
+The rungs are recomputed from the runs through the driver's own rule (cart_sweeps.rules.ladder_walk), with the
+design the driver recorded in the stage folder (from a CSV, inferred: the default drift prior and --alpha).
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ from cart_sweeps.model.params import train_flops_per_token
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS, SUMMARY
 from cart_sweeps.record.summary import RunSummary
-from cart_sweeps.stagerecord.runset import UNREADABLE, StageRun
+from cart_sweeps.stagerecord.runset import UNREADABLE, LeftOut, StageRun
 from cart_sweeps.status import RunStatus
 
 from . import csv_input
-from .errors import AnalysisError, LeftOut
+from .errors import AnalysisError
 from .select import NOT_FINITE, OUT_OF_RANGE, Chosen, StageSelection, choose
 from .stages import roles_of
 

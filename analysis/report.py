@@ -6,21 +6,23 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
+from cart_sweeps.stagerecord.runset import LeftOut
+
 from . import ladder, pareto, recipe, search, stage_decisions, stage_tables
 from .csv_input import ROW, unmeasured
 from .decisions import ALPHA, Decision
-from .errors import LeftOut
 from .figures import figure_jobs
 from .findings import Findings, listed, plain, words
 from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
 from .render import markdown, write_table
+from .select import left_line
 
 
 @dataclass
@@ -221,11 +223,11 @@ def _measured(study: Study, metric: str) -> Study:
     if not faults:
         return study
     places = final[ROW] if ROW in final else final["run"]
-    listed = {o.where for o in study.left_out}  # a CSV value blanked as no measurement: listed and counted once
+    listed = {o.run for o in study.left_out}  # a CSV value blanked as no measurement: listed and counted once
     fresh = {
         run: place for run, place in zip(final["run"], places, strict=True) if run in faults and place not in listed
     }
-    left_out = [LeftOut(place, *faults[run]) for run, place in fresh.items()]
+    left_out = [LeftOut(place, place, *faults[run]) for run, place in fresh.items()]
     counts = Counter(study.not_completed)
     counts.update(faults[run][0] for run in fresh)
 
@@ -270,7 +272,7 @@ def _input(study: Study, final: pd.DataFrame) -> Findings:
         "runs": len(final),
         "runs_per_stage": {s: int(n) for s, n in stages.items()},
         "not_completed": study.not_completed,
-        "left_out": [asdict(o) for o in study.left_out],
+        "left_out": [{"where": o.run, "kind": o.kind, "reason": o.reason} for o in study.left_out],
         "stages_left_out": study.unread,
     }
 
@@ -332,7 +334,7 @@ def _markdown_report(
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
     if study.left_out:
-        parts.append("## Left out\n\n" + "\n".join(f"- {o.line()}" for o in study.left_out) + "\n")
+        parts.append("## Left out\n\n" + "\n".join(f"- {left_line(o)}" for o in study.left_out) + "\n")
     parts += [
         f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table, metric)
         for name, table in tables.items()

@@ -46,11 +46,16 @@ class StageSelection:
 
     def details(self) -> list[str]:
         """The runs left out and the runs missing, one line each."""
-        lines = [f"left out {e.run}: {'; '.join([e.reason, *e.differs])}" for e in self.excluded]
+        lines = [left_line(e) for e in self.excluded]
         return lines + [f"missing {label}: in the runs chosen, but its run folder is gone" for label in self.missing]
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def left_line(left: LeftOut) -> str:
+    """'left out 1/d32-P2-R4-s1: superseded; trainer.lr 0.003 -> 0.001' (a CSV row: 'results.csv line 5')."""
+    return f"left out {left.run}: {'; '.join([left.reason, *left.differs])}"
 
 
 def parse_where(text: str) -> tuple[str, Any]:

@@ -1,17 +1,9 @@
-"""Any stage's own decision: the best level of each axis it varies, the others held fixed.
+"""Any stage's own decision: the best level of each axis it varies, the others held fixed (docs/decisions.md).
 
-A stage with a seed axis (a user's stage file, or the paper's) gets, per axis (or per the axes asked for:
-`python -m analysis --decide trainer.lr`) and per combination of its other axes, the best-of-k decision the
-paper's claims make (analysis.decisions.best: the same test, noise and alpha), in findings.json
-(`stage_decisions`) and as a `<axis>_best` column of its `runs_<stage>` table. The stage's named variant
-(`stage.variant`) and the model are held fixed like any other axis, never pooled as seeds. A best at the
-smallest or largest value of a numeric axis is said: the optimum may lie beyond the grid.
-
-A decision axis is what the stage varies, as its runs hold it: a level is the value itself (an integer axis stays
-an integer: d=64, never d=64.0), and a run without a value of the axis (a dense run has no R) is no option: left
-out of that axis's decision and said. A ladder's horizon (trainer.steps, set by its rungs) is no choice: it is
-held like any other axis, so each rung decides among the configurations that ran there, the last rung's decision
-being the ladder's answer (docs/decisions.md).
+Per axis (of --decide) and per combination of the stage's other axes, the paper's best-of-k test
+(analysis.decisions.best), in findings.json (`stage_decisions`) and as a `<axis>_best` column of `runs_<stage>`.
+The named variant and the model are held fixed like any other axis, never pooled as seeds; so is a ladder's
+horizon (each rung decides on its own). A run without a value of the axis (a dense run's R) is no option.
 """
 
 from __future__ import annotations
