@@ -236,10 +236,15 @@ def undecided(decision: Decision) -> str:
     return (unmeasured(decision.noise) or "undecided") if decision.method == "none" else "undecided"
 
 
+def _aligned(table: pd.DataFrame, claims: list[Decision], keys: dict[str, str]) -> list[Decision]:
+    """The claim of each row (keys: the claims' cell keys -> the table's columns)."""
+    by = {tuple(c.cell[k] for k in keys): c for c in claims}
+    return [by[tuple(row)] for row in table[list(keys.values())].itertuples(index=False)]
+
+
 def _mark_best(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
     """decided (yes/no) and the options the data cannot tell from the table's pick."""
-    by = {(c.cell["d_model"], c.cell["n_prelude"]): c for c in claims}
-    at = [by[(d, p)] for d, p in zip(table["d"], table["P"], strict=True)]
+    at = _aligned(table, claims, {"d_model": "d", "n_prelude": "P"})
     tied = [", ".join(label("n_loops", t) for t in c.tied) for c in at]
     return table.assign(decided=[c.decided for c in at], tied=tied, p_value=[c.p_value for c in at])
 
@@ -253,19 +258,16 @@ def _mark_reversal(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
 
 def _mark_ordering(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
     """holds: yes / no where decided, else why not."""
-    by = {(c.cell["d_model"], c.cell["n_loops"]): c for c in claims}
-    at = [by[(d, r)] for d, r in zip(table["d"], table["R"], strict=True)]
+    at = _aligned(table, claims, {"d_model": "d", "n_loops": "R"})
     marks = [({"holds": "yes", "breaks": "no"}[c.choice] if c.decided else undecided(c)) for c in at]
     return table.assign(holds=marks, p_value=[c.p_value for c in at])
 
 
 def _mark_pair(keys: dict[str, str], names: dict[str, str]) -> Apply:
-    """verdict per row (keys: the claim's cell keys -> the table's columns): the better side where decided,
-    else why not."""
+    """verdict per row (`_aligned` by `keys`): the better side where decided, else why not."""
 
     def mark(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
-        by = {tuple(c.cell[k] for k in keys): c for c in claims}
-        at = [by[tuple(row)] for row in table[list(keys.values())].itertuples(index=False)]
+        at = _aligned(table, claims, keys)
         verdict = [names[str(c.choice)] if c.decided else undecided(c) for c in at]
         return table.assign(verdict=verdict, p_value=[c.p_value for c in at])
 

@@ -24,9 +24,8 @@ from cart_sweeps.stagerecord.runset import LeftOut
 from cart_sweeps.status import RunStatus
 
 from .errors import AnalysisError
-from .select import NOT_FINITE
+from .select import unmeasured
 
-OUT_OF_RANGE = "out of range"
 DUPLICATE = "duplicate"
 ROW = "csv_row"  # a column naming each row's place in the file ("results.csv line 5"), for what lists the row
 
@@ -163,12 +162,3 @@ def _unmeasured(
         where, reasons = f"{path.name} line {line}", "; ".join(reason for _, reason, _ in found)
         out[line] = (LeftOut(where, where, found[0][0], reasons), [column for _, _, column in found])
     return out
-
-
-def unmeasured(column: str, value: float) -> tuple[str, str]:
-    """Why `value` of `column` measures nothing, as (kind, reason): not finite, or outside its metric's range
-    (Metric.valid: a perplexity <= 1, an accuracy > 1); ("", "") where it is a measurement."""
-    record = metric(column)
-    finite = bool(np.isfinite(value))
-    reason = record.invalid_reason(value) if record else "" if finite else f"{column}={value} is not a finite number"
-    return (OUT_OF_RANGE if finite else NOT_FINITE) if reason else "", reason

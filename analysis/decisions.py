@@ -1,13 +1,6 @@
 """How sure each finding is: one record per claim the report makes in words, decided only where the seeds
-tell the choice from every other option at the error rate alpha, multiple comparisons included.
-
-The statistics live in cart_sweeps.rules.decide (the sweep adds seeds by the same test). The test (docs/statistics.md):
-options are compared on the metric's tested scale (log-metric for a perplexity, whose seed
-noise scales with its level, so a difference is a ratio; cart_sweeps.metric), best in the metric's direction,
-with the seed noise pooled over the options compared (equal noise assumed), else over every cell of the stage,
-else measured in another stage and said so. Each run counts once. A stage with one seed per configuration and
-no other noise estimate decides nothing ("no seed spread"); nor does a spread at or below the values'
-resolution ("no measurable seed spread"), nor a claim one of whose options has no valid value.
+tell the choice from every other option at the error rate alpha, multiple comparisons included. The test is
+docs/statistics.md's; its statistics live in cart_sweeps.rules.decide (the sweep adds seeds by the same test).
 """
 
 from __future__ import annotations
@@ -22,10 +15,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from cart_sweeps.metric import Metric, metric, require_error
+from cart_sweeps.metric import require
 from cart_sweeps.rules.decide import ALPHA, Noise, Option, gap, holm, pool, resolution, two_sided
-
-from .errors import AnalysisError
 
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "eval_n_loops": "R", "R": "R", "n_layers": "L"}
 NO_SPREAD = "no seed spread"
@@ -127,14 +118,6 @@ def where(stage: str, cell: dict[str, Any]) -> str:
     return f"Stage {stage}" + (f", {at}" if at else "")
 
 
-def record_of(name: str) -> Metric:
-    """The metric's record, or one line saying it has none."""
-    found = metric(name)
-    if found is None:
-        raise AnalysisError(require_error(name))
-    return found
-
-
 def leveled(rows: pd.DataFrame, axis: str) -> pd.DataFrame:
     """The rows holding a value of `axis`: a run without one (a dense run's R, a blank in a CSV) is no option."""
     return rows[rows[axis].notna()]
@@ -142,7 +125,7 @@ def leveled(rows: pd.DataFrame, axis: str) -> pd.DataFrame:
 
 def _observations(rows: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows holding a valid value of metric `name`, each run once."""
-    record = record_of(name)
+    record = require(name)
     rows = rows[rows[name].map(record.valid)]
     return rows.drop_duplicates("run_id") if "run_id" in rows else rows
 
@@ -151,7 +134,7 @@ def grouped_options(rows: pd.DataFrame, metric: str, axis: str, cell: list[str])
     """Every cell's options (one groupby for the whole frame), best (as the tables rank, in the metric's
     direction) first; rows without a valid value of the metric or a value of the axis are left out, and each run
     counts once."""
-    record = record_of(metric)
+    record = require(metric)
     rows = _observations(leveled(rows, axis), metric)
     values = rows[metric].astype(float)
     scores = record.sign * (np.log(values) if record.kind.log_scale else values)
@@ -200,11 +183,16 @@ def margin(better: Option, worse: Option, noise: Noise, alpha: float, metric: st
     diff, se = gap(better, worse, noise)
     half = float(stats.t.ppf(1 - alpha / 2, noise.df)) * se
     points = (diff, diff - half, diff + half)
-    if record_of(metric).kind.log_scale:
+    if require(metric).kind.log_scale:
         pct = [100 * math.expm1(x) for x in points]
     else:
         pct = [100 * x / abs(better.mean) if better.mean else math.nan for x in points]
     return Margin(worse.level, round(pct[0], 6), (round(pct[1], 6), round(pct[2], 6)))
+
+
+def worse_by(pct: float, ci: tuple[float, float] | list[float], alpha: float, p: float | None) -> str:
+    """'1.90% worse (95% CI 1.40 to 2.40), p=2e-05': a decided margin as every sentence says it."""
+    return f"{pct:.2f}% worse ({round(100 * (1 - alpha))}% CI {ci[0]:.2f} to {ci[1]:.2f}), p={p:.2g}"
 
 
 def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
@@ -216,11 +204,9 @@ def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
 
 def seeds_text(counts: list[int]) -> str:
     """'3 seeds each' or '3/3/1 seeds' (each option's seeds, in rank)."""
-    return (
-        f"{counts[0]} seed{'s' * (counts[0] > 1)} each"
-        if len(set(counts)) == 1
-        else f"{'/'.join(map(str, counts))} seeds"
-    )
+    if len(set(counts)) == 1:
+        return f"{counts[0]} seed{'s' * (counts[0] > 1)} each"
+    return f"{'/'.join(map(str, counts))} seeds"
 
 
 def method_text(noise: Noise, what: str) -> str:

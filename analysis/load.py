@@ -33,22 +33,9 @@ from .errors import AnalysisError
 from .select import NOT_FINITE, OUT_OF_RANGE, Chosen, StageSelection, choose
 from .stages import roles_of
 
-INT_COLUMNS = (
-    "d_model",
-    "n_prelude",
-    "n_loops",
-    "n_layers",
-    "seed",
-    "step",
-    "eval_n_loops",
-    "trained_n_loops",
-    "steps",
-    "warmup_steps",
-    "trial",
-    "looks",
-    "num_fewshot",
-)
 MODEL_KEYS = keys_with(ModelConfig, AXIS)
+INT_COLUMNS: tuple[str, ...] = (*MODEL_KEYS, "seed", "step", "eval_n_loops", "trained_n_loops", "steps")
+INT_COLUMNS += ("warmup_steps", "trial", "looks", "num_fewshot")
 RUN_KEY = ("stage", "model", "variant", *MODEL_KEYS, "seed", "eval_n_loops", "num_fewshot")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", *MODEL_KEYS, "eval_n_loops", "num_fewshot")  # per stage
@@ -105,19 +92,18 @@ def require(rows: pd.DataFrame, columns: list[str], table: str) -> None:
             raise AnalysisError(f"table {table!r} needs column {column!r}, which is empty for the runs it reads")
 
 
+def metric_columns(rows: pd.DataFrame, prefix: str = "") -> list[str]:
+    """The columns holding data, sorted: those starting with `prefix` (ppl_: the validation sets these rows were
+    scored on; bench_: their lm-eval tasks), else those of a metric whose direction is known (cart_sweeps.metric)."""
+    return sorted(c for c in rows.columns if (c.startswith(prefix) if prefix else metric(c)) and rows[c].notna().any())
+
+
 def ppl_sets(rows: pd.DataFrame) -> list[str]:
-    """The ppl_<set> columns holding data, sorted (the validation sets these rows were scored on)."""
-    return sorted(c for c in rows.columns if c.startswith("ppl_") and rows[c].notna().any())
+    return metric_columns(rows, "ppl_")
 
 
 def bench_sets(rows: pd.DataFrame) -> list[str]:
-    """The bench_<task>_<metric> columns holding data, sorted (lm-eval tasks these rows were scored on)."""
-    return sorted(c for c in rows.columns if c.startswith("bench_") and rows[c].notna().any())
-
-
-def metric_columns(rows: pd.DataFrame) -> list[str]:
-    """The columns holding a metric whose direction is known (cart_sweeps.metric), sorted."""
-    return sorted(c for c in rows.columns if metric(c) is not None and rows[c].notna().any())
+    return metric_columns(rows, "bench_")
 
 
 def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | None]:

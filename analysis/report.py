@@ -14,7 +14,7 @@ import pandas as pd
 from cart_sweeps.stagerecord.runset import LeftOut
 
 from . import ladder, pareto, recipe, search, stage_decisions, stage_tables
-from .csv_input import ROW, unmeasured
+from .csv_input import ROW
 from .decisions import ALPHA, Decision
 from .figures import figure_jobs
 from .findings import Findings, listed, plain, words
@@ -22,7 +22,7 @@ from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
 from .render import markdown, write_table
-from .select import left_line
+from .select import left_line, unmeasured
 
 
 @dataclass

@@ -5,28 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .decisions import NO_SPREAD, SHORT, label, runs, where
+from .decisions import NO_SPREAD, SHORT, label, runs, seeds_text, where, worse_by
 
 Record = dict[str, Any]  # a Decision as findings.json holds it (Decision.as_json)
 SIDES = {"cart": "CART", "dense": "dense"}  # a parity claim's options, as written
 
 
 def seeds(record: Record) -> str:
-    """'3 seeds each' or '3/3/1 seeds' (R=6/8/10)."""
+    """'3 seeds each' or '3/3/1 seeds (6/8/10)': each option's seeds, and the options where they differ."""
     n = list(record["seeds"].values())
-    if len(set(n)) == 1:
-        return f"{n[0]} seed{'s' * (n[0] > 1)} each"
-    return f"{'/'.join(map(str, n))} seeds ({'/'.join(record['seeds'])})"
+    return seeds_text(n) + ("" if len(set(n)) == 1 else f" ({'/'.join(record['seeds'])})")
 
 
 def evidence(record: Record) -> str:
     """The margin with its interval and the p: '1.9% [1.4, 2.4] worse than R=8, p=2e-05'."""
-    m, level = record["margin"], round(100 * (1 - record["alpha"]))
-    lo, hi = m["ci_pct"]
-    return (
-        f"{label(record['axis'], m['over'])} is {m['pct']:.2f}% worse ({level}% CI {lo:.2f} to {hi:.2f}), "
-        f"p={record['p_value']:.2g} with {seeds(record)}"
-    )
+    m = record["margin"]
+    worse = worse_by(m["pct"], m["ci_pct"], record["alpha"], record["p_value"])
+    return f"{label(record['axis'], m['over'])} is {worse} with {seeds(record)}"
 
 
 def best(record: Record) -> str:

@@ -13,22 +13,16 @@ from typing import Any
 
 import pandas as pd
 
-from .decisions import Decision, and_, best, last_look_alpha, not_told, runs, seeds_text
+from .decisions import Decision, and_, best, last_look_alpha, not_told, runs, seeds_text, worse_by
 from .errors import AnalysisError
 from .findings import plain
 from .ladder import STEPS as HORIZON
 from .load import VARIANT_AXIS, StageAxes
-from .stage_tables import column_name
+from .stage_tables import column_name, stage_metric
 
 CLAIM = "best_level"
 HELD = ("model", VARIANT_AXIS)  # held fixed wherever they differ among a stage's runs, axes or not
 BEST, TIED = "best", "tied"  # a table row's mark: the decided best, or one the data cannot tell from the pick
-
-
-def stage_metric(rows: pd.DataFrame, axes: StageAxes, metric: str) -> str:
-    """The stage's own sweep metric where its runs hold it (as its table ranks), else the ranking metric."""
-    own = axes.metric
-    return own if own is not None and own in rows and rows[own].notna().any() else metric
 
 
 def decidable(rows: pd.DataFrame, axes: StageAxes) -> list[str]:
@@ -85,11 +79,8 @@ def sentence(decision: Decision, said_edge: str | None) -> str:
         return f"{place}: no {column} to compare (its {runs(decision.no_level)} none)."
     if decision.decided and decision.margin is not None:
         m = decision.margin
-        said = (
-            f"{place}: {name(axis, choice)} is the best {column}; the runner-up {name(axis, m.over)} is "
-            f"{m.pct:.2f}% worse ({round(100 * (1 - decision.alpha))}% CI {m.ci_pct[0]:.2f} to {m.ci_pct[1]:.2f}), "
-            f"p={decision.p_value:.2g}"
-        )
+        worse = worse_by(m.pct, m.ci_pct, decision.alpha, decision.p_value)
+        said = f"{place}: {name(axis, choice)} is the best {column}; the runner-up {name(axis, m.over)} is {worse}"
     elif decision.comparisons:
         told = not_told(
             name(axis, choice),
