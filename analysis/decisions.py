@@ -80,26 +80,32 @@ class Decision:
         """The record as findings.json holds it. A verdict word (hurts, reversed, holds, dense: VERDICTS) is its
         `choice` only where decided; undecided, `choice` is None and `leaning` says where the point estimates
         lean, so no reader takes it for a finding. A best-of-k choice is an option (R=4), its point pick."""
-        out = {"claim": self.claim, "stage": self.stage, "d": _plain(self.d), **asdict(self)}
-        out["cell"] = {k: _plain(v) for k, v in self.cell.items()}
-        out["choice"], out["tied"] = _plain(self.choice), [_plain(t) for t in self.tied]
+        out = {"claim": self.claim, "stage": self.stage, "d": plain(self.d), **asdict(self)}
+        out["cell"] = {k: plain(v) for k, v in self.cell.items()}
+        out["choice"], out["tied"] = plain(self.choice), [plain(t) for t in self.tied]
         out["leaning"] = out["choice"]
         if self.claim in VERDICTS and not self.decided:
             out["choice"] = None
         if self.margin:
-            out["margin"] = {**out["margin"], "over": _plain(self.margin.over), "ci_pct": list(self.margin.ci_pct)}
-        out["comparisons"] = [{**asdict(c), "over": _plain(c.over), "ci_pct": list(c.ci_pct)} for c in self.comparisons]
+            out["margin"] = {**out["margin"], "over": plain(self.margin.over), "ci_pct": list(self.margin.ci_pct)}
+        out["comparisons"] = [{**asdict(c), "over": plain(c.over), "ci_pct": list(c.ci_pct)} for c in self.comparisons]
         return out
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars as Python ones (JSON)."""
-    return value.item() if isinstance(value, np.generic) else value
+def plain(value: Any) -> Any:
+    """A JSON-safe Python scalar: numpy/pandas numbers to int/float/bool, missing to None."""
+    if value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value)):
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    return float(value) if isinstance(value, float | np.floating) else value
 
 
 def label(axis: str, level: Any) -> str:
     """An option as the report writes it: R=8, P=6, dense."""
-    return f"{SHORT[axis]}={_plain(level)}" if axis in SHORT else str(level)
+    return f"{SHORT[axis]}={plain(level)}" if axis in SHORT else str(level)
 
 
 def and_(items: list[str], word: str = "and") -> str:
@@ -274,8 +280,8 @@ def best_of(
     base = Decision(claim, stage, cell, axis, choice.level, False, "", alpha=alpha)
     base = replace(
         base,
-        seeds={str(_plain(o.level)): o.seeds for o in opts},
-        means={str(_plain(o.level)): round(o.mean, 6) for o in opts},
+        seeds={str(plain(o.level)): o.seeds for o in opts},
+        means={str(plain(o.level)): round(o.mean, 6) for o in opts},
         noise=noise,
     )
     name = label(axis, choice.level)

@@ -5,10 +5,8 @@ Each function named by a section of findings.json (stage1, parity, ...) is a tab
 
 from __future__ import annotations
 
-import math
 from typing import Any, cast
 
-import numpy as np
 import pandas as pd
 
 from cart_sweeps.metric import metric as metric_record
@@ -16,22 +14,12 @@ from cart_sweeps.metric import require
 from cart_sweeps.rules.decide import best
 
 from . import sentences
+from .decisions import plain
 from .screen import shortest_screen
 from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from .stats import spearman
 
 Findings = dict[str, Any]
-
-
-def plain(value: Any) -> Any:
-    """A JSON-safe Python scalar: numpy/pandas numbers to int/float/bool, missing to None."""
-    if value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value)):
-        return None
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    if isinstance(value, int | np.integer):
-        return int(value)
-    return float(value) if isinstance(value, float | np.floating) else value
 
 
 def _by_width(table: pd.DataFrame, column: str) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from cart_sweeps.stagerecord.runset import LeftOut
 
 from . import ladder, pareto, recipe, search, stage_decisions, stage_tables
 from .csv_input import ROW
-from .decisions import ALPHA, Decision
+from .decisions import ALPHA, Decision, plain
 from .figures import figure_jobs
-from .findings import Findings, listed, plain, words
+from .findings import Findings, listed, words
 from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings

@@ -13,9 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from .decisions import Decision, and_, best, last_look_alpha, not_told, runs, seeds_text, worse_by
+from .decisions import Decision, and_, best, last_look_alpha, not_told, plain, runs, seeds_text, worse_by
 from .errors import AnalysisError
-from .findings import plain
 from .ladder import STEPS as HORIZON
 from .load import VARIANT_AXIS, StageAxes
 from .stage_tables import column_name, stage_metric
