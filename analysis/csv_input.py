@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,18 +29,13 @@ DUPLICATE = "duplicate"
 ROW = "csv_row"  # a column naming each row's place in the file ("results.csv line 5"), for what lists the row
 
 
-@dataclass
-class Rows:
-    """A results CSV's completed rows, typed, with the rows it left out (listed) and counted."""
-
-    frame: pd.DataFrame
-    left_out: list[LeftOut]
-    not_completed: dict[str, int]  # status or reason -> rows; copies are listed, not counted (their run is tabled)
-
-
-def read(path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Collection[str]) -> Rows:
-    """The completed rows of the CSV at `path`. A run is its `run` column, else its values of `run_key` (those
-    not in `numbers` are names, kept as text); `numbers` and every metric column hold numbers, `whole` whole ones."""
+def read(
+    path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Collection[str]
+) -> tuple[pd.DataFrame, list[LeftOut], dict[str, int]]:
+    """The completed rows of the CSV at `path`, typed; the rows left out (listed); and the rows not completed,
+    counted by status or reason (a copy is listed, not counted: its run is tabled). A run is its `run` column,
+    else its values of `run_key` (those not in `numbers` are names, kept as text); `numbers` and every metric
+    column hold numbers, `whole` whole ones."""
     text = _fields(path)
     if "stage" not in text:
         raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")
@@ -64,7 +58,7 @@ def read(path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Co
         frame.loc[line, columns] = np.nan
     frame[ROW] = [f"{path.name} line {line}" for line in frame.index]
     left_out = [o for _, o in sorted({**copies, **{line: o for line, (o, _) in void.items()}}.items())]
-    return Rows(frame, left_out, dict(counts))
+    return frame, left_out, dict(counts)
 
 
 def _fields(path: Path) -> pd.DataFrame:

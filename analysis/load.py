@@ -140,22 +140,15 @@ def load_csv(path: str | Path) -> Study:
     if not path.is_file():
         raise AnalysisError(f"--from-csv {path}: no such file")
     numbers = (*INT_COLUMNS, "rho", "lr", "min_lr", "weight_decay")
-    rows = csv_input.read(path, run_key=RUN_KEY, whole=INT_COLUMNS, numbers=numbers)
-    frame = _normalise(rows.frame) if len(rows.frame) else rows.frame  # none: said as such by report.run
+    frame, left_out, not_completed = csv_input.read(path, run_key=RUN_KEY, whole=INT_COLUMNS, numbers=numbers)
+    frame = _normalise(frame) if len(frame) else frame  # none: said as such by report.run
     if "role" not in frame:
         frame["role"] = frame["stage"].map(roles_of(None, sorted(frame["stage"].unique())))
-    return Study(
-        frame, not_completed=rows.not_completed, source=str(path), axes=_csv_axes(frame), left_out=rows.left_out
-    )
-
-
-def _csv_axes(frame: pd.DataFrame) -> dict[str, StageAxes]:
-    """Per stage of a results CSV, the columns its rows differ in (the seed last)."""
-    out = {}
-    for stage, rows in frame.groupby("stage"):
-        varied = [c for c in (*CELL, "seed") if c in rows and rows[c].nunique(dropna=True) > 1]
-        out[str(stage)] = StageAxes(varied)
-    return out
+    axes = {  # per stage, the columns its rows differ in (the seed last)
+        str(stage): StageAxes([c for c in (*CELL, "seed") if c in rows and rows[c].nunique(dropna=True) > 1])
+        for stage, rows in frame.groupby("stage")
+    }
+    return Study(frame, not_completed=not_completed, source=str(path), axes=axes, left_out=left_out)
 
 
 def load_runs(root: str | Path, launch: int | None = None, where: list[str] | None = None) -> Study:

@@ -230,17 +230,8 @@ def _measured(study: Study, metric: str) -> Study:
     left_out = [LeftOut(place, place, *faults[run]) for run, place in fresh.items()]
     counts = Counter(study.not_completed)
     counts.update(faults[run][0] for run in fresh)
-
-    def kept(frame: pd.DataFrame) -> pd.DataFrame:
-        return frame[~frame["run"].isin(faults)] if "run" in frame else frame
-
-    return replace(
-        study,
-        evals=kept(study.evals),
-        train=kept(study.train),
-        not_completed=dict(counts),
-        left_out=[*study.left_out, *left_out],
-    )
+    kept = recipe.Part(dropped=frozenset(faults)).study(study)
+    return replace(kept, not_completed=dict(counts), left_out=[*study.left_out, *left_out])
 
 
 def runs_used(study: Study, table: str) -> str:
