@@ -1,11 +1,6 @@
-"""A results CSV, checked as run folders are.
-
-What cannot be read as the study's numbers is one line naming the line, the column and the value: a row with the
-wrong number of fields, text in a numeric column, one run in two rows that differ, several rows of one
-configuration and step with no seed to tell them apart. A value that measures nothing (not finite, or outside its
-metric's range: a perplexity of 0) is blanked and listed, so no table or claim reads it while its row still says
-that the run exists (a claim whose option has no valid value left is undecided, not decided without it); an exact
-copy of an earlier row is left out and listed.
+"""A results CSV, checked as run folders are (docs/results.md): what cannot be read as the study's numbers is
+one line naming the line, the column and the value; a value that measures nothing is blanked and listed, so no
+table or claim reads it while its row still says that the run exists; an exact copy of a row is left out, listed.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Turn run folders or a results CSV into one tidy frame of evaluations (one row per run and step).
+"""Turn run folders or a results CSV into one tidy frame of evaluations (one row per run and step), so every
+table reads one shape.
 
-Both inputs land in the same columns (stage, model, variant, d_model, n_prelude, n_loops, n_layers,
-seed, step, ppl_<set>, bpb_<set>, ce_<set>, rho, trainer recipe, ...), so every table reads one shape.
-
-A row is a run as one stage reads it: a run that several stages share (one run id: the base configuration is
-Stage 2's, parity's and the ablations' alike) has a row under each, and `run_id` says it is one run, so every
-table that reads several stages counts it once (analysis.tables.select). `config` names what a run's seeds
-share (its configuration: the cell it belongs to), never a summary's free-text field.
+A row is a run as one stage reads it: a run that several stages share (one run id) has a row under each, and
+`run_id` says it is one run, so every table that reads several stages counts it once (analysis.tables.select).
+`config` names what a run's seeds share (its configuration), never a summary's free-text field.
 """
 
 from __future__ import annotations

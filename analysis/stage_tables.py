@@ -1,9 +1,6 @@
-"""Each stage's own table: its metrics by whatever it varies (grid axes, search parameters, variants).
-
-Every stage gets one, with or without a paper role: per cell (the stage's axes less the seed) the seed
-mean of its ranking metric (the stage's sweep metric where recorded), the spread where seeds vary, and
-its other validation sets; best first, in the metric's direction. A search is tabled trial by trial, so its
-first row is the ledger's best trial.
+"""Each stage's own table, with or without a paper role: per cell (its axes less the seed) the seed mean of its
+ranking metric (its sweep metric where recorded), the spread where seeds vary, its other validation sets; best
+first. A search is tabled trial by trial, so its first row is the ledger's best trial.
 """
 
 from __future__ import annotations
