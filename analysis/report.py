@@ -15,7 +15,7 @@ from cart_sweeps.stagerecord.runset import LeftOut
 
 from . import ladder, pareto, recipe, search, stage_decisions, stage_tables
 from .csv_input import ROW
-from .decisions import ALPHA, Decision, plain
+from .decisions import ALPHA, Decision
 from .figures import figure_jobs
 from .findings import Findings, listed, words
 from .load import AnalysisError, Study, pick_metric, unreadable
@@ -103,11 +103,7 @@ def run(
     decisions: list[Decision] = []
     split: dict[str, list[str]] = {}  # a table built per recipe (analysis.recipe) -> its recipe columns
     decidable = {s: stage_decisions.decidable(every[every["stage"] == s], a) for s, a in study.axes.items()}
-    try:
-        stage_decisions.check_asked(decide_axes, decidable)
-    except AnalysisError as error:  # the axis may be a stage's the analysis could not read: say which were not
-        left = "; ".join(f"stage {s} is left out ({why})" for s, why in study.unread.items())
-        raise AnalysisError(f"{error}; {left}" if left else str(error)) from error
+    stage_decisions.check_asked(decide_axes, decidable, study.unread)
     own_decisions: dict[str, list[dict[str, object]]] = {}
     with replacing(out, keep=bool(only)) as folder:
         for name in chosen:
@@ -149,7 +145,7 @@ def run(
             raise AnalysisError(lost[0] if lost else report.skipped[chosen[0]])
         selection = {"selection": {s: c.as_json() for s, c in study.selection.items()}} if study.selection else {}
         whole = {n: t for n, t in tables.items() if n not in split}  # a split table's rows are no one finding
-        best = plain(stage_tables.best_rows({n: t for n, t in whole.items() if n in own}))
+        best = stage_tables.best_rows({n: t for n, t in whole.items() if n in own})
         findings_ = findings(whole, metric, decisions)
         report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
         if own_decisions := {s: made for s, made in own_decisions.items() if made}:

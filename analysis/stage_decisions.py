@@ -39,18 +39,21 @@ def wanted_axes(axes: list[str], asked: list[str] | None) -> list[str]:
     return [a for a in axes if a in asked or column_name(a) in asked]
 
 
-def check_asked(asked: list[str] | None, every: dict[str, list[str]]) -> None:
-    """An axis --decide names that no stage varies (with a seed axis) is one line naming the ones there are."""
+def check_asked(asked: list[str] | None, every: dict[str, list[str]], unread: dict[str, str]) -> None:
+    """An axis --decide names that no stage varies (with a seed axis) is one line naming the ones there are, and
+    the stages the analysis could not read (`unread`: the axis may be one of theirs)."""
+    left = "".join(f"; stage {s} is left out ({why})" for s, why in unread.items())
     for name in asked or []:
         if name in (HORIZON, column_name(HORIZON)):
             raise AnalysisError(
                 f"--decide {name}: a ladder's horizon is a rung, not a choice: each rung is decided on its own "
-                "(docs/decisions.md)"
+                f"(docs/decisions.md){left}"
             )
         if not any(wanted_axes(axes, [name]) for axes in every.values()):
             have = sorted({a for axes in every.values() for a in axes})
             raise AnalysisError(
                 f"--decide {name}: no stage with a seed axis varies it (decidable axes: {', '.join(have) or 'none'})"
+                + left
             )
 
 

@@ -42,7 +42,7 @@ def recipe_of(row: pd.Series) -> Recipe:
     given = {f.name: row[f.name] for f in fields(Recipe) if f.name in row and pd.notna(row[f.name])}
     given.setdefault("steps", row["step"])
     types: dict[str, Callable[[Any], Any]] = {"int": int, "bool": _flag, "str": str}  # the fields' annotations
-    return Recipe(**{f.name: types.get(f.type, float)(given[f.name]) for f in fields(Recipe) if f.name in given})
+    return Recipe(**{f.name: types.get(str(f.type), float)(given[f.name]) for f in fields(Recipe) if f.name in given})
 
 
 def _flag(value: object) -> bool:
