@@ -17,6 +17,7 @@ from cart_sweeps.rules.decide import holm, p_better, pool
 
 from .decisions import (
     NO_SPREAD,
+    SIDES,
     Decision,
     best,
     best_of,
@@ -31,7 +32,6 @@ from .decisions import (
     unmeasured,
 )
 from .load import ppl_sets
-from .sentences import SIDES
 from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from .tables import CONFIG, ablation_runs, inference_runs, p_reference, parity_cart, rows_of, select
 

@@ -21,6 +21,7 @@ from cart_sweeps.rules.decide import ALPHA, Noise, Option, gap, holm, pool, reso
 SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "eval_n_loops": "R", "R": "R", "n_layers": "L"}
 NO_SPREAD = "no seed spread"
 NO_MEASURABLE = "no measurable seed spread"
+SIDES = {"cart": "CART", "dense": "dense"}  # a parity claim's options, as written
 VERDICTS = ("reversal", "p_ordering", "ablation", "parity")  # claims whose choice is a verdict word, not an option
 
 
