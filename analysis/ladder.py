@@ -92,17 +92,15 @@ def _design(study: Study, stage: str, rungs: list[int], data: dict, metric: str,
     return Design(tuple(rungs), tuple(order), len(grid), max(map(len, cells)), require(metric), DRIFT_PRIOR, alpha)
 
 
-def _walked(study: Study, stage: str, metric: str, alpha: float) -> tuple[list[int], dict, Walk, list[str]]:
-    rows = _rows(study, stage, metric)
-    keys = _config_keys(study, stage)
-    rungs, groups, data = _data(rows, _width(study, stage), keys, metric)
+def _walked(study: Study, stage: str, metric: str, alpha: float) -> tuple[list[int], dict, Walk]:
+    rungs, groups, data = _data(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
     if len(rungs) < 2:
         raise AnalysisError(f"ladder stage {stage} has runs at one horizon only ({rungs[0]} steps)")
-    return rungs, data, walk(_design(study, stage, rungs, data, metric, alpha), groups, data), keys
+    return rungs, data, walk(_design(study, stage, rungs, data, metric, alpha), groups, data)
 
 
 def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, state, _ = _walked(study, stage, metric, alpha)
+    rungs, data, state = _walked(study, stage, metric, alpha)
     said = {(c.rung, c.group, c.config): c for c in state.calls}
     out = []
     for (k, d, config), seeds in sorted(data.items(), key=lambda item: (item[0][0], str(item[0][1]))):
@@ -126,25 +124,24 @@ def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataF
 
 
 def agreement_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, _, _ = _walked(study, stage, metric, alpha)
+    rungs, data, _ = _walked(study, stage, metric, alpha)
     sign = require(metric).sign
-    last = {
-        (d, *[v for _, v in c]): sign * np.array(list(s.values()))
-        for (k, d, c), s in data.items()
-        if k == len(rungs) - 1
-    }
+
+    def at(k: int) -> dict[tuple, np.ndarray]:
+        """(width, *configuration) -> its values at rung k, oriented so that lower ranks first."""
+        return {(d, *[v for _, v in c]): sign * np.array(list(s.values())) for (r, d, c), s in data.items() if r == k}
+
     rng = np.random.default_rng(0)  # the same interval each time
     out = []
     for k in range(len(rungs) - 1):
-        here = {(d, *[v for _, v in c]): sign * np.array(list(s.values())) for (r, d, c), s in data.items() if r == k}
-        pairs, share, low, high = agreement(here, last, rng)
+        pairs, share, low, high = agreement(at(k), at(len(rungs) - 1), rng)
         out.append({"rung": k + 1, "steps": rungs[k], "final_steps": rungs[-1], "pairs": pairs, "agreement": share,
                     "ci_low": low, "ci_high": high})  # fmt: skip
     return pd.DataFrame(out)
 
 
 def drift_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, state, _ = _walked(study, stage, metric, alpha)
+    rungs, data, state = _walked(study, stage, metric, alpha)
     m = require(metric)
     score = {key: float(np.mean([m.scaled(v) for v in s.values()])) for key, s in data.items()}
     widths = sorted({d for (_, d, _) in data}, key=str)
