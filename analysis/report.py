@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -143,7 +143,7 @@ def run(
         report.asked += _asked_missing(study, report.skipped, only and chosen, decide_axes)
         if only and set(chosen) <= set(report.skipped):  # nothing asked for could be built: nothing written
             raise AnalysisError(lost[0] if lost else report.skipped[chosen[0]])
-        selection = {"selection": {s: c.as_json() for s, c in study.selection.items()}} if study.selection else {}
+        selection = {"selection": {s: asdict(c) for s, c in study.selection.items()}} if study.selection else {}
         whole = {n: t for n, t in tables.items() if n not in split}  # a split table's rows are no one finding
         best = stage_tables.best_rows({n: t for n, t in whole.items() if n in own})
         findings_ = findings(whole, metric, decisions)

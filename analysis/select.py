@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,6 @@ class StageSelection:
         """The runs left out and the runs missing, one line each."""
         lines = [left_line(e) for e in self.excluded]
         return lines + [f"missing {label}: in the runs chosen, but its run folder is gone" for label in self.missing]
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def left_line(left: LeftOut) -> str:
