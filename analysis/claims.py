@@ -263,18 +263,17 @@ def _mark_ordering(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
     return table.assign(holds=marks, p_value=[c.p_value for c in at])
 
 
-def _mark_pair(keys: dict[str, str], names: dict[str, str]) -> Apply:
-    """verdict per row (`_aligned` by `keys`): the better side where decided, else why not."""
+def _mark_pair(keys: dict[str, str], names: dict[str, str]) -> Mark:
+    """verdict per row (`_aligned` by `keys`, the columns it reads): the better side where decided, else why not."""
 
     def mark(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
         at = _aligned(table, claims, keys)
         verdict = [names[str(c.choice)] if c.decided else undecided(c) for c in at]
         return table.assign(verdict=verdict, p_value=[c.p_value for c in at])
 
-    return mark
+    return Mark(mark, tuple(keys.values()), ("verdict", "p_value"))
 
 
-BEST_R = ("decided", "tied", "p_value")
 SCREEN_BEST = Claims(_best_r(SCREEN), ("d", "P"))
 CONFIRM_BEST = Claims(_best_r(CONFIRM), ("d", "P"))
 REVERSAL = Claims(reversal, ("d", "P", "stage1_R"))
@@ -282,18 +281,12 @@ P_ORDERING = Claims(p_ordering)
 ABLATION = Claims(ablation)
 PARITY_SIDE = Claims(parity, ("d", "L", "metric", "parity"))
 TRAINED_R_BEST = Claims(trained_r_best)
-MARK_BEST = Mark(_mark_best, ("d", "P"), BEST_R)
+MARK_BEST = Mark(_mark_best, ("d", "P"), ("decided", "tied", "p_value"))
 MARK_REVERSAL = Mark(_mark_reversal, (), ("reversed", "gap_pct", "p_value", "note"))
 MARK_ORDERING = Mark(_mark_ordering, ("d", "R"), ("holds", "p_value"))
-MARK_ABLATION = Mark(
-    _mark_pair({"variant": "variant", "metric": "metric"}, {"hurts": "hurts", "helps": "helps"}),
-    ("variant", "metric"),
-    ("verdict", "p_value"),
-)
-MARK_PARITY = Mark(
-    _mark_pair({"d_model": "d", "n_layers": "L", "metric": "metric"}, {k: f"{v} better" for k, v in SIDES.items()}),
-    ("d", "L", "metric"),
-    ("verdict", "p_value"),
+MARK_ABLATION = _mark_pair({"variant": "variant", "metric": "metric"}, {"hurts": "hurts", "helps": "helps"})
+MARK_PARITY = _mark_pair(
+    {"d_model": "d", "n_layers": "L", "metric": "metric"}, {k: f"{v} better" for k, v in SIDES.items()}
 )
 
 
