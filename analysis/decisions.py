@@ -18,7 +18,9 @@ from scipy import stats
 from cart_sweeps.metric import require
 from cart_sweeps.rules.decide import ALPHA, Noise, Option, gap, holm, pool, resolution, two_sided
 
-SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "eval_n_loops": "R", "R": "R", "n_layers": "L"}
+from . import tables
+
+SHORT = {**tables.SHORT, "eval_n_loops": "R", "R": "R"}  # an inference R is an R too
 NO_SPREAD = "no seed spread"
 NO_MEASURABLE = "no measurable seed spread"
 SIDES = {"cart": "CART", "dense": "dense"}  # a parity claim's options, as written

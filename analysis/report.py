@@ -304,11 +304,9 @@ def _title(final: pd.DataFrame) -> str:
 
 def _roles(final: pd.DataFrame) -> dict[str, str]:
     """Role -> the stage playing it, so each finding is listed under its stage."""
-    return (
-        {r: s for r, s in zip(final["role"], final["stage"], strict=True) if isinstance(r, str)}
-        if "role" in final
-        else {}
-    )
+    if "role" not in final:
+        return {}
+    return {r: s for r, s in zip(final["role"], final["stage"], strict=True) if isinstance(r, str)}
 
 
 def _markdown_report(
