@@ -1,9 +1,7 @@
 """Regenerate the CART study's tables, figures and findings from run folders or a results CSV.
 
-Reads what runs wrote (summary.json, metrics.jsonl) or a tidy CSV with pandas. Beside the commands in the
-layers (pyproject's [tool.importlinter]): it reads runs through cart_sweeps's run record (cart_sweeps.record),
-run set and ledger (cart_sweeps.stagerecord.runset, .ledger: optuna), and types through its schema and stage roles;
-it imports no torch.
+Reads what runs wrote (summary.json, metrics.jsonl) or a tidy CSV with pandas, beside the commands in the layers
+(pyproject's [tool.importlinter]); it imports no torch.
 
 One package under one name, the one the wheel ships: cart_sweeps.analysis. A checkout's `python -m analysis`
 finds this folder under the top-level name `analysis` too; there the name stands for cart_sweeps.analysis and

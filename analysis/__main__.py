@@ -12,6 +12,7 @@ from .decisions import ALPHA
 from .load import AnalysisError, load_csv, load_runs
 from .registry import TABLES_DOC, readme_with_tables
 from .report import run
+from .select import left_line
 
 CURRENT = "current"
 OUT = Path("analysis/out")
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     for chosen in study.selection.values():
         print("\n".join([chosen.line(), *(f"  {line}" for line in chosen.details())]))
     for left_out in report.left_out:
-        print(left_out.line())
+        print(left_line(left_out))
     print()
     print(report.summary)
     for line in report.asked:

@@ -17,6 +17,7 @@ from cart_sweeps.rules.decide import holm, p_better, pool
 
 from .decisions import (
     NO_SPREAD,
+    SIDES,
     Decision,
     best,
     best_of,
@@ -31,7 +32,6 @@ from .decisions import (
     unmeasured,
 )
 from .load import ppl_sets
-from .sentences import SIDES
 from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from .tables import CONFIG, ablation_runs, inference_runs, p_reference, parity_cart, rows_of, select
 
@@ -236,10 +236,15 @@ def undecided(decision: Decision) -> str:
     return (unmeasured(decision.noise) or "undecided") if decision.method == "none" else "undecided"
 
 
+def _aligned(table: pd.DataFrame, claims: list[Decision], keys: dict[str, str]) -> list[Decision]:
+    """The claim of each row (keys: the claims' cell keys -> the table's columns)."""
+    by = {tuple(c.cell[k] for k in keys): c for c in claims}
+    return [by[tuple(row)] for row in table[list(keys.values())].itertuples(index=False)]
+
+
 def _mark_best(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
     """decided (yes/no) and the options the data cannot tell from the table's pick."""
-    by = {(c.cell["d_model"], c.cell["n_prelude"]): c for c in claims}
-    at = [by[(d, p)] for d, p in zip(table["d"], table["P"], strict=True)]
+    at = _aligned(table, claims, {"d_model": "d", "n_prelude": "P"})
     tied = [", ".join(label("n_loops", t) for t in c.tied) for c in at]
     return table.assign(decided=[c.decided for c in at], tied=tied, p_value=[c.p_value for c in at])
 
@@ -253,26 +258,22 @@ def _mark_reversal(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
 
 def _mark_ordering(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
     """holds: yes / no where decided, else why not."""
-    by = {(c.cell["d_model"], c.cell["n_loops"]): c for c in claims}
-    at = [by[(d, r)] for d, r in zip(table["d"], table["R"], strict=True)]
+    at = _aligned(table, claims, {"d_model": "d", "n_loops": "R"})
     marks = [({"holds": "yes", "breaks": "no"}[c.choice] if c.decided else undecided(c)) for c in at]
     return table.assign(holds=marks, p_value=[c.p_value for c in at])
 
 
-def _mark_pair(keys: dict[str, str], names: dict[str, str]) -> Apply:
-    """verdict per row (keys: the claim's cell keys -> the table's columns): the better side where decided,
-    else why not."""
+def _mark_pair(keys: dict[str, str], names: dict[str, str]) -> Mark:
+    """verdict per row (`_aligned` by `keys`, the columns it reads): the better side where decided, else why not."""
 
     def mark(table: pd.DataFrame, claims: list[Decision]) -> pd.DataFrame:
-        by = {tuple(c.cell[k] for k in keys): c for c in claims}
-        at = [by[tuple(row)] for row in table[list(keys.values())].itertuples(index=False)]
+        at = _aligned(table, claims, keys)
         verdict = [names[str(c.choice)] if c.decided else undecided(c) for c in at]
         return table.assign(verdict=verdict, p_value=[c.p_value for c in at])
 
-    return mark
+    return Mark(mark, tuple(keys.values()), ("verdict", "p_value"))
 
 
-BEST_R = ("decided", "tied", "p_value")
 SCREEN_BEST = Claims(_best_r(SCREEN), ("d", "P"))
 CONFIRM_BEST = Claims(_best_r(CONFIRM), ("d", "P"))
 REVERSAL = Claims(reversal, ("d", "P", "stage1_R"))
@@ -280,18 +281,12 @@ P_ORDERING = Claims(p_ordering)
 ABLATION = Claims(ablation)
 PARITY_SIDE = Claims(parity, ("d", "L", "metric", "parity"))
 TRAINED_R_BEST = Claims(trained_r_best)
-MARK_BEST = Mark(_mark_best, ("d", "P"), BEST_R)
+MARK_BEST = Mark(_mark_best, ("d", "P"), ("decided", "tied", "p_value"))
 MARK_REVERSAL = Mark(_mark_reversal, (), ("reversed", "gap_pct", "p_value", "note"))
 MARK_ORDERING = Mark(_mark_ordering, ("d", "R"), ("holds", "p_value"))
-MARK_ABLATION = Mark(
-    _mark_pair({"variant": "variant", "metric": "metric"}, {"hurts": "hurts", "helps": "helps"}),
-    ("variant", "metric"),
-    ("verdict", "p_value"),
-)
-MARK_PARITY = Mark(
-    _mark_pair({"d_model": "d", "n_layers": "L", "metric": "metric"}, {k: f"{v} better" for k, v in SIDES.items()}),
-    ("d", "L", "metric"),
-    ("verdict", "p_value"),
+MARK_ABLATION = _mark_pair({"variant": "variant", "metric": "metric"}, {"hurts": "hurts", "helps": "helps"})
+MARK_PARITY = _mark_pair(
+    {"d_model": "d", "n_layers": "L", "metric": "metric"}, {k: f"{v} better" for k, v in SIDES.items()}
 )
 
 

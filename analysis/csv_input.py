@@ -1,11 +1,6 @@
-"""A results CSV, checked as run folders are.
-
-What cannot be read as the study's numbers is one line naming the line, the column and the value: a row with the
-wrong number of fields, text in a numeric column, one run in two rows that differ, several rows of one
-configuration and step with no seed to tell them apart. A value that measures nothing (not finite, or outside its
-metric's range: a perplexity of 0) is blanked and listed, so no table or claim reads it while its row still says
-that the run exists (a claim whose option has no valid value left is undecided, not decided without it); an exact
-copy of an earlier row is left out and listed.
+"""A results CSV, checked as run folders are (docs/results.md): what cannot be read as the study's numbers is
+one line naming the line, the column and the value; a value that measures nothing is blanked and listed, so no
+table or claim reads it while its row still says that the run exists; an exact copy of a row is left out, listed.
 """
 
 from __future__ import annotations
@@ -13,35 +8,29 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from cart_sweeps.metric import metric
+from cart_sweeps.stagerecord.runset import LeftOut
 from cart_sweeps.status import RunStatus
 
-from .errors import AnalysisError, LeftOut
-from .select import NOT_FINITE
+from .errors import AnalysisError
+from .select import unmeasured
 
-OUT_OF_RANGE = "out of range"
 DUPLICATE = "duplicate"
 ROW = "csv_row"  # a column naming each row's place in the file ("results.csv line 5"), for what lists the row
 
 
-@dataclass
-class Rows:
-    """A results CSV's completed rows, typed, with the rows it left out (listed) and counted."""
-
-    frame: pd.DataFrame
-    left_out: list[LeftOut]
-    not_completed: dict[str, int]  # status or reason -> rows; copies are listed, not counted (their run is tabled)
-
-
-def read(path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Collection[str]) -> Rows:
-    """The completed rows of the CSV at `path`. A run is its `run` column, else its values of `run_key` (those
-    not in `numbers` are names, kept as text); `numbers` and every metric column hold numbers, `whole` whole ones."""
+def read(
+    path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Collection[str]
+) -> tuple[pd.DataFrame, list[LeftOut], dict[str, int]]:
+    """The completed rows of the CSV at `path`, typed; the rows left out (listed); and the rows not completed,
+    counted by status or reason (a copy is listed, not counted: its run is tabled). A run is its `run` column,
+    else its values of `run_key` (those not in `numbers` are names, kept as text); `numbers` and every metric
+    column hold numbers, `whole` whole ones."""
     text = _fields(path)
     if "stage" not in text:
         raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")
@@ -64,7 +53,7 @@ def read(path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Co
         frame.loc[line, columns] = np.nan
     frame[ROW] = [f"{path.name} line {line}" for line in frame.index]
     left_out = [o for _, o in sorted({**copies, **{line: o for line, (o, _) in void.items()}}.items())]
-    return Rows(frame, left_out, dict(counts))
+    return frame, left_out, dict(counts)
 
 
 def _fields(path: Path) -> pd.DataFrame:
@@ -117,7 +106,8 @@ def _without_copies(
     at = [frame.columns.get_loc(c) for c in key]
     for line, row in zip(frame.index, values.itertuples(index=False, name=None), strict=True):
         if row in first:
-            copies[line] = LeftOut(f"{path.name} line {line}", DUPLICATE, f"a duplicate of line {first[row]}")
+            where = f"{path.name} line {line}"
+            copies[line] = LeftOut(where, where, DUPLICATE, f"a duplicate of line {first[row]}")
             continue
         first[row] = line
         run = tuple(row[i] for i in at)
@@ -156,19 +146,8 @@ def _unmeasured(
         for line, value in given.items():
             if (fault := unmeasured(column, value))[1]:
                 faults.setdefault(line, []).append((*fault, column))
-    return {
-        line: (
-            LeftOut(f"{path.name} line {line}", found[0][0], "; ".join(reason for _, reason, _ in found)),
-            [column for _, _, column in found],
-        )
-        for line, found in faults.items()
-    }
-
-
-def unmeasured(column: str, value: float) -> tuple[str, str]:
-    """Why `value` of `column` measures nothing, as (kind, reason): not finite, or outside its metric's range
-    (Metric.valid: a perplexity <= 1, an accuracy > 1); ("", "") where it is a measurement."""
-    record = metric(column)
-    finite = bool(np.isfinite(value))
-    reason = record.invalid_reason(value) if record else "" if finite else f"{column}={value} is not a finite number"
-    return (OUT_OF_RANGE if finite else NOT_FINITE) if reason else "", reason
+    out = {}
+    for line, found in faults.items():
+        where, reasons = f"{path.name} line {line}", "; ".join(reason for _, reason, _ in found)
+        out[line] = (LeftOut(where, where, found[0][0], reasons), [column for _, _, column in found])
+    return out

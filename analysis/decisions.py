@@ -1,13 +1,6 @@
 """How sure each finding is: one record per claim the report makes in words, decided only where the seeds
-tell the choice from every other option at the error rate alpha, multiple comparisons included.
-
-The statistics live in cart_sweeps.rules.decide (the sweep adds seeds by the same test). The test (docs/statistics.md):
-options are compared on the metric's tested scale (log-metric for a perplexity, whose seed
-noise scales with its level, so a difference is a ratio; cart_sweeps.metric), best in the metric's direction,
-with the seed noise pooled over the options compared (equal noise assumed), else over every cell of the stage,
-else measured in another stage and said so. Each run counts once. A stage with one seed per configuration and
-no other noise estimate decides nothing ("no seed spread"); nor does a spread at or below the values'
-resolution ("no measurable seed spread"), nor a claim one of whose options has no valid value.
+tell the choice from every other option at the error rate alpha, multiple comparisons included. The test is
+docs/statistics.md's; its statistics live in cart_sweeps.rules.decide (the sweep adds seeds by the same test).
 """
 
 from __future__ import annotations
@@ -22,14 +15,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from cart_sweeps.metric import Metric, metric, require_error
+from cart_sweeps.metric import require
 from cart_sweeps.rules.decide import ALPHA, Noise, Option, gap, holm, pool, resolution, two_sided
 
-from .errors import AnalysisError
+from . import tables
 
-SHORT = {"d_model": "d", "n_prelude": "P", "n_loops": "R", "eval_n_loops": "R", "R": "R", "n_layers": "L"}
+SHORT = {**tables.SHORT, "eval_n_loops": "R", "R": "R"}  # an inference R is an R too
 NO_SPREAD = "no seed spread"
 NO_MEASURABLE = "no measurable seed spread"
+SIDES = {"cart": "CART", "dense": "dense"}  # a parity claim's options, as written
 VERDICTS = ("reversal", "p_ordering", "ablation", "parity")  # claims whose choice is a verdict word, not an option
 
 
@@ -89,26 +83,32 @@ class Decision:
         """The record as findings.json holds it. A verdict word (hurts, reversed, holds, dense: VERDICTS) is its
         `choice` only where decided; undecided, `choice` is None and `leaning` says where the point estimates
         lean, so no reader takes it for a finding. A best-of-k choice is an option (R=4), its point pick."""
-        out = {"claim": self.claim, "stage": self.stage, "d": _plain(self.d), **asdict(self)}
-        out["cell"] = {k: _plain(v) for k, v in self.cell.items()}
-        out["choice"], out["tied"] = _plain(self.choice), [_plain(t) for t in self.tied]
+        out = {"claim": self.claim, "stage": self.stage, "d": plain(self.d), **asdict(self)}
+        out["cell"] = {k: plain(v) for k, v in self.cell.items()}
+        out["choice"], out["tied"] = plain(self.choice), [plain(t) for t in self.tied]
         out["leaning"] = out["choice"]
         if self.claim in VERDICTS and not self.decided:
             out["choice"] = None
         if self.margin:
-            out["margin"] = {**out["margin"], "over": _plain(self.margin.over), "ci_pct": list(self.margin.ci_pct)}
-        out["comparisons"] = [{**asdict(c), "over": _plain(c.over), "ci_pct": list(c.ci_pct)} for c in self.comparisons]
+            out["margin"] = {**out["margin"], "over": plain(self.margin.over), "ci_pct": list(self.margin.ci_pct)}
+        out["comparisons"] = [{**asdict(c), "over": plain(c.over), "ci_pct": list(c.ci_pct)} for c in self.comparisons]
         return out
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars as Python ones (JSON)."""
-    return value.item() if isinstance(value, np.generic) else value
+def plain(value: Any) -> Any:
+    """A JSON-safe Python scalar: numpy/pandas numbers to int/float/bool, missing to None."""
+    if value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value)):
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    return float(value) if isinstance(value, float | np.floating) else value
 
 
 def label(axis: str, level: Any) -> str:
     """An option as the report writes it: R=8, P=6, dense."""
-    return f"{SHORT[axis]}={_plain(level)}" if axis in SHORT else str(level)
+    return f"{SHORT[axis]}={plain(level)}" if axis in SHORT else str(level)
 
 
 def and_(items: list[str], word: str = "and") -> str:
@@ -127,14 +127,6 @@ def where(stage: str, cell: dict[str, Any]) -> str:
     return f"Stage {stage}" + (f", {at}" if at else "")
 
 
-def record_of(name: str) -> Metric:
-    """The metric's record, or one line saying it has none."""
-    found = metric(name)
-    if found is None:
-        raise AnalysisError(require_error(name))
-    return found
-
-
 def leveled(rows: pd.DataFrame, axis: str) -> pd.DataFrame:
     """The rows holding a value of `axis`: a run without one (a dense run's R, a blank in a CSV) is no option."""
     return rows[rows[axis].notna()]
@@ -142,7 +134,7 @@ def leveled(rows: pd.DataFrame, axis: str) -> pd.DataFrame:
 
 def _observations(rows: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows holding a valid value of metric `name`, each run once."""
-    record = record_of(name)
+    record = require(name)
     rows = rows[rows[name].map(record.valid)]
     return rows.drop_duplicates("run_id") if "run_id" in rows else rows
 
@@ -151,7 +143,7 @@ def grouped_options(rows: pd.DataFrame, metric: str, axis: str, cell: list[str])
     """Every cell's options (one groupby for the whole frame), best (as the tables rank, in the metric's
     direction) first; rows without a valid value of the metric or a value of the axis are left out, and each run
     counts once."""
-    record = record_of(metric)
+    record = require(metric)
     rows = _observations(leveled(rows, axis), metric)
     values = rows[metric].astype(float)
     scores = record.sign * (np.log(values) if record.kind.log_scale else values)
@@ -200,11 +192,16 @@ def margin(better: Option, worse: Option, noise: Noise, alpha: float, metric: st
     diff, se = gap(better, worse, noise)
     half = float(stats.t.ppf(1 - alpha / 2, noise.df)) * se
     points = (diff, diff - half, diff + half)
-    if record_of(metric).kind.log_scale:
+    if require(metric).kind.log_scale:
         pct = [100 * math.expm1(x) for x in points]
     else:
         pct = [100 * x / abs(better.mean) if better.mean else math.nan for x in points]
     return Margin(worse.level, round(pct[0], 6), (round(pct[1], 6), round(pct[2], 6)))
+
+
+def worse_by(pct: float, ci: tuple[float, float] | list[float], alpha: float, p: float | None) -> str:
+    """'1.90% worse (95% CI 1.40 to 2.40), p=2e-05': a decided margin as every sentence says it."""
+    return f"{pct:.2f}% worse ({round(100 * (1 - alpha))}% CI {ci[0]:.2f} to {ci[1]:.2f}), p={p:.2g}"
 
 
 def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
@@ -216,11 +213,9 @@ def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
 
 def seeds_text(counts: list[int]) -> str:
     """'3 seeds each' or '3/3/1 seeds' (each option's seeds, in rank)."""
-    return (
-        f"{counts[0]} seed{'s' * (counts[0] > 1)} each"
-        if len(set(counts)) == 1
-        else f"{'/'.join(map(str, counts))} seeds"
-    )
+    if len(set(counts)) == 1:
+        return f"{counts[0]} seed{'s' * (counts[0] > 1)} each"
+    return f"{'/'.join(map(str, counts))} seeds"
 
 
 def method_text(noise: Noise, what: str) -> str:
@@ -288,8 +283,8 @@ def best_of(
     base = Decision(claim, stage, cell, axis, choice.level, False, "", alpha=alpha)
     base = replace(
         base,
-        seeds={str(_plain(o.level)): o.seeds for o in opts},
-        means={str(_plain(o.level)): round(o.mean, 6) for o in opts},
+        seeds={str(plain(o.level)): o.seeds for o in opts},
+        means={str(plain(o.level)): round(o.mean, 6) for o in opts},
         noise=noise,
     )
     name = label(axis, choice.level)

@@ -5,33 +5,20 @@ Each function named by a section of findings.json (stage1, parity, ...) is a tab
 
 from __future__ import annotations
 
-import math
 from typing import Any, cast
 
-import numpy as np
 import pandas as pd
 
 from cart_sweeps.metric import metric as metric_record
 from cart_sweeps.metric import require
 from cart_sweeps.rules.decide import best
 
-from . import sentences
+from .decisions import NO_SPREAD, SHORT, SIDES, label, plain, runs, seeds_text, where, worse_by
 from .screen import shortest_screen
 from .stages import ABLATIONS, CONFIRM, PARITY, SCREEN, VARIABLE_R
 from .stats import spearman
 
 Findings = dict[str, Any]
-
-
-def plain(value: Any) -> Any:
-    """A JSON-safe Python scalar: numpy/pandas numbers to int/float/bool, missing to None."""
-    if value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value)):
-        return None
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    if isinstance(value, int | np.integer):
-        return int(value)
-    return float(value) if isinstance(value, float | np.floating) else value
 
 
 def _by_width(table: pd.DataFrame, column: str) -> dict[str, Any]:
@@ -269,7 +256,7 @@ def said(f: Findings, stages: dict[str, str]) -> list[Said]:
         gains = ", ".join(f"d={d} {v:+.1f}%" for d, v in s1["r_benefit_pct"].items())
         add(of(SCREEN), [f"From the smallest to the largest R at the best P, {metric} changes by {gains}."])
     add(of(CONFIRM), _best_words([c for c in claims.get("best_R", []) if c["role"] == CONFIRM]))
-    add(of(CONFIRM), [sentences.reversal(c) for c in claims.get("reversal", [])])
+    add(of(CONFIRM), [_reversal_said(c) for c in claims.get("reversal", [])])
     rev = f.get("reversal", {})
     if rev.get("spearman") is not None:
         add(
@@ -316,8 +303,7 @@ def _parity_words(f: Findings, claims: list[Findings]) -> list[str]:
     parts = []
     for name, p in f.get("parity", {}).items():
         gaps = ", ".join(
-            f"{m} {g:+.1f}% "
-            + sentences.verdict(by[(name, m)], f"{sentences.SIDES.get(by[(name, m)]['choice'])} better")
+            f"{m} {g:+.1f}% " + _verdict(by[(name, m)], f"{SIDES.get(by[(name, m)]['choice'])} better")
             for m, g in p["gap_pct"].items()
             if g is not None
         )
@@ -332,7 +318,7 @@ def _ablation_words(f: Findings, claims: list[Findings]) -> list[str]:
     metric = f["metric"]
     said = [
         f"{c['cell']['variant']} {f['ablations'][c['cell']['variant']]['delta_pct'][metric]:+.1f}% "
-        + sentences.verdict(c, str(c["choice"]))
+        + _verdict(c, str(c["choice"]))
         for c in claims
         if c["cell"]["metric"] == metric
     ]
@@ -360,13 +346,13 @@ def _inference_words(claim: Findings, metric: str) -> str:
     if not claim["decided"]:
         return f"Varying inference R at d={claim['d']} (trained R={trained}): undecided for {metric}, {claim['why']}."
     said = "the trained R" if best == trained else f"not the trained R={trained}"
-    return f"Varying inference R at d={claim['d']}: {metric} is best at R={best} ({said}); {sentences.evidence(claim)}."
+    return f"Varying inference R at d={claim['d']}: {metric} is best at R={best} ({said}); {_evidence(claim)}."
 
 
 def _best_words(records: list[Findings]) -> list[str]:
     """A stage's best-R claims: the ones without seed spread in one sentence, each other one on its own."""
     flat = [r for r in records if r["method"] == "none" and r["noise"] is None]  # one seed per option
-    return ([sentences.no_spread(flat)] if flat else []) + [sentences.best(r) for r in records if r not in flat]
+    return ([_no_spread(flat)] if flat else []) + [_best_said(r) for r in records if r not in flat]
 
 
 def _screen_words(screen: Findings, confirm: str) -> list[Said]:
@@ -377,28 +363,18 @@ def _screen_words(screen: Findings, confirm: str) -> list[Said]:
         every = widths["all_widths"]
         final = max(w["final_step"] for d, w in widths.items() if d != "all_widths")
         if every["full_order_step"] is not None:
-            parts.append(
-                (
-                    f"Stage {stage}",
-                    f"Stage {stage}: from step {every['full_order_step']} of {final} on, every width's ranking "
-                    "matches its final one (the shortest screen that would have sufficed).",
-                )
+            said = (
+                f"from step {every['full_order_step']} of {final} on, every width's ranking matches its final one "
+                "(the shortest screen that would have sufficed)"
             )
         elif every["top1_step"] is not None:
-            parts.append(
-                (
-                    f"Stage {stage}",
-                    f"Stage {stage}: the top pick settles at step {every['top1_step']} of {final} at every width; "
-                    "the full ranking matches the final one only at the end.",
-                )
+            said = (
+                f"the top pick settles at step {every['top1_step']} of {final} at every width; the full ranking "
+                "matches the final one only at the end"
             )
         else:
-            parts.append(
-                (
-                    f"Stage {stage}",
-                    f"Stage {stage}: no screen shorter than the full {final} steps gives the final ranking.",
-                )
-            )
+            said = f"no screen shorter than the full {final} steps gives the final ranking"
+        parts.append((f"Stage {stage}", f"Stage {stage}: {said}."))
     for d, points in screen.get("stage1_to_stage2", {}).items():
         told = [
             f"{when} (step {p['stage2_step']}): top-1 {'kept' if p['top1_agrees'] else 'changed'}"
@@ -428,3 +404,56 @@ def _promotion_words(promotion: Findings) -> list[str]:
         said = "would have missed it" if r["cutoff_missed_winner"] else "promoted it"
         parts.append(f"d={d}: Stage 2's winner {r['winner']} ({rank}); the zoom cutoff {said}.")
     return parts
+
+
+# Each claim in words, from its record in findings.json: a decided claim with its margin and p, an undecided one
+# as undecided (the options the data cannot tell apart), never an undecided one as a fact.
+def _seeds(record: Findings) -> str:
+    """'3 seeds each' or '3/3/1 seeds (6/8/10)': each option's seeds, and the options where they differ."""
+    n = list(record["seeds"].values())
+    return seeds_text(n) + ("" if len(set(n)) == 1 else f" ({'/'.join(record['seeds'])})")
+
+
+def _evidence(record: Findings) -> str:
+    """The margin with its interval and the p: '1.9% [1.4, 2.4] worse than R=8, p=2e-05'."""
+    m = record["margin"]
+    worse = worse_by(m["pct"], m["ci_pct"], record["alpha"], record["p_value"])
+    return f"{label(record['axis'], m['over'])} is {worse} with {_seeds(record)}"
+
+
+def _best_said(record: Findings) -> str:
+    """A best-of-k claim: decided with its margin over the runner-up, or the options it cannot tell apart."""
+    place, choice = where(record["stage"], record["cell"]), label(record["axis"], record["choice"])
+    if record["decided"]:
+        left = f"; {runs(record['no_level'])} no {SHORT.get(record['axis'], record['axis'])} (left out)"
+        return f"{place}: {choice} is best; {_evidence(record)}{left * bool(record['no_level'])}."
+    return f"{place}: undecided, {record['why']}."
+
+
+def _no_spread(records: list[Findings]) -> str:
+    """Best-of-k claims a stage without seed spread makes, in one sentence: point picks, undecided."""
+    picks = ", ".join(
+        f"{where('', r['cell']).removeprefix('Stage , ')} {label(r['axis'], r['choice'])} "
+        f"({r['means'][str(r['choice'])]:.4g})"
+        for r in records
+    )
+    stage = records[0]["stage"]
+    return f"Stage {stage} runs one seed per configuration ({NO_SPREAD}), so its picks are undecided: {picks}."
+
+
+def _reversal_said(record: Findings) -> str:
+    """Stage 1's pick at one width: reversed, confirmed, or neither, and why."""
+    d = record["d"]
+    if not record["decided"]:
+        return f"d={d}: undecided, Stage 2 neither reverses nor confirms Stage 1's pick of R: {record['why']}."
+    said = "reverses" if record["choice"] == "reversed" else "confirms"
+    return f"d={d}: Stage 2 {said} Stage 1's pick ({record['why']}); {_evidence(record)}."
+
+
+def _verdict(record: Findings, decided: str) -> str:
+    """'hurts (p=0.001)' or 'undecided (no seed spread)' or 'undecided (p=0.4)'."""
+    if record["decided"]:
+        return f"{decided} (p={record['p_value']:.2g})"
+    if record["method"] == "none":
+        return f"undecided ({NO_SPREAD if record['noise'] is None else record['why']})"
+    return f"undecided (p={record['p_value']:.2g})"

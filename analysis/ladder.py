@@ -1,21 +1,7 @@
-"""The analysis of a ladder stage (a stage whose runs vary trainer.steps over its rungs: docs/ladder.md).
-
-Per ladder stage `<s>`:
-
-- `ladder_<s>_rungs`: per rung, width and configuration, the seed mean, seeds, rank within the width, and
-  what the ladder decided there (promoted, dropped, decided, undecided), recomputed from the runs through the
-  driver's own rule (cart_sweeps.rules.ladder_walk.walk, with the design the driver recorded in the stage
-  folder; from a CSV, inferred: the default drift prior and --alpha). Steps are the runs' own (at the scale);
-  the rule's allowance uses the recorded rungs (paper numbers);
-- `ladder_<s>_agreement`: how well each rung's ranking predicts the last rung's: the share of pairs of
-  configurations (of one width) run at both that the two order alike, with a bootstrap interval
-  (analysis.promotion.agreement: DataDecide's decision accuracy). Only the configurations the ladder kept
-  reach the last rung, so these pairs are the close ones: a lower bound on a full grid's agreement;
-- `ladder_<s>_drift`: each gap's change from one rung to the next (a configuration against the later rung's
-  best, on the metric's tested scale) per unit of ln(horizon), as the ladder measures it (ladder_walk.gaps), then
-  the measured root-mean-square rate with its 90% interval beside the prior the first rung used, and whether the
-  prior lies within, below or above it;
-- figure `ladder_<s>_curves`: per width, each configuration's seed-mean metric against the horizon.
+"""The analysis of a ladder stage (a stage whose runs vary trainer.steps over its rungs): its tables
+`ladder_<s>_rungs`, `_agreement`, `_drift` and figure `ladder_<s>_curves`, as docs/ladder.md describes them.
+The rungs are recomputed from the runs through the driver's own rule (cart_sweeps.rules.ladder_walk), with the
+design the driver recorded in the stage folder (from a CSV, inferred: the default drift prior and --alpha).
 """
 
 from __future__ import annotations
@@ -106,17 +92,15 @@ def _design(study: Study, stage: str, rungs: list[int], data: dict, metric: str,
     return Design(tuple(rungs), tuple(order), len(grid), max(map(len, cells)), require(metric), DRIFT_PRIOR, alpha)
 
 
-def _walked(study: Study, stage: str, metric: str, alpha: float) -> tuple[list[int], dict, Walk, list[str]]:
-    rows = _rows(study, stage, metric)
-    keys = _config_keys(study, stage)
-    rungs, groups, data = _data(rows, _width(study, stage), keys, metric)
+def _walked(study: Study, stage: str, metric: str, alpha: float) -> tuple[list[int], dict, Walk]:
+    rungs, groups, data = _data(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
     if len(rungs) < 2:
         raise AnalysisError(f"ladder stage {stage} has runs at one horizon only ({rungs[0]} steps)")
-    return rungs, data, walk(_design(study, stage, rungs, data, metric, alpha), groups, data), keys
+    return rungs, data, walk(_design(study, stage, rungs, data, metric, alpha), groups, data)
 
 
 def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, state, _ = _walked(study, stage, metric, alpha)
+    rungs, data, state = _walked(study, stage, metric, alpha)
     said = {(c.rung, c.group, c.config): c for c in state.calls}
     out = []
     for (k, d, config), seeds in sorted(data.items(), key=lambda item: (item[0][0], str(item[0][1]))):
@@ -140,25 +124,24 @@ def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataF
 
 
 def agreement_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, _, _ = _walked(study, stage, metric, alpha)
+    rungs, data, _ = _walked(study, stage, metric, alpha)
     sign = require(metric).sign
-    last = {
-        (d, *[v for _, v in c]): sign * np.array(list(s.values()))
-        for (k, d, c), s in data.items()
-        if k == len(rungs) - 1
-    }
+
+    def at(k: int) -> dict[tuple, np.ndarray]:
+        """(width, *configuration) -> its values at rung k, oriented so that lower ranks first."""
+        return {(d, *[v for _, v in c]): sign * np.array(list(s.values())) for (r, d, c), s in data.items() if r == k}
+
     rng = np.random.default_rng(0)  # the same interval each time
     out = []
     for k in range(len(rungs) - 1):
-        here = {(d, *[v for _, v in c]): sign * np.array(list(s.values())) for (r, d, c), s in data.items() if r == k}
-        pairs, share, low, high = agreement(here, last, rng)
+        pairs, share, low, high = agreement(at(k), at(len(rungs) - 1), rng)
         out.append({"rung": k + 1, "steps": rungs[k], "final_steps": rungs[-1], "pairs": pairs, "agreement": share,
                     "ci_low": low, "ci_high": high})  # fmt: skip
     return pd.DataFrame(out)
 
 
 def drift_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, state, _ = _walked(study, stage, metric, alpha)
+    rungs, data, state = _walked(study, stage, metric, alpha)
     m = require(metric)
     score = {key: float(np.mean([m.scaled(v) for v in s.values()])) for key, s in data.items()}
     widths = sorted({d for (_, d, _) in data}, key=str)

@@ -1,12 +1,9 @@
-"""Turn run folders or a results CSV into one tidy frame of evaluations (one row per run and step).
+"""Turn run folders or a results CSV into one tidy frame of evaluations (one row per run and step), so every
+table reads one shape.
 
-Both inputs land in the same columns (stage, model, variant, d_model, n_prelude, n_loops, n_layers,
-seed, step, ppl_<set>, bpb_<set>, ce_<set>, rho, trainer recipe, ...), so every table reads one shape.
-
-A row is a run as one stage reads it: a run that several stages share (one run id: the base configuration is
-Stage 2's, parity's and the ablations' alike) has a row under each, and `run_id` says it is one run, so every
-table that reads several stages counts it once (analysis.tables.select). `config` names what a run's seeds
-share (its configuration: the cell it belongs to), never a summary's free-text field.
+A row is a run as one stage reads it: a run that several stages share (one run id) has a row under each, and
+`run_id` says it is one run, so every table that reads several stages counts it once (analysis.tables.select).
+`config` names what a run's seeds share (its configuration), never a summary's free-text field.
 """
 
 from __future__ import annotations
@@ -25,30 +22,17 @@ from cart_sweeps.model.params import train_flops_per_token
 from cart_sweeps.record.metrics import read_metrics
 from cart_sweeps.record.runfolder import METRICS, SUMMARY
 from cart_sweeps.record.summary import RunSummary
-from cart_sweeps.stagerecord.runset import UNREADABLE, StageRun
+from cart_sweeps.stagerecord.runset import UNREADABLE, LeftOut, StageRun
 from cart_sweeps.status import RunStatus
 
 from . import csv_input
-from .errors import AnalysisError, LeftOut
+from .errors import AnalysisError
 from .select import NOT_FINITE, OUT_OF_RANGE, Chosen, StageSelection, choose
 from .stages import roles_of
 
-INT_COLUMNS = (
-    "d_model",
-    "n_prelude",
-    "n_loops",
-    "n_layers",
-    "seed",
-    "step",
-    "eval_n_loops",
-    "trained_n_loops",
-    "steps",
-    "warmup_steps",
-    "trial",
-    "looks",
-    "num_fewshot",
-)
 MODEL_KEYS = keys_with(ModelConfig, AXIS)
+INT_COLUMNS: tuple[str, ...] = (*MODEL_KEYS, "seed", "step", "eval_n_loops", "trained_n_loops", "steps")
+INT_COLUMNS += ("warmup_steps", "trial", "looks", "num_fewshot")
 RUN_KEY = ("stage", "model", "variant", *MODEL_KEYS, "seed", "eval_n_loops", "num_fewshot")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", *MODEL_KEYS, "eval_n_loops", "num_fewshot")  # per stage
@@ -105,19 +89,18 @@ def require(rows: pd.DataFrame, columns: list[str], table: str) -> None:
             raise AnalysisError(f"table {table!r} needs column {column!r}, which is empty for the runs it reads")
 
 
+def metric_columns(rows: pd.DataFrame, prefix: str = "") -> list[str]:
+    """The columns holding data, sorted: those starting with `prefix` (ppl_: the validation sets these rows were
+    scored on; bench_: their lm-eval tasks), else those of a metric whose direction is known (cart_sweeps.metric)."""
+    return sorted(c for c in rows.columns if (c.startswith(prefix) if prefix else metric(c)) and rows[c].notna().any())
+
+
 def ppl_sets(rows: pd.DataFrame) -> list[str]:
-    """The ppl_<set> columns holding data, sorted (the validation sets these rows were scored on)."""
-    return sorted(c for c in rows.columns if c.startswith("ppl_") and rows[c].notna().any())
+    return metric_columns(rows, "ppl_")
 
 
 def bench_sets(rows: pd.DataFrame) -> list[str]:
-    """The bench_<task>_<metric> columns holding data, sorted (lm-eval tasks these rows were scored on)."""
-    return sorted(c for c in rows.columns if c.startswith("bench_") and rows[c].notna().any())
-
-
-def metric_columns(rows: pd.DataFrame) -> list[str]:
-    """The columns holding a metric whose direction is known (cart_sweeps.metric), sorted."""
-    return sorted(c for c in rows.columns if metric(c) is not None and rows[c].notna().any())
+    return metric_columns(rows, "bench_")
 
 
 def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | None]:
@@ -154,22 +137,15 @@ def load_csv(path: str | Path) -> Study:
     if not path.is_file():
         raise AnalysisError(f"--from-csv {path}: no such file")
     numbers = (*INT_COLUMNS, "rho", "lr", "min_lr", "weight_decay")
-    rows = csv_input.read(path, run_key=RUN_KEY, whole=INT_COLUMNS, numbers=numbers)
-    frame = _normalise(rows.frame) if len(rows.frame) else rows.frame  # none: said as such by report.run
+    frame, left_out, not_completed = csv_input.read(path, run_key=RUN_KEY, whole=INT_COLUMNS, numbers=numbers)
+    frame = _normalise(frame) if len(frame) else frame  # none: said as such by report.run
     if "role" not in frame:
         frame["role"] = frame["stage"].map(roles_of(None, sorted(frame["stage"].unique())))
-    return Study(
-        frame, not_completed=rows.not_completed, source=str(path), axes=_csv_axes(frame), left_out=rows.left_out
-    )
-
-
-def _csv_axes(frame: pd.DataFrame) -> dict[str, StageAxes]:
-    """Per stage of a results CSV, the columns its rows differ in (the seed last)."""
-    out = {}
-    for stage, rows in frame.groupby("stage"):
-        varied = [c for c in (*CELL, "seed") if c in rows and rows[c].nunique(dropna=True) > 1]
-        out[str(stage)] = StageAxes(varied)
-    return out
+    axes = {  # per stage, the columns its rows differ in (the seed last)
+        str(stage): StageAxes([c for c in (*CELL, "seed") if c in rows and rows[c].nunique(dropna=True) > 1])
+        for stage, rows in frame.groupby("stage")
+    }
+    return Study(frame, not_completed=not_completed, source=str(path), axes=axes, left_out=left_out)
 
 
 def load_runs(root: str | Path, launch: int | None = None, where: list[str] | None = None) -> Study:

@@ -1,11 +1,7 @@
-"""The analysis's output folder, written whole or not at all.
+"""The analysis's output folder, written whole or not at all (docs/results.md says how).
 
-Everything is built in a folder beside OUT (same parent, so a rename is atomic) and swapped in at the end in one
-step (Linux's renameat2 exchange; elsewhere two renames). OUT/.analysis-files names what the analysis wrote, so
-the next one removes what it no longer writes (an --only analysis keeps it: it rewrites only what it builds);
-anything else in OUT (lm-eval's lm_eval/, a user's notes) is
-carried into the new folder, never deleted. An analysis stopped at any point leaves OUT holding the whole old
-analysis or the whole new one; the next run settles what was left beside it.
+Built in a folder beside OUT (same parent, so a rename is atomic) and swapped in at the end; OUT/.analysis-files
+names what the analysis wrote, so the next one removes what it no longer writes and carries anything else over.
 """
 
 from __future__ import annotations

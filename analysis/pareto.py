@@ -1,15 +1,9 @@
-"""Fronts: what no configuration beats on every count at once.
+"""Fronts: what no configuration beats on every count at once (docs/decisions.md describes both).
 
-- `pareto_<stage>`, for a stage of several objectives (`sweep.metrics`, its StageRecord): the non-dominated
-  configurations by seed mean (no other configuration is at least as good on every objective and better on
-  one, each in its metric's direction), with each objective's mean, its rank among all the stage's
-  configurations (1: the best), and the seeds; best first by the first objective. Figure `pareto_<stage>_plot`:
-  objective 1 against objective 2, every configuration, the front drawn and labelled.
-- `stage1_compute_front` (a paper table: analysis/registry.py): per width, the Stage-1 cells no cheaper or
-  equally costly cell beats: the metric (seed mean) against training FLOPs per token (cart_sweeps.model's
-  formula, which `plan` costs runs with), from each run's recorded model and sequence length; a results CSV
-  records neither, so its cells are costed at the shipped screen stage's recipe (the paper's Stage 1). Figure
-  `stage1_compute_front_plot`: the metric against FLOPs per token, each width's cells and front.
+- `pareto_<stage>` (and `_plot`), for a stage of several objectives (`sweep.metrics`, its StageRecord).
+- `stage1_compute_front` (and `_plot`), a paper table: per width, the Stage-1 cells no cheaper or equally costly
+  cell beats, costed by cart_sweeps.model's formula from each run's record, or for a results CSV (which records
+  neither model nor sequence length) at the shipped screen stage's recipe.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""The promotion audit: would the screen's cutoff have missed the configuration Stage 2 confirms, and how
-well do the screen's and Stage 2's rankings agree, pair by pair?
-
-Per width: the screen's configurations (R, P) ranked by mean metric, the ones the zoom rule promotes
-(cart_sweeps.rules.zoom.promoted: the best and its neighbours), and Stage 2's winner (best mean; both by the
-study's one rule, cart_sweeps.rules.decide.ranked). Whether
-the cutoff missed the winner can be told only where the screen ran the winner and Stage 2 also ran
-configurations below the cutoff (sentinels, `stage.sentinels=K`, or the paper's fixed candidates). The
-pairwise agreement is the share of pairs of configurations run in both stages that the two rankings order
-alike (a tie in either counts half), with a percentile bootstrap interval that resamples each configuration's
-seeds in each stage (a one-seed configuration stays fixed, so a one-seed screen's own noise is not in the
-interval: docs/statistics.md says so).
+"""The promotion audit (docs/statistics.md): would the screen's cutoff (cart_sweeps.rules.zoom.promoted)
+have missed the configuration Stage 2 confirms, and how well do the two stages' rankings agree, pair by pair,
+with a bootstrap interval over each configuration's seeds (a one-seed configuration stays fixed)?
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Keep runs of different recipes apart in every table, and say each row's recipe where a table's rows differ in it.
-
-A stage's runs can hold cells of different recipes: a narrowed relaunch with another trainer.steps supersedes
-only the cells it re-ran (cart_sweeps.stagerecord.runset), a results CSV or a folder without a ledger may hold anything.
-A recipe key (cart_sweeps.config.RECIPE_KEYS) is *mixed* in a stage when it takes several values there that neither
-one of the stage's axes (an lr search, a ladder's horizons) nor its variants explain. Every table is then built
-once per recipe of the stages it reads (`apart`): no row pools a 30-step run with a 60-step one, and each row
-carries its recipe in a column per mixed key (`steps`; `steps (stage 1)` where the table reads several stages).
-Where no stage mixes recipes the table is built once, as it always was, with no column added.
+"""Keep runs of different recipes apart in every table (docs/results.md): a recipe key (RECIPE_KEYS) is *mixed*
+in a stage when it takes several values there that neither the stage's axes nor its variants explain (a narrowed
+relaunch with another trainer.steps supersedes only the cells it re-ran); each table is then built once per recipe
+of the stages it reads, each row naming its recipe in a column per mixed key. Without a mix, no column is added.
 """
 
 from __future__ import annotations

@@ -11,16 +11,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from cart_sweeps.stagerecord.runset import LeftOut
+
 from . import ladder, pareto, recipe, search, stage_decisions, stage_tables
-from .csv_input import ROW, unmeasured
+from .csv_input import ROW
 from .decisions import ALPHA, Decision
-from .errors import LeftOut
 from .figures import figure_jobs
-from .findings import Findings, listed, plain, words
+from .findings import Findings, listed, words
 from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
 from .render import markdown, write_table
+from .select import left_line, unmeasured
 
 
 @dataclass
@@ -101,11 +103,7 @@ def run(
     decisions: list[Decision] = []
     split: dict[str, list[str]] = {}  # a table built per recipe (analysis.recipe) -> its recipe columns
     decidable = {s: stage_decisions.decidable(every[every["stage"] == s], a) for s, a in study.axes.items()}
-    try:
-        stage_decisions.check_asked(decide_axes, decidable)
-    except AnalysisError as error:  # the axis may be a stage's the analysis could not read: say which were not
-        left = "; ".join(f"stage {s} is left out ({why})" for s, why in study.unread.items())
-        raise AnalysisError(f"{error}; {left}" if left else str(error)) from error
+    stage_decisions.check_asked(decide_axes, decidable, study.unread)
     own_decisions: dict[str, list[dict[str, object]]] = {}
     with replacing(out, keep=bool(only)) as folder:
         for name in chosen:
@@ -145,9 +143,9 @@ def run(
         report.asked += _asked_missing(study, report.skipped, only and chosen, decide_axes)
         if only and set(chosen) <= set(report.skipped):  # nothing asked for could be built: nothing written
             raise AnalysisError(lost[0] if lost else report.skipped[chosen[0]])
-        selection = {"selection": {s: c.as_json() for s, c in study.selection.items()}} if study.selection else {}
+        selection = {"selection": {s: asdict(c) for s, c in study.selection.items()}} if study.selection else {}
         whole = {n: t for n, t in tables.items() if n not in split}  # a split table's rows are no one finding
-        best = plain(stage_tables.best_rows({n: t for n, t in whole.items() if n in own}))
+        best = stage_tables.best_rows({n: t for n, t in whole.items() if n in own})
         findings_ = findings(whole, metric, decisions)
         report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
         if own_decisions := {s: made for s, made in own_decisions.items() if made}:
@@ -221,24 +219,15 @@ def _measured(study: Study, metric: str) -> Study:
     if not faults:
         return study
     places = final[ROW] if ROW in final else final["run"]
-    listed = {o.where for o in study.left_out}  # a CSV value blanked as no measurement: listed and counted once
+    listed = {o.run for o in study.left_out}  # a CSV value blanked as no measurement: listed and counted once
     fresh = {
         run: place for run, place in zip(final["run"], places, strict=True) if run in faults and place not in listed
     }
-    left_out = [LeftOut(place, *faults[run]) for run, place in fresh.items()]
+    left_out = [LeftOut(place, place, *faults[run]) for run, place in fresh.items()]
     counts = Counter(study.not_completed)
     counts.update(faults[run][0] for run in fresh)
-
-    def kept(frame: pd.DataFrame) -> pd.DataFrame:
-        return frame[~frame["run"].isin(faults)] if "run" in frame else frame
-
-    return replace(
-        study,
-        evals=kept(study.evals),
-        train=kept(study.train),
-        not_completed=dict(counts),
-        left_out=[*study.left_out, *left_out],
-    )
+    kept = recipe.Part(dropped=frozenset(faults)).study(study)
+    return replace(kept, not_completed=dict(counts), left_out=[*study.left_out, *left_out])
 
 
 def runs_used(study: Study, table: str) -> str:
@@ -270,7 +259,7 @@ def _input(study: Study, final: pd.DataFrame) -> Findings:
         "runs": len(final),
         "runs_per_stage": {s: int(n) for s, n in stages.items()},
         "not_completed": study.not_completed,
-        "left_out": [asdict(o) for o in study.left_out],
+        "left_out": [{"where": o.run, "kind": o.kind, "reason": o.reason} for o in study.left_out],
         "stages_left_out": study.unread,
     }
 
@@ -315,11 +304,9 @@ def _title(final: pd.DataFrame) -> str:
 
 def _roles(final: pd.DataFrame) -> dict[str, str]:
     """Role -> the stage playing it, so each finding is listed under its stage."""
-    return (
-        {r: s for r, s in zip(final["role"], final["stage"], strict=True) if isinstance(r, str)}
-        if "role" in final
-        else {}
-    )
+    if "role" not in final:
+        return {}
+    return {r: s for r, s in zip(final["role"], final["stage"], strict=True) if isinstance(r, str)}
 
 
 def _markdown_report(
@@ -332,7 +319,7 @@ def _markdown_report(
         lines = [f"- {c.line()}" + "".join(f"\n  - {d}" for d in c.details()) for c in study.selection.values()]
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
     if study.left_out:
-        parts.append("## Left out\n\n" + "\n".join(f"- {o.line()}" for o in study.left_out) + "\n")
+        parts.append("## Left out\n\n" + "\n".join(f"- {left_line(o)}" for o in study.left_out) + "\n")
     parts += [
         f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table, metric)
         for name, table in tables.items()

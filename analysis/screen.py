@@ -1,11 +1,8 @@
 """How reliable is a screen? Rank agreement between each evaluation step's ranking and the final one.
 
-The paper's central finding is that its 3,000-step screen ranks R one way and 30,500-step training the
-other. Every run logs evaluations along the way, so the analysis can ask what the paper could not: at
-which step does a stage's ranking (per width) settle into its final order, and how well does Stage 1's
-final ranking predict Stage 2's, at the matching step and at the end. Rankings are of configurations
-(model, variant, P, R, L, eval R) within a stage and width, averaged over seeds; the better metric (in its
-direction) ranks first.
+The paper's 3,000-step screen ranks R one way and 30,500-step training the other; every run logs evaluations
+along the way, so the analysis asks when a stage's ranking (per width) settles into its final order, and how well
+Stage 1's final ranking predicts Stage 2's. Rankings are of configurations within a stage and width, seed means.
 """
 
 from __future__ import annotations

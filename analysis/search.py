@@ -11,8 +11,7 @@ from matplotlib.figure import Figure
 
 from .figures import FigureJob, metric_label, save
 from .load import AnalysisError, Study, rank_values
-from .stage_decisions import stage_metric
-from .stage_tables import column_name
+from .stage_tables import column_name, stage_metric
 
 PREFIX = "search_"  # search_<stage>
 

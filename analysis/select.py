@@ -9,11 +9,12 @@ Whatever is left out is listed, never dropped silently.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from cart_sweeps.metric import metric
 from cart_sweeps.record.runfolder import SUMMARY
@@ -46,11 +47,13 @@ class StageSelection:
 
     def details(self) -> list[str]:
         """The runs left out and the runs missing, one line each."""
-        lines = [f"left out {e.run}: {'; '.join([e.reason, *e.differs])}" for e in self.excluded]
+        lines = [left_line(e) for e in self.excluded]
         return lines + [f"missing {label}: in the runs chosen, but its run folder is gone" for label in self.missing]
 
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+
+def left_line(left: LeftOut) -> str:
+    """'left out 1/d32-P2-R4-s1: superseded; trainer.lr 0.003 -> 0.001' (a CSV row: 'results.csv line 5')."""
+    return f"left out {left.run}: {'; '.join([left.reason, *left.differs])}"
 
 
 def parse_where(text: str) -> tuple[str, Any]:
@@ -127,14 +130,22 @@ OUT_OF_RANGE = "out of range"  # ... or a value its metric cannot take (a perple
 
 
 def _invalid(run: StageRun) -> tuple[str, str] | None:
-    """(kind, reason) for the first of a run's recorded metrics that is no measurement ('ppl_austen=nan is not a
-    finite number', a perplexity of 0.5: cart_sweeps.metric's range), if any."""
+    """(kind, reason) for the first of a run's recorded metrics that is no measurement, if any."""
     for key, value in (run.summary.metrics if run.summary else {}).items():
-        if not isinstance(value, int | float) or not math.isfinite(value):
+        if not isinstance(value, int | float):
             return NOT_FINITE, f"{key}={value} is not a finite number"
-        if (record := metric(key)) is not None and not record.valid(value):
-            return OUT_OF_RANGE, record.invalid_reason(value)
+        if (fault := unmeasured(key, value))[1]:
+            return fault
     return None
+
+
+def unmeasured(column: str, value: float) -> tuple[str, str]:
+    """Why `value` of `column` measures nothing, as (kind, reason): not finite, or outside its metric's range
+    (Metric.valid: a perplexity <= 1, an accuracy > 1); ("", "") where it is a measurement."""
+    record = metric(column)
+    finite = bool(np.isfinite(value))
+    reason = record.invalid_reason(value) if record else "" if finite else f"{column}={value} is not a finite number"
+    return (OUT_OF_RANGE if finite else NOT_FINITE) if reason else "", reason
 
 
 def _config(run: StageRun) -> dict[str, Any]:

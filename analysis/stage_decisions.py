@@ -1,17 +1,9 @@
-"""Any stage's own decision: the best level of each axis it varies, the others held fixed.
+"""Any stage's own decision: the best level of each axis it varies, the others held fixed (docs/decisions.md).
 
-A stage with a seed axis (a user's stage file, or the paper's) gets, per axis (or per the axes asked for:
-`python -m analysis --decide trainer.lr`) and per combination of its other axes, the best-of-k decision the
-paper's claims make (analysis.decisions.best: the same test, noise and alpha), in findings.json
-(`stage_decisions`) and as a `<axis>_best` column of its `runs_<stage>` table. The stage's named variant
-(`stage.variant`) and the model are held fixed like any other axis, never pooled as seeds. A best at the
-smallest or largest value of a numeric axis is said: the optimum may lie beyond the grid.
-
-A decision axis is what the stage varies, as its runs hold it: a level is the value itself (an integer axis stays
-an integer: d=64, never d=64.0), and a run without a value of the axis (a dense run has no R) is no option: left
-out of that axis's decision and said. A ladder's horizon (trainer.steps, set by its rungs) is no choice: it is
-held like any other axis, so each rung decides among the configurations that ran there, the last rung's decision
-being the ladder's answer (docs/decisions.md).
+Per axis (of --decide) and per combination of the stage's other axes, the paper's best-of-k test
+(analysis.decisions.best), in findings.json (`stage_decisions`) and as a `<axis>_best` column of `runs_<stage>`.
+The named variant and the model are held fixed like any other axis, never pooled as seeds; so is a ladder's
+horizon (each rung decides on its own). A run without a value of the axis (a dense run's R) is no option.
 """
 
 from __future__ import annotations
@@ -21,22 +13,15 @@ from typing import Any
 
 import pandas as pd
 
-from .decisions import Decision, and_, best, last_look_alpha, not_told, runs, seeds_text
+from .decisions import Decision, and_, best, last_look_alpha, not_told, plain, runs, seeds_text, worse_by
 from .errors import AnalysisError
-from .findings import plain
 from .ladder import STEPS as HORIZON
 from .load import VARIANT_AXIS, StageAxes
-from .stage_tables import column_name
+from .stage_tables import column_name, stage_metric
 
 CLAIM = "best_level"
 HELD = ("model", VARIANT_AXIS)  # held fixed wherever they differ among a stage's runs, axes or not
 BEST, TIED = "best", "tied"  # a table row's mark: the decided best, or one the data cannot tell from the pick
-
-
-def stage_metric(rows: pd.DataFrame, axes: StageAxes, metric: str) -> str:
-    """The stage's own sweep metric where its runs hold it (as its table ranks), else the ranking metric."""
-    own = axes.metric
-    return own if own is not None and own in rows and rows[own].notna().any() else metric
 
 
 def decidable(rows: pd.DataFrame, axes: StageAxes) -> list[str]:
@@ -54,18 +39,21 @@ def wanted_axes(axes: list[str], asked: list[str] | None) -> list[str]:
     return [a for a in axes if a in asked or column_name(a) in asked]
 
 
-def check_asked(asked: list[str] | None, every: dict[str, list[str]]) -> None:
-    """An axis --decide names that no stage varies (with a seed axis) is one line naming the ones there are."""
+def check_asked(asked: list[str] | None, every: dict[str, list[str]], unread: dict[str, str]) -> None:
+    """An axis --decide names that no stage varies (with a seed axis) is one line naming the ones there are, and
+    the stages the analysis could not read (`unread`: the axis may be one of theirs)."""
+    left = "".join(f"; stage {s} is left out ({why})" for s, why in unread.items())
     for name in asked or []:
         if name in (HORIZON, column_name(HORIZON)):
             raise AnalysisError(
                 f"--decide {name}: a ladder's horizon is a rung, not a choice: each rung is decided on its own "
-                "(docs/decisions.md)"
+                f"(docs/decisions.md){left}"
             )
         if not any(wanted_axes(axes, [name]) for axes in every.values()):
             have = sorted({a for axes in every.values() for a in axes})
             raise AnalysisError(
                 f"--decide {name}: no stage with a seed axis varies it (decidable axes: {', '.join(have) or 'none'})"
+                + left
             )
 
 
@@ -93,11 +81,8 @@ def sentence(decision: Decision, said_edge: str | None) -> str:
         return f"{place}: no {column} to compare (its {runs(decision.no_level)} none)."
     if decision.decided and decision.margin is not None:
         m = decision.margin
-        said = (
-            f"{place}: {name(axis, choice)} is the best {column}; the runner-up {name(axis, m.over)} is "
-            f"{m.pct:.2f}% worse ({round(100 * (1 - decision.alpha))}% CI {m.ci_pct[0]:.2f} to {m.ci_pct[1]:.2f}), "
-            f"p={decision.p_value:.2g}"
-        )
+        worse = worse_by(m.pct, m.ci_pct, decision.alpha, decision.p_value)
+        said = f"{place}: {name(axis, choice)} is the best {column}; the runner-up {name(axis, m.over)} is {worse}"
     elif decision.comparisons:
         told = not_told(
             name(axis, choice),

@@ -1,9 +1,6 @@
-"""Each stage's own table: its metrics by whatever it varies (grid axes, search parameters, variants).
-
-Every stage gets one, with or without a paper role: per cell (the stage's axes less the seed) the seed
-mean of its ranking metric (the stage's sweep metric where recorded), the spread where seeds vary, and
-its other validation sets; best first, in the metric's direction. A search is tabled trial by trial, so its
-first row is the ledger's best trial.
+"""Each stage's own table, with or without a paper role: per cell (its axes less the seed) the seed mean of its
+ranking metric (its sweep metric where recorded), the spread where seeds vary, its other validation sets; best
+first. A search is tabled trial by trial, so its first row is the ledger's best trial.
 """
 
 from __future__ import annotations
@@ -31,13 +28,18 @@ def stage_of(name: str) -> str:
     return name.removeprefix(PREFIX)
 
 
+def stage_metric(rows: pd.DataFrame, axes: StageAxes, metric: str) -> str:
+    """The stage's own sweep metric where its runs hold it, else the ranking metric."""
+    own = axes.metric
+    return own if own is not None and own in rows and rows[own].notna().any() else metric
+
+
 def stage_table(final: pd.DataFrame, stage: str, axes: StageAxes, metric: str) -> pd.DataFrame:
     """The stage's cells (or trials), best first, with every axis value it varies."""
     rows = final[final["stage"] == stage]
     if rows.empty:
         raise AnalysisError(f"stage {stage} has no completed runs to table")
-    if axes.metric is not None and axes.metric in rows and rows[axes.metric].notna().any():
-        metric = axes.metric
+    metric = stage_metric(rows, axes, metric)
     others = [m for m in ppl_sets(rows) if m != metric]
     keys = [c for c in axes.columns if c != "seed" and c in rows]
     if axes.search:

@@ -41,14 +41,8 @@ def recipe_of(row: pd.Series) -> Recipe:
     steps = the row's step where the input carries no trainer config (a results CSV)."""
     given = {f.name: row[f.name] for f in fields(Recipe) if f.name in row and pd.notna(row[f.name])}
     given.setdefault("steps", row["step"])
-    types: dict[str, Callable[[Any], Any]] = {
-        "steps": int,
-        "warmup_steps": int,
-        "decay_all": _flag,
-        "schedule": str,
-        "decay_shape": str,
-    }
-    return Recipe(**{k: types.get(k, float)(v) for k, v in given.items()})
+    types: dict[str, Callable[[Any], Any]] = {"int": int, "bool": _flag, "str": str}  # the fields' annotations
+    return Recipe(**{f.name: types.get(str(f.type), float)(given[f.name]) for f in fields(Recipe) if f.name in given})
 
 
 def _flag(value: object) -> bool:
