@@ -22,18 +22,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from optuna.trial import FrozenTrial
-
 from cart_sweeps.config import ConfigError
 from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.rules.axes import SEED, STEPS, D
 from cart_sweeps.rules.decide import seed_order
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
-from cart_sweeps.rules.rule import WHY, Added, Cell, Expanded, StageRule
+from cart_sweeps.rules.rule import Added, Expanded, StageRule
 from cart_sweeps.rules.seeds import ranked_by
 from cart_sweeps.rules.zoom import promoted
 from cart_sweeps.schedule import Schedule, branchable
-from cart_sweeps.stagerecord.runset import stage_runs
+from cart_sweeps.stagerecord.runset import Cell, stage_runs
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
@@ -84,16 +82,10 @@ class LadderRule(StageRule):
         """Each rung's looks (a ladder decides at each rung)."""
         return super().looks() * len(self.stage.spec.rungs)
 
-    def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
-        """The runs earlier launches added to this ladder (so a relaunch resumes or skips them)."""
+    def added_here(self) -> Callable[[dict[str, Any]], bool] | None:
         stage = self.stage
         configs = {(g, c) for g, cs in groups(stage).items() for c in cs}
-        out = []
-        for trials in history.values():
-            attrs, params = trials[-1].user_attrs, dict(trials[-1].params)
-            if WHY in attrs and split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs:
-                out.append(Added(stage.run(params), str(attrs[WHY])))
-        return out
+        return lambda params: split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
         """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from cart_sweeps.metric import Metric
-from cart_sweeps.rules.decide import Noise, Option, gap, holm, option, pool, resolution, seeds_in_every
+from cart_sweeps.rules.decide import Noise, Option, holm, options, pool, seeds_in_every, two_sided
 from cart_sweeps.schedule import stable_steps
 
 # (R=6, R=8) PPL_wiki at P=6: Stage 1 at 3,000 steps, Stage 2 at 30,500 (REFERENCE.md section 5)
@@ -102,13 +102,6 @@ class Judged:
         return len(self.kept) > 1
 
 
-def options(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Option]:
-    """The valid options of one group, best first, at the resolution of all their values."""
-    at = resolution([x for v in values.values() for x in v], metric)
-    valid = {c: v for c, v in values.items() if all(metric.valid(x) for x in v)}
-    return sorted((option(c, v, metric, at) for c, v in valid.items()), key=lambda o: o.rank)
-
-
 def judge(
     values: Mapping[Any, Sequence[float]],
     metric: Metric,
@@ -125,13 +118,7 @@ def judge(
     keep_all = Judged(opts[0].level if opts else None, opts, {}, [], [o.level for o in opts], noise, allowance, level)
     if len(opts) < 2 or len(opts) < len(values) or noise is None or not noise.measurable:
         return keep_all
-    from scipy import stats  # as decide: only where a decision is computed
-
-    raw = []
-    for other in opts[1:]:
-        diff, se = gap(opts[0], other, noise)
-        raw.append(min(1.0, 2 * float(stats.t.sf((diff - allowance) / se, noise.df))) if se > 0 else 1.0)
-    adjusted = holm(np.array(raw))
+    adjusted = holm(two_sided(opts, noise, allowance))
     p = {o.level: float(a) for o, a in zip(opts[1:], adjusted, strict=True)}
     dropped = [c for c, a in p.items() if a <= level]
     kept = [o.level for o in opts if o.level not in dropped]

@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from optuna.trial import FrozenTrial
-
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import Metric, require
 from cart_sweeps.rules.axes import SEED, D, R
@@ -35,9 +33,9 @@ from cart_sweeps.rules.decide import (
     seeds_for_power,
     seeds_in_every,
 )
-from cart_sweeps.rules.rule import WHY, Added, Cell, Expanded, StageRule
-from cart_sweeps.stagerecord.runset import StageRun, stage_runs
-from cart_sweeps.text import axis_value, count
+from cart_sweeps.rules.rule import Added, Expanded, StageRule
+from cart_sweeps.stagerecord.runset import Cell, StageRun, cell_of, stage_runs
+from cart_sweeps.text import count
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
@@ -64,17 +62,9 @@ class SeedRule(StageRule):
         if spec.branch:
             raise ConfigError("stage.branch=true branches a ladder's rungs: set stage.rungs=[...] too")
 
-    def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
-        """The runs earlier launches added to this launch's cells (so a relaunch resumes or skips them)."""
-        if not self.adds():
-            return []
+    def added_here(self) -> Callable[[dict[str, Any]], bool] | None:
         cells = {cell_of(run.params) for run in self.stage.runs}
-        out = []
-        for trials in history.values():
-            attrs, params = trials[-1].user_attrs, trials[-1].params
-            if WHY in attrs and cell_of(params) in cells:
-                out.append(Added(self.stage.run(dict(params)), str(attrs[WHY])))
-        return out
+        return (lambda params: cell_of(params) in cells) if self.adds() else None
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
         """The runs the rule adds now, from the runs the stage's conclusions use (none while a cell of this
@@ -165,11 +155,6 @@ class SeedRule(StageRule):
             needed = _needed(verdict, have, n_looks, sum(hours.get(grid[c].run_id, 0.0) for c in cells))
             lines.append(f"  {_where(key)}: {have} seeds per cell, {said}; {needed}")
         return lines
-
-
-def cell_of(params: dict[str, Any]) -> Cell:
-    """A run's table cell: its params less the seed (as runset.StageRun.cell; a list as its text, axis_value)."""
-    return tuple(sorted((k, axis_value(v)) for k, v in params.items() if k != SEED))
 
 
 def _by_width(grid: dict[Cell, Any]) -> dict[Cell, list[Cell]]:

@@ -20,9 +20,9 @@ from typing import Any
 
 from cart_sweeps.config import RECIPE_KEYS, ConfigError
 from cart_sweeps.metric import require
-from cart_sweeps.rules.axes import SEED, D, P, R
+from cart_sweeps.rules.axes import D, P, R
 from cart_sweeps.rules.decide import best_per, ranked
-from cart_sweeps.stagerecord.runset import RunSet, StageRun
+from cart_sweeps.stagerecord.runset import RunSet, StageRun, cell_of
 
 ZOOM_AXES = (D, R, P)
 _LOWEST = {R: 1, P: 0}
@@ -75,23 +75,18 @@ def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
     configuration), and of its seeds the run with the best `metric` (ties to the first folder by name), its R
     and folder. One run, since one checkpoint is evaluated, of the configuration the tables name."""
     record, scored = require(metric), _scored(runs, metric, (D, R))
-    cells = {(p[D], _cell(p)): p for _, p, _ in scored}
-    chosen = best_per(((p[D], _cell(p), value) for value, p, _ in scored), record)
+    cells = {(p[D], cell_of(p)): p for _, p, _ in scored}
+    chosen = best_per(((p[D], cell_of(p), value) for value, p, _ in scored), record)
     if not chosen:
         raise ConfigError(f"stage.select=best: stage {runs.stage} has no completed run with {metric}")
     out = {}
     for d, top in chosen.items():
         _one_recipe(runs, d, [run for _, p, run in scored if p[D] == d], "best")
         seeds = [
-            (record.sign * value, str(run.folder)) for value, p, run in scored if (p[D], _cell(p)) == (d, top.choice)
+            (record.sign * value, str(run.folder)) for value, p, run in scored if (p[D], cell_of(p)) == (d, top.choice)
         ]
         out[d] = {R: cells[(d, top.choice)][R], "run_dir": min(seeds)[1]}
     return out
-
-
-def _cell(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """A run's configuration: its grid point less the seed, in key order (one option of the width's best)."""
-    return tuple(sorted((k, v) for k, v in params.items() if k != SEED))
 
 
 def promoted(order: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -62,6 +62,12 @@ SCALE_ATTR = "scale"  # a trial's attr: the scale its run was composed at
 SCALES = "scales"  # stage.json: scale -> the newest record of a launch at that scale
 PAPER = "paper"  # the scale of a run whose trial records none (conf/scale/paper.yaml's name)
 UNRECORDED = "?"  # stage.json's SCALES: the record of a launch from before records named their scale
+Cell = tuple[tuple[str, Any], ...]
+
+
+def cell_of(params: Mapping[str, Any]) -> Cell:
+    """A run's table cell: its params less the seed (a list as its text, axis_value)."""
+    return tuple(sorted((k, axis_value(v)) for k, v in params.items() if k != "seed"))
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,7 @@ class StageRun:
     folder: Path  # under the current root
     params: dict[str, Any]  # its grid point in the paper's numbers (the ledger's params)
     actual: dict[str, Any]  # those of its params its scale changed, at the run's own numbers
-    cell: tuple[tuple[str, Any], ...]  # params less the seed (a reading is of one scale: its cells are that scale's)
+    cell: Cell  # params less the seed (a reading is of one scale: its cells are that scale's)
     config: str  # what the seeds of one configuration share (its config id)
     launch: int  # index of the newest launch that stood for it (-1: none recorded)
     order: tuple[Any, ...]  # its newest trial's place among the stage's (ledger.trial_order)
@@ -220,7 +226,7 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
     if others:
         basis += f", at scale={read} (the stage also holds runs at scale={', '.join(others)}: read apart)"
     out = RunSet(stage, basis, scale=read)
-    cells: dict[tuple[tuple[str, Any], ...], list[StageRun]] = defaultdict(list)
+    cells: dict[Cell, list[StageRun]] = defaultdict(list)
     for run in runs:
         if run.scale != read:
             if run.status == RunStatus.COMPLETED:
@@ -287,7 +293,7 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
         folder=folder,
         params=params,
         actual=dict(attrs.get("actual", {})),
-        cell=tuple(sorted((k, v) for k, v in params.items() if k != "seed")),
+        cell=cell_of(params),
         config=str(config),
         launch=newest.get(run_id, -1),
         order=trial_order(last),
