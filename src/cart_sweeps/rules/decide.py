@@ -1,17 +1,9 @@
 """The statistics a decision rests on, in one place for the analysis (which words its findings) and the
-sweep (which adds seeds where a decision is open): no torch, no Optuna, no analysis imports.
-
-Options are compared on the metric's tested scale (cart_sweeps.metric: log-metric where seed noise scales with
-the level, as on a perplexity, so a difference is a ratio; the value itself for a share such as an accuracy),
-oriented so that lower is better whichever way the metric points, with one pooled seed s.d. A best-of-k choice
-is decided when it beats every other option, each by a two-sided t-test, Holm's step-down over the k - 1
-comparisons. A stage that adds seeds while a decision is open looks at its data several times: each look tests
-at alpha / looks (Bonferroni over the looks), so the whole sequence, whatever it stops on, is wrong at most at
-alpha.
+sweep (which adds seeds where a decision is open): no torch, no Optuna, no analysis imports. The tests, the
+tested scale and the looks: docs/statistics.md.
 
 What a decision cannot know it does not decide: a seed spread no larger than rounding to the values' step
-makes (identical seeds, values rounded coarser than their noise) is no measured noise, and values that are not
-finite or not in the metric's range (a perplexity <= 1) are no measurements.
+makes is no measured noise, and values not finite or not in the metric's range are no measurements.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """A ladder stage (`stage.rungs=[3000, 10000, 30500]`, docs/ladder.md): its grid runs at the first horizon,
 and each later rung's runs are fresh runs of the configurations the walk (rules/ladder_walk.py) keeps.
 
-The horizon is the run's `trainer.steps`, a param of every run (paper numbers, mapped through the scale as
-any step count). What to run next follows from the run set alone (runset.stage_runs, as the analysis reads
-it), so a relaunch recomputes the same ladder: done runs are skipped, runs cut off are resumed, and each
-added run's trial records why it exists (rule.WHY). Every promotion and drop, with its reason, is
-recorded in the ledger (the study's user attribute RECORD) and in the stage folder (RECORD_FILE), for the
-analysis.
-
-`stage.branch=true` with `trainer.schedule=wsd` (`LadderRule.launch_overrides`, added as each run launches): a run below
-the last rung keeps its checkpoint where its stable phase ends, and a promoted run starts from the previous
-rung's run of the same configuration and seed there, so a rung costs its extra stable steps and its cooldown,
-not its whole length; it computes what the fresh run of its horizon computes (docs/wsd.md), and is that run.
+What to run next follows from the run set alone (runset.stage_runs), so a relaunch recomputes the same ladder.
+`stage.branch=true` (`LadderRule.launch_overrides`, docs/wsd.md): a promoted run starts from the previous
+rung's run of its configuration and seed where its stable phase ends, and computes what the fresh run would.
 """
 
 from __future__ import annotations

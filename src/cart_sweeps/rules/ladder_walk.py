@@ -1,29 +1,10 @@
 """The ladder's decisions, from values alone: what a ladder stage (rules/ladder.py) acts on and what its
-simulation (`python -m cart_sweeps.simulate`) tests, through this one entry point, `walk`.
+simulation (`python -m cart_sweeps.simulate`) tests, through this one entry point, `walk`. The rule (drops at
+alpha / looks beyond the drift allowance `rate x ln(last / this)`) and the prior's derivation: docs/ladder.md.
 
-A ladder runs every configuration at its first horizon (rung), then, per decision group (a width), keeps
-only what is not decided worse than the rung's best by more than the drift allowance, and runs those again,
-fresh, at the next horizon, up to the last. A configuration is dropped at rung k when its gap to the rung's
-best (on the metric's tested scale, cart_sweeps.rules.decide) exceeds the allowance significantly: a one-sided
-t-test of (gap - allowance) on the rung's pooled seed noise, doubled (the data chose the best), Holm's
-step-down over the group's comparisons, at alpha / looks. The allowance is how far a gap may still close
-between this horizon and the last: `rate x ln(last / this)`. The rate is the ladder's own measurement once
-two rungs exist (`measured_rate`), before that the prior `DRIFT_PRIOR` (or `stage.drift`). At the last rung
-the allowance is 0 and the test is `decide.best_level`'s: a group is decided when every other option is
-dropped. A group with one configuration left is decided there and runs no further rung.
-
-Looks: every rung may add seeds while a group is open (stage.max_seeds, one seed per round), so each group
-is tested at most rungs x (max_seeds - grid seeds + 1) times; each test is at alpha / that (Bonferroni over
-the looks, as decide.looks), so the whole ladder, whatever it stops on, drops or decides wrongly at most at
-alpha, provided the true change of each gap from a rung to the last stays within the allowance.
-
-The prior: the paper's own screen-to-confirm changes. At P=6, the gap R=8 - R=6 in log PPL_wiki, at 3,000
-steps (Stage 1) and at 30,500 (Stage 2, 3-seed means), REFERENCE.md section 5 (`PAPER_R6_R8`):
-d=256 +0.70% -> -2.10% (closed by 2.80%), d=512 -0.73% -> +0.39% (1.12%), d=768 -0.87% -> +0.06% (0.92%),
-d=1024 -1.04% -> +0.24% (1.27%), over ln(30,500 / 3,000) = 2.32 units of ln(horizon). Their root mean
-square, 1.70% / 2.32 = 0.0073 per unit, is DRIFT_PRIOR: the typical change, as the measured rate is (the
-largest, d=256's reversal, is 1.65x it). It errs towards keeping: the two stages also differ in sequence
-length and batch, and Stage 1 is one seed, so part of each change is recipe and noise, not horizon.
+The prior, DRIFT_PRIOR: the root mean square of the paper's own screen-to-confirm changes of the R=8 - R=6 gap
+(`PAPER_R6_R8`, REFERENCE.md section 5) per unit of ln(horizon). It errs towards keeping: the two stages also
+differ in sequence length and batch, and Stage 1 is one seed, so part of each change is recipe and noise.
 """
 
 from __future__ import annotations

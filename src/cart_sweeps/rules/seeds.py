@@ -1,16 +1,9 @@
-"""The seed rule: seeds a stage adds after its grid, where a decision needs them (docs/statistics.md).
+"""The seed rule: seeds a stage adds after its grid, where a decision needs them (docs/statistics.md):
+`stage.replicates=K` re-runs a one-seed screen's K best configurations per width with REPLICATE_SEEDS more
+seeds; `stage.max_seeds=N` adds a seed to every cell of a width while its best-R decision is open.
 
-- `stage.replicates=K`, a one-seed screen: per width, the K configurations its own seed ranks best (the
-  current best and runner-up for K=2) are re-run with the next REPLICATE_SEEDS seeds of the list, so the
-  screen measures its seed noise.
-- `stage.max_seeds=N`, a stage with a seed axis and an R axis: while a width's best-R decision is open
-  (cart_sweeps.rules.decide.best_level at alpha / looks), every cell of that width gets the next seed of the
-  list, one round at a time, until it is decided or has N seeds per cell.
-
-The seeds come from a fixed list (the stage's own seeds first, then SEEDS in order), and what to add
-follows from the run set alone (runset.stage_runs, as the analysis reads it), so a relaunch recomputes
-the same rounds: done runs are skipped and a finished stage adds nothing. Each added run's trial records
-why it exists (ledger attribute WHY).
+The seeds come from a fixed list (decide.seed_order), and what to add follows from the run set alone
+(runset.stage_runs), so a relaunch recomputes the same rounds; each added run's trial records why (WHY).
 """
 
 from __future__ import annotations

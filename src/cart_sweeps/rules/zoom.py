@@ -1,15 +1,7 @@
 """Stage-2 candidates by the author's "zoom and confirm" rule, from the Stage-1 runs its conclusions use
-(cart_sweeps.stagerecord.runset: the same runs the analysis tables).
-
-Per width: the best R and the best P of Stage 1 (the best seed mean of the sweep metric at the end, in its
-direction, by the study's one rule: cart_sweeps.rules.decide.ranked), each with its grid neighbour on either side; past
-the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds R=10). The candidates are the best (R, P)
-and its neighbours along each axis (a cross, not a square). `stage.sentinels=K` also promotes the K
-configurations ranked just below that cutoff, so the analysis can tell whether the cutoff would have missed
-Stage 2's winner.
-
-A width's runs of different recipes (a relaunch of some cells with another trainer.lr) are never ranked together:
-zoom and the benchmarks' best refuse them in one line, as the analysis builds a table per recipe.
+(runset: the same runs the analysis tables): per width, the best (R, P) by decide.ranked and its grid
+neighbours along each axis (a cross; past the grid's edge the last step repeats), and `stage.sentinels=K`
+configurations ranked just below that cutoff. A width whose runs mix recipes is refused in one line.
 """
 
 from __future__ import annotations

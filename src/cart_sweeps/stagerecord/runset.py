@@ -1,31 +1,14 @@
 """The runs a stage's conclusions use: one definition for the analysis, `plan`, zoom/best and the dashboard.
-
-A stage folder collects every run ever made for it: launches narrowed to a few cells, a stage run in
-pieces, relaunches with another recipe, copies (`cp -a RUN RUN.bak`), runs started by hand. Its ledger
-records each launch and the runs it stood for. The rule, per table cell (a run's grid point less its
-seed, at the run's own numbers):
-
-- the cell's conclusions use the newest configuration launched for it (by the launches' numbers, never a
-  clock): every completed seed of that configuration, whichever launch ran it; a narrowed relaunch or a stage
-  run in pieces keeps every cell;
-- a relaunch that changed a recipe key (another trainer.lr, say) supersedes exactly the cells it re-ran:
-  their older runs are listed as superseded, with the keys that changed;
-- a run is found by its id in the folder its ledger names, under the current runs root (a tree copied
-  elsewhere reads the same; a folder moved and symlinked back is followed): its stage's, or the folder of
-  the stage that trained it (a run is trained once, by whichever stage needs it first; the others'
-  ledgers name its `owner`); any other folder holding a summary is a copy, a run's folder moved (its own
-  is gone) or a run started by hand: listed, never counted.
+The rule (per table cell, the newest configuration launched for it; superseded, copied, moved and by-hand
+runs listed, never counted): docs/results.md.
 
 Without a readable ledger every completed run folder counts once (a copy of a run's canonical folder,
 `<label>-<id8>`, aside), and the basis says so.
 
-Runs of different scales never share a cell: each trial records its run's scale, and a reading is of one
-scale, so its cells are that scale's alone. Cells are keyed by the paper's numbers, so a paper-scale launch
-into a stage folder holding a finished tiny study names the same cells with other configurations; read
-together, its runs (even rejected ones) would be the cells' newest configuration and the tiny runs superseded.
-Reading apart (rather than moving a scale's runs to other folders) keeps every existing run id, folder and
-ledger as it was. A reading names its scale (a launch, `plan` and zoom: the stage's own), else it is of the
-scale of the newest launch whose runs have results; completed runs of any other scale are listed, never tabled.
+Runs of different scales never share a cell, and a reading is of one scale: cells are keyed by the paper's
+numbers, so a paper-scale launch into a folder holding a finished tiny study would otherwise supersede it.
+Reading apart keeps every run id, folder and ledger as it was. A reading names its scale (a launch, `plan`
+and zoom: the stage's own), else it is of the newest launch with results; other scales are listed, never tabled.
 """
 
 from __future__ import annotations
