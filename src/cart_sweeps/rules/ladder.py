@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.record.runfolder import checkpoint_path
+from cart_sweeps.record.runfolder import atomic_write, checkpoint_path
 from cart_sweeps.rules.axes import SEED, STEPS, D
 from cart_sweeps.rules.decide import seed_order
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
@@ -213,10 +213,9 @@ def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
     shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
     shown |= {"alpha": d.alpha}
     payload = {"design": shown | {"looks": d.looks}, "drift": drift, "records": rows}
-    path = stage.sweep_dir / RECORD_FILE
-    tmp = path.with_name(f".{RECORD_FILE}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    atomic_write(
+        stage.sweep_dir / RECORD_FILE, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    )
     return [c for c, row in zip(state.calls, rows, strict=True) if row not in before]
 
 

@@ -459,11 +459,6 @@ class Ledger:
         trial_id = study_storage(self.study).get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
         return Trial(self.study, trial_id)
 
-    def metric(self) -> str | None:
-        """The metric this study's values are (None for a study that never named one)."""
-        names = self.study.metric_names
-        return names[0] if names else None
-
     def finish(self, trial: Trial, summary: RunSummary, metrics: str | list[str]) -> RunStatus:
         """Record how a run ended, now; returns its status. Its values: one per objective (`metrics`, the sweep
         metric or sweep.metrics). A completed run without a finite value of each is recorded as failed: the

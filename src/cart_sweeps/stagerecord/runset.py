@@ -23,7 +23,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.record.runfolder import SUMMARY, read_summary
+from cart_sweeps.record.runfolder import SUMMARY, atomic_write, read_summary
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.ledger import (
     LEDGER_FILES,
@@ -77,9 +77,7 @@ class StageRecord:
         if earlier and "scale" not in earlier:
             scales.setdefault(UNRECORDED, earlier)
         scales[self.scale] = self.__dict__
-        tmp = path.with_name(f".{RECORD}.tmp")
-        tmp.write_text(json.dumps({**self.__dict__, SCALES: scales}, indent=2) + "\n")
-        tmp.replace(path)
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps({**self.__dict__, SCALES: scales}, indent=2) + "\n"))
 
     @classmethod
     def read(cls, sweep_dir: Path, scale: str | None = None) -> StageRecord | None:
