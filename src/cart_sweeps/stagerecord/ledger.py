@@ -192,9 +192,6 @@ def _create(
     return study
 
 
-DIRECTIONS = ("minimize", "maximize")
-
-
 def check_direction(name: str, direction: str | None) -> Literal["minimize", "maximize"]:
     """The direction of sweep.metric `name` as Optuna's study takes it: the metric's own (cart_sweeps.metric, the one
     record every ranking reads: the ledger, zoom, the analysis's tables and decisions); `sweep.direction` may say it,
@@ -203,7 +200,7 @@ def check_direction(name: str, direction: str | None) -> Literal["minimize", "ma
     own: Literal["minimize", "maximize"] = (
         found.direction if found else "minimize"
     )  # a study from before objectives named the metric
-    if direction is not None and direction not in DIRECTIONS:
+    if direction is not None and direction not in ("minimize", "maximize"):
         raise ConfigError(f"sweep.direction={direction}: use minimize or maximize (or leave it out: {name}'s own)")
     if direction is not None and direction != own:
         raise ConfigError(

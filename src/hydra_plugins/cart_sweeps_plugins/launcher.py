@@ -8,8 +8,6 @@ Hydra's plain batch API for other sweepers. Either way each job executes its run
 # sys.modules, where dataclasses would look string annotations up.
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus
@@ -32,14 +30,9 @@ class CartLauncher(Launcher):
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
 
-    @staticmethod
-    def make_pool(cfg: DictConfig, folder: Path) -> Any:
-        from cart_sweeps.sweep.pool import make_pool
-
-        return make_pool(cfg, folder)
-
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from cart_sweeps.sweep.batch import run_batch
+        from cart_sweeps.sweep.pool import make_pool
 
         return [
             JobReturn(
@@ -49,5 +42,5 @@ class CartLauncher(Launcher):
                 working_dir=str(run.run_dir),
                 status=JobStatus.COMPLETED,  # how the run ended is in its summary; the job itself ran
             )
-            for run, summary in run_batch(job_overrides, self.make_pool)
+            for run, summary in run_batch(job_overrides, make_pool)
         ]
