@@ -211,8 +211,7 @@ def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
     d = design(stage)
     drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
     shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
-    shown |= {"alpha": d.alpha}
-    payload = {"design": shown | {"looks": d.looks}, "drift": drift, "records": rows}
+    payload = {"design": shown | {"alpha": d.alpha, "looks": d.looks}, "drift": drift, "records": rows}
     atomic_write(
         stage.sweep_dir / RECORD_FILE, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     )
