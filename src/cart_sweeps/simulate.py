@@ -130,10 +130,10 @@ class Outcome:
     cost: float
 
 
-def _score(decided: bool, choice: Config | None, final: dict[Config, float]) -> tuple[bool, bool]:
+def _outcome(decided: bool, choice: Config | None, final: dict[Config, float], cost: float) -> Outcome:
+    """Right: decided on the configuration truly best at the last horizon, where one is (a tie has none)."""
     best = min(final.values())
-    winners = [c for c, v in final.items() if v - best < 1e-12]
-    return decided, decided and len(winners) == 1 and choice == winners[0]
+    return Outcome(decided, decided and [c for c, v in final.items() if v - best < 1e-12] == [choice], cost)
 
 
 def _draw(rng: np.random.Generator, mean: float, sd: float, n: int) -> list[float]:
@@ -150,8 +150,7 @@ def fixed(kind: str, d: int, sd: float, rng: np.random.Generator, select: str) -
     values = {config(r, p): _draw(rng, final[config(r, p)], sd, 3) for r, p in chosen}
     cost += sum(3 * run_cost(d, c, RUNGS[-1], CONFIRM_RECIPE) for c in values)
     verdict = best_level(values, METRIC, ALPHA)
-    decided, right = _score(verdict.decided, verdict.choice, final)
-    return Outcome(decided, right, cost)
+    return _outcome(verdict.decided, verdict.choice, final, cost)
 
 
 def ladder(kind: str, sd: float, rng: np.random.Generator, design: Design) -> dict[int, Outcome]:
@@ -168,12 +167,8 @@ def ladder(kind: str, sd: float, rng: np.random.Generator, design: Design) -> di
             data[(want.rung, want.group, want.config)][want.seed] = _draw(rng, mean, sd, 1)[0]
             steps = design.steps(want.rung, branched)
             cost[want.group] += run_cost(want.group, want.config, steps, CONFIRM_RECIPE)
-    out = {}
-    for d in WIDTHS:
-        _, judged = state.ended[d]
-        decided, right = _score(len(judged.kept) == 1, judged.best, truths[(len(rungs) - 1, d)])
-        out[d] = Outcome(decided, right, cost[d])
-    return out
+    final = {d: state.ended[d][1] for d in WIDTHS}
+    return {d: _outcome(len(j.kept) == 1, j.best, truths[(len(rungs) - 1, d)], cost[d]) for d, j in final.items()}
 
 
 @dataclass(frozen=True)

@@ -42,23 +42,19 @@ def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[floa
 
 
 def _one_recipe(runs: RunSet, d: int, width: list[StageRun], select: str) -> None:
-    """Refuse a width whose runs mix recipes (`select`: the stage.select that would rank them)."""
-    if mix := recipe_mix(width):
+    """Refuse a width whose runs differ in a recipe key (config.RECIPE_KEYS; `select`: the stage.select that
+    would rank them), naming each with its values: 'trainer.lr 0.003, 1e-06'."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for run in width:
+        trainer = (run.summary.details.get("trainer") or {}) if run.summary else {}
+        for key in RECIPE_KEYS:
+            values[key].add(json.dumps(trainer.get(key), default=str))
+    if mix := [f"trainer.{k} {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]:
         raise ConfigError(
             f"stage.select={select}: stage {runs.stage}'s runs at d={d} mix recipes ({'; '.join(mix)}), which it "
             f"never ranks together (the analysis tables them apart): relaunch stage {runs.stage} at d={d} with one "
             "recipe"
         )
-
-
-def recipe_mix(runs: list[StageRun]) -> list[str]:
-    """Each recipe key (config.RECIPE_KEYS) the runs differ in, with its values: 'trainer.lr 0.003, 1e-06'."""
-    values: dict[str, set[str]] = defaultdict(set)
-    for run in runs:
-        trainer = (run.summary.details.get("trainer") or {}) if run.summary else {}
-        for key in RECIPE_KEYS:
-            values[key].add(json.dumps(trainer.get(key), default=str))
-    return [f"trainer.{k} {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
 
 
 def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
