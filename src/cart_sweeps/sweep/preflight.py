@@ -1,6 +1,6 @@
 """What a stage needs beyond each run's own config check, checked once before anything launches, each problem
-one line naming the key and the fix (the list: docs/faults.md). A stage that cannot succeed is refused whole,
-rather than launched and retried run by run.
+one line naming the key and the fix (docs/faults.md; a paper-scale stage without a GPU: docs/scale.md). A stage
+that cannot succeed is refused whole, rather than launched and retried run by run.
 """
 
 from __future__ import annotations
