@@ -227,19 +227,14 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
             out.left_out.append(LeftOut(folder.name, _rel(root, folder), UNREADABLE, UNREADABLE))
             continue
         owner = by_id.get(summary.run_id or "")
-        label, where = summary.label or folder.name, _rel(root, folder)
         if owner and owner.status == "lost":  # its ledger's folder is gone: this is it, moved (put back by hand)
-            moved = f"{owner.label}, moved from {_rel(root, owner.folder)}: put it back there"
-            out.left_out.append(LeftOut(label, where, "moved", moved))
+            kind, why = "moved", f"{owner.label}, moved from {_rel(root, owner.folder)}: put it back there"
         elif owner:
-            copy = f"a copy of {owner.label}: its ledger names {_rel(root, owner.folder)}"
-            out.left_out.append(LeftOut(label, where, "copy", copy))
+            kind, why = "copy", f"a copy of {owner.label}: its ledger names {_rel(root, owner.folder)}"
         else:
-            out.left_out.append(LeftOut(label, where, "by hand", _BY_HAND))
+            kind, why = "by hand", "started by hand: in no launch"
+        out.left_out.append(LeftOut(summary.label or folder.name, _rel(root, folder), kind, why))
     return out
-
-
-_BY_HAND = "started by hand: in no launch"
 
 
 def _read_scale(runs: list[StageRun]) -> str:
