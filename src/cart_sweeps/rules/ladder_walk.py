@@ -34,14 +34,10 @@ RECORD = "ladder"  # the ledger study's user attribute: the ladder's records (ru
 RECORD_FILE = "ladder.json"  # the same, with the design, in the stage folder
 
 
-def paper_changes() -> dict[int, float]:
-    """Per width, how far the paper's R=8 - R=6 log gap moved from 3,000 to 30,500 steps."""
-    return {d: math.log(two[1] / two[0]) - math.log(one[1] / one[0]) for d, (one, two) in PAPER_R6_R8.items()}
-
-
 def paper_rate() -> float:
-    """The root mean square of `paper_changes` per unit of ln(horizon)."""
-    changes = list(paper_changes().values())
+    """The root mean square, per unit of ln(horizon), of how far each width's R=8 - R=6 log gap moved from
+    3,000 to 30,500 steps in the paper."""
+    changes = [math.log(two[1] / two[0]) - math.log(one[1] / one[0]) for one, two in PAPER_R6_R8.values()]
     return math.sqrt(sum(c * c for c in changes) / len(changes)) / math.log(PAPER_HORIZONS[1] / PAPER_HORIZONS[0])
 
 
