@@ -39,9 +39,9 @@ STAGE1 = {(32, 2): 13.0, (32, 4): 12.5, (32, 6): 12.9, (48, 2): 22.0, (48, 4): 2
 def test_the_rule_breaks_exact_ties_to_the_smallest_option_and_says_so():
     assert [r.option for r in ranked({(4, 6): [11.0, 11.5], (2, 6): [10.0, 14.0]}, PPL)] == [(4, 6), (2, 6)]
     tie = best({(4, 6): [21.5, 20.5], (2, 6): [22.0, 20.0], (6, 6): [23.0]}, PPL)
-    assert tie is not None and tie.choice == (2, 6) and tie.tied == ((4, 6),) and not tie.full_tie
+    assert tie is not None and tie.choice == (2, 6) and tie.tied == ((4, 6),)
     full = best({6: [1.0], 2: [1.0], 4: [1.0]}, require("bench_cart_lastword_acc"))
-    assert full is not None and full.choice == 2 and full.full_tie
+    assert full is not None and full.choice == 2 and full.tied == (4, 6)
     assert best({2: [0.4], 4: [0.5]}, require("bench_cart_lastword_acc")).choice == 4  # higher is better here
 
 

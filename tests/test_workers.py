@@ -20,7 +20,7 @@ from cart_sweeps.identity import run_id
 from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.sweep.pool import Task
 from cart_sweeps.sweep.pools.local import preloads
-from cart_sweeps.sweep.pools.worker import cancel_path, exit_path, task_path
+from cart_sweeps.sweep.pools.worker import mail
 
 RUN = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2", "trainer.threads=1"]
 STEPS = ["trainer.steps=20", "trainer.deterministic=true"]
@@ -34,7 +34,7 @@ def test_one_worker_forks_a_process_per_run_with_the_numbers_of_a_cold_start(tmp
     stage = subprocess.run(command, env=env(tmp_path), capture_output=True, text=True, timeout=300)
     assert stage.returncode == 0, stage.stderr[-3000:]
     (mailbox,) = (tmp_path / "1" / ".submitit").glob("worker-*")
-    records = [json.loads(exit_path(mailbox, n).read_text()) for n in (0, 1)]
+    records = [json.loads(mail(mailbox, n, "exit").read_text()) for n in (0, 1)]
     assert [r["code"] for r in records] == [0, 0] and records[0]["pid"] != records[1]["pid"]
 
     second = next(t for t in trials(tmp_path) if t.params["model.n_loops"] == 2)  # longest first: R=4 ran first
@@ -72,13 +72,13 @@ class Worker:
         """Hand over the next run, as the pool does; its number in the mailbox."""
         cfg = compose_config([*RUN, "model.n_loops=2", *overrides])
         task = Task(cfg, str(run_dir), run_id(cfg))
-        atomic_write(task_path(self.mailbox, self.n), lambda tmp: tmp.write_bytes(pickle.dumps(task)))
+        atomic_write(mail(self.mailbox, self.n, "task"), lambda tmp: tmp.write_bytes(pickle.dumps(task)))
         self.n += 1
         return self.n - 1
 
     def ended(self, n: int, within: float) -> dict:
-        wait_for(exit_path(self.mailbox, n).exists, within, f"run {n} to end")
-        return json.loads(exit_path(self.mailbox, n).read_text())
+        wait_for(mail(self.mailbox, n, "exit").exists, within, f"run {n} to end")
+        return json.loads(mail(self.mailbox, n, "exit").read_text())
 
 
 def status(run_dir: Path) -> str:
@@ -101,7 +101,7 @@ def test_a_run_cancelled_out_of_time_or_orphaned_stops_as_on_ctrl_c_and_the_work
 
     cancelled = worker.give(tmp_path / "pruned", *long)  # the same worker takes the next run
     wait_for(lambda: started(tmp_path / "pruned"), 60, "the second run to start")
-    cancel_path(worker.mailbox, cancelled).touch()
+    mail(worker.mailbox, cancelled, "cancel").touch()
     assert worker.ended(cancelled, 10)["code"] == -2 and status(tmp_path / "pruned") == "interrupted"
 
     orphaned = worker.give(tmp_path / "orphan", *long)
@@ -109,7 +109,7 @@ def test_a_run_cancelled_out_of_time_or_orphaned_stops_as_on_ctrl_c_and_the_work
     assert len(leftovers(tmp_path)) == 2  # the worker and its run
     worker.process.kill()  # kill -9: the run notices its worker is gone
     wait_until_gone(tmp_path, 10)
-    assert status(tmp_path / "orphan") == "interrupted" and not exit_path(worker.mailbox, orphaned).exists()
+    assert status(tmp_path / "orphan") == "interrupted" and not mail(worker.mailbox, orphaned, "exit").exists()
 
 
 @pytest.mark.slow

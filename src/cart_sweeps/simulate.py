@@ -1,35 +1,9 @@
 """A ladder against the paper's fixed design, on studies with a known truth:
 `python -m cart_sweeps.simulate [--reps 200] [--sd 0.005] [--seed 0]` prints the table.
 
-Each study is the paper's grid (d in {256, 512, 768, 1024} x R in {2, 4, 6, 8} x P in {2, 3, 4, 6}) with a
-true log-perplexity per configuration that changes with the horizon (linear in ln(steps) between 3,000 and
-30,500), and normal seed noise of s.d. `sd` on the log scale (the paper publishes no seed spread: 0.5% and
-1% bracket what the project's tests assume). Truths (`TRUTHS`), per width:
-
-- paper: R from REFERENCE.md section 5 (Stage 1 at 3,000, Stage 2 at 30,500: R=8 ahead at 3,000 steps at
-  d >= 512, R=6 at 30,500; the reverse at d=256); R=2 and R=4 at 30,500 and R=10 at 3,000, which the paper
-  did not run, set 3% / 1.2% / +0.5% behind; P (also unpublished beyond "P=6 > 4 > 3 > 2") 6% / 4% / 2%
-  behind P=6 at 3,000, 4% / 2.5% / 1.2% at 30,500, and P=8 (the zoom's extension) 0.5% behind;
-- ties: as paper, but R=6 and R=8 exactly tied at 30,500 (every decision between them is false);
-- flat_r: R makes no difference at any horizon (every best-R decision is false), P as paper;
-- clear: R=8 ahead by 1% at 3,000, R=6 ahead of every other R by 3% at 30,500 (a clear reversal).
-
-Designs, per width, on the same draws of the truth:
-
-- fixed (zoom): the project's Stage 1 -> Stage 2 with stage.select=zoom: every configuration at 3,000 steps
-  with one seed on the Stage-1 recipe (sequence 512, 16,384 tokens a step), the zoom's candidates
-  (cart_sweeps.rules.zoom.promoted: the best (R, P) and its neighbours along each axis) at 30,500 with 3 seeds
-  on the Stage-2 recipe (sequence 1,024, 32,768 tokens), decided by cart_sweeps.rules.decide.best_level at alpha;
-- fixed (paper): Stage 2 as shipped (stage.select=paper): the screen, then R in {6, 8, 10} at P=6 x 3 seeds;
-- ladder: rungs 3,000 / 10,000 / 30,500 on the Stage-2 recipe, 2 seeds per cell, up to `--most` seeds where a
-  width is open, through cart_sweeps.rules.ladder_walk.walk (what a ladder stage acts on), every run fresh;
-- ladder (branch): the same ladder under trainer.schedule=wsd with stage.branch=true (`--decay`, the decay
-  fraction): a promoted run costs its steps past the previous rung's decay start (Design.steps), a seed first
-  run at a rung its whole length. The same decisions on the same values: a branch equals the fresh run.
-
-A decision is right when it names the configuration truly best at 30,500 (a unique best); false when it
-names another or when the best is tied; undecided otherwise. Compute: training FLOPs
-(cart_sweeps.model.train_flops_per_token x tokens), as a share of the fixed (zoom) design's.
+The truths (`TRUTHS`: paper, ties, flat_r, clear), the designs (fixed (zoom), fixed (paper), ladder, ladder
+(branch)) and how a decision is scored: docs/ladder.md, "The simulation". The paper publishes no seed spread:
+`--sd` 0.5% and 1% of log-perplexity bracket what the project's tests assume.
 """
 
 from __future__ import annotations
@@ -75,6 +49,7 @@ PAPER_30500 = {  # Stage 2, 3-seed means; R=2 and R=4 not run by the paper (set 
     768: {6: 22.850, 8: 22.863, 10: 22.961},
     1024: {6: 20.354, 8: 20.402, 10: 20.495},
 }
+# P's log offsets behind P=6 (unpublished beyond "P=6 > 4 > 3 > 2"; P=8: the zoom's extension)
 P_3000 = {2: 0.06, 3: 0.04, 4: 0.02, 6: 0.0, 8: 0.005}
 P_30500 = {2: 0.04, 3: 0.025, 4: 0.012, 6: 0.0, 8: 0.005}
 Config = tuple[tuple[str, int], ...]
@@ -155,10 +130,10 @@ class Outcome:
     cost: float
 
 
-def _score(decided: bool, choice: Config | None, final: dict[Config, float]) -> tuple[bool, bool]:
+def _outcome(decided: bool, choice: Config | None, final: dict[Config, float], cost: float) -> Outcome:
+    """Right: decided on the configuration truly best at the last horizon, where one is (a tie has none)."""
     best = min(final.values())
-    winners = [c for c, v in final.items() if v - best < 1e-12]
-    return decided, decided and len(winners) == 1 and choice == winners[0]
+    return Outcome(decided, decided and [c for c, v in final.items() if v - best < 1e-12] == [choice], cost)
 
 
 def _draw(rng: np.random.Generator, mean: float, sd: float, n: int) -> list[float]:
@@ -175,8 +150,7 @@ def fixed(kind: str, d: int, sd: float, rng: np.random.Generator, select: str) -
     values = {config(r, p): _draw(rng, final[config(r, p)], sd, 3) for r, p in chosen}
     cost += sum(3 * run_cost(d, c, RUNGS[-1], CONFIRM_RECIPE) for c in values)
     verdict = best_level(values, METRIC, ALPHA)
-    decided, right = _score(verdict.decided, verdict.choice, final)
-    return Outcome(decided, right, cost)
+    return _outcome(verdict.decided, verdict.choice, final, cost)
 
 
 def ladder(kind: str, sd: float, rng: np.random.Generator, design: Design) -> dict[int, Outcome]:
@@ -193,12 +167,8 @@ def ladder(kind: str, sd: float, rng: np.random.Generator, design: Design) -> di
             data[(want.rung, want.group, want.config)][want.seed] = _draw(rng, mean, sd, 1)[0]
             steps = design.steps(want.rung, branched)
             cost[want.group] += run_cost(want.group, want.config, steps, CONFIRM_RECIPE)
-    out = {}
-    for d in WIDTHS:
-        _, judged = state.ended[d]
-        decided, right = _score(len(judged.kept) == 1, judged.best, truths[(len(rungs) - 1, d)])
-        out[d] = Outcome(decided, right, cost[d])
-    return out
+    final = {d: state.ended[d][1] for d in WIDTHS}
+    return {d: _outcome(len(j.kept) == 1, j.best, truths[(len(rungs) - 1, d)], cost[d]) for d, j in final.items()}
 
 
 @dataclass(frozen=True)

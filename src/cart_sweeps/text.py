@@ -20,6 +20,13 @@ def duration(hours: float) -> str:
     return f"{hours * 60:.0f} min" if hours * 60 >= 1 else f"{hours * 3600:.0f} s"
 
 
+def clock(seconds: float) -> str:
+    """An elapsed or remaining time as a progress line shows it: 1h05m, 4m09s."""
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
 def first_line(err: BaseException) -> str:
     """An error's first non-blank line (its type's name where it says nothing): a message's one line."""
     return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)

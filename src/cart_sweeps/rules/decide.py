@@ -1,17 +1,9 @@
 """The statistics a decision rests on, in one place for the analysis (which words its findings) and the
-sweep (which adds seeds where a decision is open): no torch, no Optuna, no analysis imports.
-
-Options are compared on the metric's tested scale (cart_sweeps.metric: log-metric where seed noise scales with
-the level, as on a perplexity, so a difference is a ratio; the value itself for a share such as an accuracy),
-oriented so that lower is better whichever way the metric points, with one pooled seed s.d. A best-of-k choice
-is decided when it beats every other option, each by a two-sided t-test, Holm's step-down over the k - 1
-comparisons. A stage that adds seeds while a decision is open looks at its data several times: each look tests
-at alpha / looks (Bonferroni over the looks), so the whole sequence, whatever it stops on, is wrong at most at
-alpha.
+sweep (which adds seeds where a decision is open): no torch, no Optuna, no analysis imports. The tests, the
+tested scale and the looks: docs/statistics.md.
 
 What a decision cannot know it does not decide: a seed spread no larger than rounding to the values' step
-makes (identical seeds, values rounded coarser than their noise) is no measured noise, and values that are not
-finite or not in the metric's range (a perplexity <= 1) are no measurements.
+makes is no measured noise, and values not finite or not in the metric's range are no measurements.
 """
 
 from __future__ import annotations
@@ -134,39 +126,39 @@ def gap(better: Option, worse: Option, noise: Noise) -> tuple[float, float]:
     return worse.score_mean - better.score_mean, noise.sd * math.sqrt(1 / better.seeds + 1 / worse.seeds)
 
 
-def p_better(better: Option, worse: Option, noise: Noise) -> float:
-    """One-sided p that `better` is better on the tested scale (a direction fixed before the data); 1 (no
-    evidence) where the noise is not measurable: callers say so before they test."""
+def p_better(better: Option, worse: Option, noise: Noise, allowance: float = 0.0) -> float:
+    """One-sided p that `better` is better on the tested scale (a direction fixed before the data) by more than
+    `allowance`; 1 (no evidence) where the noise is not measurable: callers say so before they test."""
     diff, se = gap(better, worse, noise)
     if not noise.measurable or se <= 0:
         return 1.0
     from scipy import stats  # 2 s to import: only where a decision is computed, not in every driver start
 
-    return float(stats.t.sf(diff / se, noise.df))
+    return float(stats.t.sf((diff - allowance) / se, noise.df))
 
 
-def two_sided(opts: Sequence[Option], noise: Noise) -> np.ndarray:
+def two_sided(opts: Sequence[Option], noise: Noise, allowance: float = 0.0) -> np.ndarray:
     """The two-sided p of the choice (opts[0]) against each other option, in their order, before Holm: the one-
     sided p doubled, since the data chose which option is on top."""
-    return np.array([min(1.0, 2 * p_better(opts[0], o, noise)) for o in opts[1:]])
+    return np.array([min(1.0, 2 * p_better(opts[0], o, noise, allowance)) for o in opts[1:]])
 
 
-def against_others(opts: Sequence[Option], noise: Noise) -> np.ndarray:
-    """The Holm-adjusted two-sided p of the choice (opts[0]) against each other option, in their order."""
-    return holm(two_sided(opts, noise))
+def options(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Option]:
+    """The valid options, best first, at the resolution of all their values."""
+    at = resolution([x for v in values.values() for x in v], metric)
+    valid = {c: v for c, v in values.items() if all(metric.valid(x) for x in v)}
+    return sorted((option(c, v, metric, at) for c, v in valid.items()), key=lambda o: o.rank)
 
 
 def best_level(values: Mapping[Any, Sequence[float]], metric: Metric, alpha: float = ALPHA, looks: int = 1) -> Verdict:
     """The best-of-k decision over each option's seed values of `metric`, at alpha / looks: what a stage with
     `stage.max_seeds` decides after each round, and what the analysis says of its final data. One option, no
     measurable seed spread, or a value that is no measurement of `metric` decides nothing."""
-    valid = {level: v for level, v in values.items() if all(metric.valid(x) for x in v)}
-    at = resolution([x for v in valid.values() for x in v], metric)
-    opts = sorted((option(level, v, metric, at) for level, v in valid.items()), key=lambda o: o.rank)
+    opts = options(values, metric)
     noise = pool(opts, "the options' seeds")
     if len(opts) < 2 or len(opts) < len(values) or noise is None or not noise.measurable:
         return Verdict(opts[0].level if opts else None, False, opts, noise, [o.level for o in opts[1:]])
-    adjusted = against_others(opts, noise)
+    adjusted = holm(two_sided(opts, noise))
     tied = [o.level for o, a in zip(opts[1:], adjusted, strict=True) if a > alpha / looks]
     return Verdict(opts[0].level, not tied, opts, noise, tied, float(adjusted.max()))
 
@@ -240,12 +232,6 @@ class Best:
     mean: float
     seeds: int
     tied: tuple[Any, ...] = ()
-    options: int = 1  # how many options competed
-
-    @property
-    def full_tie(self) -> bool:
-        """Every option has the same mean (at least two options)."""
-        return bool(self.tied) and self.options == len(self.tied) + 1
 
 
 def best(values: Mapping[Any, Sequence[float]], metric: Metric) -> Best | None:
@@ -255,7 +241,7 @@ def best(values: Mapping[Any, Sequence[float]], metric: Metric) -> Best | None:
         return None
     top = order[0]
     tied = tuple(r.option for r in order[1:] if r.mean == top.mean)
-    return Best(top.option, top.mean, top.seeds, tied, len(order))
+    return Best(top.option, top.mean, top.seeds, tied)
 
 
 def best_per(rows: Iterable[tuple[Any, Any, float]], metric: Metric) -> dict[Any, Best]:

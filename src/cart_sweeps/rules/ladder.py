@@ -1,17 +1,9 @@
 """A ladder stage (`stage.rungs=[3000, 10000, 30500]`, docs/ladder.md): its grid runs at the first horizon,
 and each later rung's runs are fresh runs of the configurations the walk (rules/ladder_walk.py) keeps.
 
-The horizon is the run's `trainer.steps`, a param of every run (paper numbers, mapped through the scale as
-any step count). What to run next follows from the run set alone (runset.stage_runs, as the analysis reads
-it), so a relaunch recomputes the same ladder: done runs are skipped, runs cut off are resumed, and each
-added run's trial records why it exists (rule.WHY). Every promotion and drop, with its reason, is
-recorded in the ledger (the study's user attribute RECORD) and in the stage folder (RECORD_FILE), for the
-analysis.
-
-`stage.branch=true` with `trainer.schedule=wsd` (`LadderRule.launch_overrides`, added as each run launches): a run below
-the last rung keeps its checkpoint where its stable phase ends, and a promoted run starts from the previous
-rung's run of the same configuration and seed there, so a rung costs its extra stable steps and its cooldown,
-not its whole length; it computes what the fresh run of its horizon computes (docs/wsd.md), and is that run.
+What to run next follows from the run set alone (runset.stage_runs), so a relaunch recomputes the same ladder.
+`stage.branch=true` (`LadderRule.launch_overrides`, docs/wsd.md): a promoted run starts from the previous
+rung's run of its configuration and seed where its stable phase ends, and computes what the fresh run would.
 """
 
 from __future__ import annotations
@@ -22,18 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from optuna.trial import FrozenTrial
-
 from cart_sweeps.config import ConfigError
-from cart_sweeps.record.runfolder import checkpoint_path
+from cart_sweeps.record.runfolder import atomic_write, checkpoint_path
 from cart_sweeps.rules.axes import SEED, STEPS, D
 from cart_sweeps.rules.decide import seed_order
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
-from cart_sweeps.rules.rule import WHY, Added, Cell, Expanded, StageRule
+from cart_sweeps.rules.rule import Added, Expanded, StageRule
 from cart_sweeps.rules.seeds import ranked_by
 from cart_sweeps.rules.zoom import promoted
 from cart_sweeps.schedule import Schedule, branchable
-from cart_sweeps.stagerecord.runset import stage_runs
+from cart_sweeps.stagerecord.runset import Cell, stage_runs
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
@@ -84,16 +74,10 @@ class LadderRule(StageRule):
         """Each rung's looks (a ladder decides at each rung)."""
         return super().looks() * len(self.stage.spec.rungs)
 
-    def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
-        """The runs earlier launches added to this ladder (so a relaunch resumes or skips them)."""
+    def added_here(self) -> Callable[[dict[str, Any]], bool] | None:
         stage = self.stage
         configs = {(g, c) for g, cs in groups(stage).items() for c in cs}
-        out = []
-        for trials in history.values():
-            attrs, params = trials[-1].user_attrs, dict(trials[-1].params)
-            if WHY in attrs and split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs:
-                out.append(Added(stage.run(params), str(attrs[WHY])))
-        return out
+        return lambda params: split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
         """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are
@@ -227,12 +211,10 @@ def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
     d = design(stage)
     drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
     shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
-    shown |= {"alpha": d.alpha}
-    payload = {"design": shown | {"looks": d.looks}, "drift": drift, "records": rows}
-    path = stage.sweep_dir / RECORD_FILE
-    tmp = path.with_name(f".{RECORD_FILE}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    payload = {"design": shown | {"alpha": d.alpha, "looks": d.looks}, "drift": drift, "records": rows}
+    atomic_write(
+        stage.sweep_dir / RECORD_FILE, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    )
     return [c for c, row in zip(state.calls, rows, strict=True) if row not in before]
 
 

@@ -1,29 +1,10 @@
 """The ladder's decisions, from values alone: what a ladder stage (rules/ladder.py) acts on and what its
-simulation (`python -m cart_sweeps.simulate`) tests, through this one entry point, `walk`.
+simulation (`python -m cart_sweeps.simulate`) tests, through this one entry point, `walk`. The rule (drops at
+alpha / looks beyond the drift allowance `rate x ln(last / this)`) and the prior's derivation: docs/ladder.md.
 
-A ladder runs every configuration at its first horizon (rung), then, per decision group (a width), keeps
-only what is not decided worse than the rung's best by more than the drift allowance, and runs those again,
-fresh, at the next horizon, up to the last. A configuration is dropped at rung k when its gap to the rung's
-best (on the metric's tested scale, cart_sweeps.rules.decide) exceeds the allowance significantly: a one-sided
-t-test of (gap - allowance) on the rung's pooled seed noise, doubled (the data chose the best), Holm's
-step-down over the group's comparisons, at alpha / looks. The allowance is how far a gap may still close
-between this horizon and the last: `rate x ln(last / this)`. The rate is the ladder's own measurement once
-two rungs exist (`measured_rate`), before that the prior `DRIFT_PRIOR` (or `stage.drift`). At the last rung
-the allowance is 0 and the test is `decide.best_level`'s: a group is decided when every other option is
-dropped. A group with one configuration left is decided there and runs no further rung.
-
-Looks: every rung may add seeds while a group is open (stage.max_seeds, one seed per round), so each group
-is tested at most rungs x (max_seeds - grid seeds + 1) times; each test is at alpha / that (Bonferroni over
-the looks, as decide.looks), so the whole ladder, whatever it stops on, drops or decides wrongly at most at
-alpha, provided the true change of each gap from a rung to the last stays within the allowance.
-
-The prior: the paper's own screen-to-confirm changes. At P=6, the gap R=8 - R=6 in log PPL_wiki, at 3,000
-steps (Stage 1) and at 30,500 (Stage 2, 3-seed means), REFERENCE.md section 5 (`PAPER_R6_R8`):
-d=256 +0.70% -> -2.10% (closed by 2.80%), d=512 -0.73% -> +0.39% (1.12%), d=768 -0.87% -> +0.06% (0.92%),
-d=1024 -1.04% -> +0.24% (1.27%), over ln(30,500 / 3,000) = 2.32 units of ln(horizon). Their root mean
-square, 1.70% / 2.32 = 0.0073 per unit, is DRIFT_PRIOR: the typical change, as the measured rate is (the
-largest, d=256's reversal, is 1.65x it). It errs towards keeping: the two stages also differ in sequence
-length and batch, and Stage 1 is one seed, so part of each change is recipe and noise, not horizon.
+The prior, DRIFT_PRIOR: the root mean square of the paper's own screen-to-confirm changes of the R=8 - R=6 gap
+(`PAPER_R6_R8`, REFERENCE.md section 5) per unit of ln(horizon). It errs towards keeping: the two stages also
+differ in sequence length and batch, and Stage 1 is one seed, so part of each change is recipe and noise.
 """
 
 from __future__ import annotations
@@ -37,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from cart_sweeps.metric import Metric
-from cart_sweeps.rules.decide import Noise, Option, gap, holm, option, pool, resolution, seeds_in_every
+from cart_sweeps.rules.decide import Noise, Option, holm, options, pool, seeds_in_every, two_sided
 from cart_sweeps.schedule import stable_steps
 
 # (R=6, R=8) PPL_wiki at P=6: Stage 1 at 3,000 steps, Stage 2 at 30,500 (REFERENCE.md section 5)
@@ -53,14 +34,10 @@ RECORD = "ladder"  # the ledger study's user attribute: the ladder's records (ru
 RECORD_FILE = "ladder.json"  # the same, with the design, in the stage folder
 
 
-def paper_changes() -> dict[int, float]:
-    """Per width, how far the paper's R=8 - R=6 log gap moved from 3,000 to 30,500 steps."""
-    return {d: math.log(two[1] / two[0]) - math.log(one[1] / one[0]) for d, (one, two) in PAPER_R6_R8.items()}
-
-
 def paper_rate() -> float:
-    """The root mean square of `paper_changes` per unit of ln(horizon)."""
-    changes = list(paper_changes().values())
+    """The root mean square, per unit of ln(horizon), of how far each width's R=8 - R=6 log gap moved from
+    3,000 to 30,500 steps in the paper."""
+    changes = [math.log(two[1] / two[0]) - math.log(one[1] / one[0]) for one, two in PAPER_R6_R8.values()]
     return math.sqrt(sum(c * c for c in changes) / len(changes)) / math.log(PAPER_HORIZONS[1] / PAPER_HORIZONS[0])
 
 
@@ -102,13 +79,6 @@ class Judged:
         return len(self.kept) > 1
 
 
-def options(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Option]:
-    """The valid options of one group, best first, at the resolution of all their values."""
-    at = resolution([x for v in values.values() for x in v], metric)
-    valid = {c: v for c, v in values.items() if all(metric.valid(x) for x in v)}
-    return sorted((option(c, v, metric, at) for c, v in valid.items()), key=lambda o: o.rank)
-
-
 def judge(
     values: Mapping[Any, Sequence[float]],
     metric: Metric,
@@ -125,13 +95,7 @@ def judge(
     keep_all = Judged(opts[0].level if opts else None, opts, {}, [], [o.level for o in opts], noise, allowance, level)
     if len(opts) < 2 or len(opts) < len(values) or noise is None or not noise.measurable:
         return keep_all
-    from scipy import stats  # as decide: only where a decision is computed
-
-    raw = []
-    for other in opts[1:]:
-        diff, se = gap(opts[0], other, noise)
-        raw.append(min(1.0, 2 * float(stats.t.sf((diff - allowance) / se, noise.df))) if se > 0 else 1.0)
-    adjusted = holm(np.array(raw))
+    adjusted = holm(two_sided(opts, noise, allowance))
     p = {o.level: float(a) for o, a in zip(opts[1:], adjusted, strict=True)}
     dropped = [c for c, a in p.items() if a <= level]
     kept = [o.level for o in opts if o.level not in dropped]

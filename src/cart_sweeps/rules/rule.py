@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
 
 WHY = "added"  # the ledger attribute of an added run: why it exists
-Cell = tuple[tuple[str, Any], ...]
 
 
 class Expanded(Protocol):
@@ -82,8 +81,15 @@ class StageRule:
         return out
 
     def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
-        """The runs earlier launches added (so a relaunch resumes or skips them)."""
-        return []
+        """The runs earlier launches added to this launch's (so a relaunch resumes or skips them)."""
+        ours = self.added_here()
+        last = (trials[-1] for trials in history.values())
+        found = [t for t in last if WHY in t.user_attrs and ours and ours(dict(t.params))]
+        return [Added(self.stage.run(dict(t.params)), str(t.user_attrs[WHY])) for t in found]
+
+    def added_here(self) -> Callable[[dict[str, Any]], bool] | None:
+        """Whether an added run's params belong to this launch (None: the rule adds none)."""
+        return None
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
         """The runs the rule adds now, each with why (none while a result it needs is missing)."""

@@ -1,16 +1,9 @@
-"""The seed rule: seeds a stage adds after its grid, where a decision needs them (docs/statistics.md).
+"""The seed rule: seeds a stage adds after its grid, where a decision needs them (docs/statistics.md):
+`stage.replicates=K` re-runs a one-seed screen's K best configurations per width with REPLICATE_SEEDS more
+seeds; `stage.max_seeds=N` adds a seed to every cell of a width while its best-R decision is open.
 
-- `stage.replicates=K`, a one-seed screen: per width, the K configurations its own seed ranks best (the
-  current best and runner-up for K=2) are re-run with the next REPLICATE_SEEDS seeds of the list, so the
-  screen measures its seed noise.
-- `stage.max_seeds=N`, a stage with a seed axis and an R axis: while a width's best-R decision is open
-  (cart_sweeps.rules.decide.best_level at alpha / looks), every cell of that width gets the next seed of the
-  list, one round at a time, until it is decided or has N seeds per cell.
-
-The seeds come from a fixed list (the stage's own seeds first, then SEEDS in order), and what to add
-follows from the run set alone (runset.stage_runs, as the analysis reads it), so a relaunch recomputes
-the same rounds: done runs are skipped and a finished stage adds nothing. Each added run's trial records
-why it exists (ledger attribute WHY).
+The seeds come from a fixed list (decide.seed_order), and what to add follows from the run set alone
+(runset.stage_runs), so a relaunch recomputes the same rounds; each added run's trial records why (WHY).
 """
 
 from __future__ import annotations
@@ -19,8 +12,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import Metric, require
@@ -35,9 +26,9 @@ from cart_sweeps.rules.decide import (
     seeds_for_power,
     seeds_in_every,
 )
-from cart_sweeps.rules.rule import WHY, Added, Cell, Expanded, StageRule
-from cart_sweeps.stagerecord.runset import StageRun, stage_runs
-from cart_sweeps.text import axis_value, count
+from cart_sweeps.rules.rule import Added, Expanded, StageRule
+from cart_sweeps.stagerecord.runset import Cell, StageRun, cell_of, stage_runs
+from cart_sweeps.text import count
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
@@ -64,17 +55,9 @@ class SeedRule(StageRule):
         if spec.branch:
             raise ConfigError("stage.branch=true branches a ladder's rungs: set stage.rungs=[...] too")
 
-    def earlier(self, history: dict[str, list[FrozenTrial]]) -> list[Added]:
-        """The runs earlier launches added to this launch's cells (so a relaunch resumes or skips them)."""
-        if not self.adds():
-            return []
+    def added_here(self) -> Callable[[dict[str, Any]], bool] | None:
         cells = {cell_of(run.params) for run in self.stage.runs}
-        out = []
-        for trials in history.values():
-            attrs, params = trials[-1].user_attrs, trials[-1].params
-            if WHY in attrs and cell_of(params) in cells:
-                out.append(Added(self.stage.run(dict(params)), str(attrs[WHY])))
-        return out
+        return (lambda params: cell_of(params) in cells) if self.adds() else None
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
         """The runs the rule adds now, from the runs the stage's conclusions use (none while a cell of this
@@ -165,11 +148,6 @@ class SeedRule(StageRule):
             needed = _needed(verdict, have, n_looks, sum(hours.get(grid[c].run_id, 0.0) for c in cells))
             lines.append(f"  {_where(key)}: {have} seeds per cell, {said}; {needed}")
         return lines
-
-
-def cell_of(params: dict[str, Any]) -> Cell:
-    """A run's table cell: its params less the seed (as runset.StageRun.cell; a list as its text, axis_value)."""
-    return tuple(sorted((k, axis_value(v)) for k, v in params.items() if k != SEED))
 
 
 def _by_width(grid: dict[Cell, Any]) -> dict[Cell, list[Cell]]:

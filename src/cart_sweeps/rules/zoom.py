@@ -1,15 +1,7 @@
 """Stage-2 candidates by the author's "zoom and confirm" rule, from the Stage-1 runs its conclusions use
-(cart_sweeps.stagerecord.runset: the same runs the analysis tables).
-
-Per width: the best R and the best P of Stage 1 (the best seed mean of the sweep metric at the end, in its
-direction, by the study's one rule: cart_sweeps.rules.decide.ranked), each with its grid neighbour on either side; past
-the grid's edge the last step is repeated (best R=8 of {2,4,6,8} adds R=10). The candidates are the best (R, P)
-and its neighbours along each axis (a cross, not a square). `stage.sentinels=K` also promotes the K
-configurations ranked just below that cutoff, so the analysis can tell whether the cutoff would have missed
-Stage 2's winner.
-
-A width's runs of different recipes (a relaunch of some cells with another trainer.lr) are never ranked together:
-zoom and the benchmarks' best refuse them in one line, as the analysis builds a table per recipe.
+(runset: the same runs the analysis tables): per width, the best (R, P) by decide.ranked and its grid
+neighbours along each axis (a cross; past the grid's edge the last step repeats), and `stage.sentinels=K`
+configurations ranked just below that cutoff. A width whose runs mix recipes is refused in one line.
 """
 
 from __future__ import annotations
@@ -20,9 +12,9 @@ from typing import Any
 
 from cart_sweeps.config import RECIPE_KEYS, ConfigError
 from cart_sweeps.metric import require
-from cart_sweeps.rules.axes import SEED, D, P, R
+from cart_sweeps.rules.axes import D, P, R
 from cart_sweeps.rules.decide import best_per, ranked
-from cart_sweeps.stagerecord.runset import RunSet, StageRun
+from cart_sweeps.stagerecord.runset import RunSet, StageRun, cell_of
 
 ZOOM_AXES = (D, R, P)
 _LOWEST = {R: 1, P: 0}
@@ -50,23 +42,19 @@ def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[floa
 
 
 def _one_recipe(runs: RunSet, d: int, width: list[StageRun], select: str) -> None:
-    """Refuse a width whose runs mix recipes (`select`: the stage.select that would rank them)."""
-    if mix := recipe_mix(width):
+    """Refuse a width whose runs differ in a recipe key (config.RECIPE_KEYS; `select`: the stage.select that
+    would rank them), naming each with its values: 'trainer.lr 0.003, 1e-06'."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for run in width:
+        trainer = (run.summary.details.get("trainer") or {}) if run.summary else {}
+        for key in RECIPE_KEYS:
+            values[key].add(json.dumps(trainer.get(key), default=str))
+    if mix := [f"trainer.{k} {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]:
         raise ConfigError(
             f"stage.select={select}: stage {runs.stage}'s runs at d={d} mix recipes ({'; '.join(mix)}), which it "
             f"never ranks together (the analysis tables them apart): relaunch stage {runs.stage} at d={d} with one "
             "recipe"
         )
-
-
-def recipe_mix(runs: list[StageRun]) -> list[str]:
-    """Each recipe key (config.RECIPE_KEYS) the runs differ in, with its values: 'trainer.lr 0.003, 1e-06'."""
-    values: dict[str, set[str]] = defaultdict(set)
-    for run in runs:
-        trainer = (run.summary.details.get("trainer") or {}) if run.summary else {}
-        for key in RECIPE_KEYS:
-            values[key].add(json.dumps(trainer.get(key), default=str))
-    return [f"trainer.{k} {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
 
 
 def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
@@ -75,23 +63,18 @@ def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
     configuration), and of its seeds the run with the best `metric` (ties to the first folder by name), its R
     and folder. One run, since one checkpoint is evaluated, of the configuration the tables name."""
     record, scored = require(metric), _scored(runs, metric, (D, R))
-    cells = {(p[D], _cell(p)): p for _, p, _ in scored}
-    chosen = best_per(((p[D], _cell(p), value) for value, p, _ in scored), record)
+    cells = {(p[D], cell_of(p)): p for _, p, _ in scored}
+    chosen = best_per(((p[D], cell_of(p), value) for value, p, _ in scored), record)
     if not chosen:
         raise ConfigError(f"stage.select=best: stage {runs.stage} has no completed run with {metric}")
     out = {}
     for d, top in chosen.items():
         _one_recipe(runs, d, [run for _, p, run in scored if p[D] == d], "best")
         seeds = [
-            (record.sign * value, str(run.folder)) for value, p, run in scored if (p[D], _cell(p)) == (d, top.choice)
+            (record.sign * value, str(run.folder)) for value, p, run in scored if (p[D], cell_of(p)) == (d, top.choice)
         ]
         out[d] = {R: cells[(d, top.choice)][R], "run_dir": min(seeds)[1]}
     return out
-
-
-def _cell(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """A run's configuration: its grid point less the seed, in key order (one option of the width's best)."""
-    return tuple(sorted((k, v) for k, v in params.items() if k != SEED))
 
 
 def promoted(order: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -1,21 +1,13 @@
 """The ledger of a stage: an Optuna study stored in the stage's sweep folder.
 
-Every attempt at a run is one trial (a search's trial that samples a run the ledger holds is a repeat: it names the
-run in `repeat_of`, not `run_id`, and takes its result). Its params are the run's grid point (paper numbers), its user
-attrs the run id, label, overrides, run folder, job id, status and final metrics, its value the sweep
-metric (the study's named objective; one per metric of sweep.metrics in a multi-objective study:
-sweep/objectives.py), and its intermediate values that metric at each evaluation (one objective only).
-Results are written the moment a run ends, so a killed driver loses nothing; a trial still RUNNING when
-a driver starts was cut off, and is resumed rather than started again.
+Every attempt at a run is one trial: its params the run's grid point (paper numbers), its user attrs who the run
+is and how it ended, its values the sweep metric(s), its intermediate values that metric at each evaluation.
+Results are written the moment a run ends, so a killed driver loses nothing; a trial still RUNNING when a
+driver starts was cut off, and is resumed.
 
-A study's value means one thing: the metric and recipe it was created with (its `objective` attr). A
-launch ranking by another metric, or with another recipe, opens a study of its own beside the first in
-the same storage (`<stage>~<digest>`), so no study mixes two meanings; readers see the stage's studies
-together (`Ledger.read_all`, `merged_attempts`, `merged_launches`).
-
-Nothing is ordered by a clock: hosts' clocks disagree (an NTP step, a restored VM, two login nodes on one shared
-file system), and a relaunch recorded an hour "earlier" would read as the older. Each launch takes a number, one
-more than any of its stage's, and its trials carry it; times are recorded for people to read.
+A study's value means one thing (its `objective` attr): a launch with another metric or recipe opens a study of
+its own beside it (`<stage>~<digest>`, docs/results.md). Nothing is ordered by a clock (hosts' clocks disagree,
+docs/faults.md): each launch takes a number, one more than any of its stage's, and its trials carry it.
 """
 
 from __future__ import annotations
@@ -200,9 +192,6 @@ def _create(
     return study
 
 
-DIRECTIONS = ("minimize", "maximize")
-
-
 def check_direction(name: str, direction: str | None) -> Literal["minimize", "maximize"]:
     """The direction of sweep.metric `name` as Optuna's study takes it: the metric's own (cart_sweeps.metric, the one
     record every ranking reads: the ledger, zoom, the analysis's tables and decisions); `sweep.direction` may say it,
@@ -211,7 +200,7 @@ def check_direction(name: str, direction: str | None) -> Literal["minimize", "ma
     own: Literal["minimize", "maximize"] = (
         found.direction if found else "minimize"
     )  # a study from before objectives named the metric
-    if direction is not None and direction not in DIRECTIONS:
+    if direction is not None and direction not in ("minimize", "maximize"):
         raise ConfigError(f"sweep.direction={direction}: use minimize or maximize (or leave it out: {name}'s own)")
     if direction is not None and direction != own:
         raise ConfigError(
@@ -466,11 +455,6 @@ class Ledger:
         number)."""
         trial_id = study_storage(self.study).get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
         return Trial(self.study, trial_id)
-
-    def metric(self) -> str | None:
-        """The metric this study's values are (None for a study that never named one)."""
-        names = self.study.metric_names
-        return names[0] if names else None
 
     def finish(self, trial: Trial, summary: RunSummary, metrics: str | list[str]) -> RunStatus:
         """Record how a run ended, now; returns its status. Its values: one per objective (`metrics`, the sweep

@@ -1,31 +1,14 @@
 """The runs a stage's conclusions use: one definition for the analysis, `plan`, zoom/best and the dashboard.
-
-A stage folder collects every run ever made for it: launches narrowed to a few cells, a stage run in
-pieces, relaunches with another recipe, copies (`cp -a RUN RUN.bak`), runs started by hand. Its ledger
-records each launch and the runs it stood for. The rule, per table cell (a run's grid point less its
-seed, at the run's own numbers):
-
-- the cell's conclusions use the newest configuration launched for it (by the launches' numbers, never a
-  clock): every completed seed of that configuration, whichever launch ran it; a narrowed relaunch or a stage
-  run in pieces keeps every cell;
-- a relaunch that changed a recipe key (another trainer.lr, say) supersedes exactly the cells it re-ran:
-  their older runs are listed as superseded, with the keys that changed;
-- a run is found by its id in the folder its ledger names, under the current runs root (a tree copied
-  elsewhere reads the same; a folder moved and symlinked back is followed): its stage's, or the folder of
-  the stage that trained it (a run is trained once, by whichever stage needs it first; the others'
-  ledgers name its `owner`); any other folder holding a summary is a copy, a run's folder moved (its own
-  is gone) or a run started by hand: listed, never counted.
+The rule (per table cell, the newest configuration launched for it; superseded, copied, moved and by-hand
+runs listed, never counted): docs/results.md.
 
 Without a readable ledger every completed run folder counts once (a copy of a run's canonical folder,
 `<label>-<id8>`, aside), and the basis says so.
 
-Runs of different scales never share a cell: each trial records its run's scale, and a reading is of one
-scale, so its cells are that scale's alone. Cells are keyed by the paper's numbers, so a paper-scale launch
-into a stage folder holding a finished tiny study names the same cells with other configurations; read
-together, its runs (even rejected ones) would be the cells' newest configuration and the tiny runs superseded.
-Reading apart (rather than moving a scale's runs to other folders) keeps every existing run id, folder and
-ledger as it was. A reading names its scale (a launch, `plan` and zoom: the stage's own), else it is of the
-scale of the newest launch whose runs have results; completed runs of any other scale are listed, never tabled.
+Runs of different scales never share a cell, and a reading is of one scale: cells are keyed by the paper's
+numbers, so a paper-scale launch into a folder holding a finished tiny study would otherwise supersede it.
+Reading apart keeps every run id, folder and ledger as it was. A reading names its scale (a launch, `plan`
+and zoom: the stage's own), else it is of the newest launch with results; other scales are listed, never tabled.
 """
 
 from __future__ import annotations
@@ -40,7 +23,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.record.runfolder import SUMMARY, read_summary
+from cart_sweeps.record.runfolder import SUMMARY, atomic_write, read_summary
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.stagerecord.ledger import (
     LEDGER_FILES,
@@ -62,6 +45,12 @@ SCALE_ATTR = "scale"  # a trial's attr: the scale its run was composed at
 SCALES = "scales"  # stage.json: scale -> the newest record of a launch at that scale
 PAPER = "paper"  # the scale of a run whose trial records none (conf/scale/paper.yaml's name)
 UNRECORDED = "?"  # stage.json's SCALES: the record of a launch from before records named their scale
+Cell = tuple[tuple[str, Any], ...]
+
+
+def cell_of(params: Mapping[str, Any]) -> Cell:
+    """A run's table cell: its params less the seed (a list as its text, axis_value)."""
+    return tuple(sorted((k, axis_value(v)) for k, v in params.items() if k != "seed"))
 
 
 @dataclass(frozen=True)
@@ -88,9 +77,7 @@ class StageRecord:
         if earlier and "scale" not in earlier:
             scales.setdefault(UNRECORDED, earlier)
         scales[self.scale] = self.__dict__
-        tmp = path.with_name(f".{RECORD}.tmp")
-        tmp.write_text(json.dumps({**self.__dict__, SCALES: scales}, indent=2) + "\n")
-        tmp.replace(path)
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps({**self.__dict__, SCALES: scales}, indent=2) + "\n"))
 
     @classmethod
     def read(cls, sweep_dir: Path, scale: str | None = None) -> StageRecord | None:
@@ -132,7 +119,7 @@ class StageRun:
     folder: Path  # under the current root
     params: dict[str, Any]  # its grid point in the paper's numbers (the ledger's params)
     actual: dict[str, Any]  # those of its params its scale changed, at the run's own numbers
-    cell: tuple[tuple[str, Any], ...]  # params less the seed (a reading is of one scale: its cells are that scale's)
+    cell: Cell  # params less the seed (a reading is of one scale: its cells are that scale's)
     config: str  # what the seeds of one configuration share (its config id)
     launch: int  # index of the newest launch that stood for it (-1: none recorded)
     order: tuple[Any, ...]  # its newest trial's place among the stage's (ledger.trial_order)
@@ -220,7 +207,7 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
     if others:
         basis += f", at scale={read} (the stage also holds runs at scale={', '.join(others)}: read apart)"
     out = RunSet(stage, basis, scale=read)
-    cells: dict[tuple[tuple[str, Any], ...], list[StageRun]] = defaultdict(list)
+    cells: dict[Cell, list[StageRun]] = defaultdict(list)
     for run in runs:
         if run.scale != read:
             if run.status == RunStatus.COMPLETED:
@@ -240,19 +227,14 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
             out.left_out.append(LeftOut(folder.name, _rel(root, folder), UNREADABLE, UNREADABLE))
             continue
         owner = by_id.get(summary.run_id or "")
-        label, where = summary.label or folder.name, _rel(root, folder)
         if owner and owner.status == "lost":  # its ledger's folder is gone: this is it, moved (put back by hand)
-            moved = f"{owner.label}, moved from {_rel(root, owner.folder)}: put it back there"
-            out.left_out.append(LeftOut(label, where, "moved", moved))
+            kind, why = "moved", f"{owner.label}, moved from {_rel(root, owner.folder)}: put it back there"
         elif owner:
-            copy = f"a copy of {owner.label}: its ledger names {_rel(root, owner.folder)}"
-            out.left_out.append(LeftOut(label, where, "copy", copy))
+            kind, why = "copy", f"a copy of {owner.label}: its ledger names {_rel(root, owner.folder)}"
         else:
-            out.left_out.append(LeftOut(label, where, "by hand", _BY_HAND))
+            kind, why = "by hand", "started by hand: in no launch"
+        out.left_out.append(LeftOut(summary.label or folder.name, _rel(root, folder), kind, why))
     return out
-
-
-_BY_HAND = "started by hand: in no launch"
 
 
 def _read_scale(runs: list[StageRun]) -> str:
@@ -287,7 +269,7 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
         folder=folder,
         params=params,
         actual=dict(attrs.get("actual", {})),
-        cell=tuple(sorted((k, v) for k, v in params.items() if k != "seed")),
+        cell=cell_of(params),
         config=str(config),
         launch=newest.get(run_id, -1),
         order=trial_order(last),

@@ -52,17 +52,8 @@ def all_trials(study: optuna.Study, states: Collection[TrialState] | None = None
         return list(conn.execute(query.order_by(key)).all())
 
     with storage.engine.connect() as conn:
-        heads = conn.execute(
-            select(
-                trials.c.trial_id,
-                trials.c.number,
-                trials.c.state,
-                trials.c.datetime_start,
-                trials.c.datetime_complete,
-            )
-            .where(mine)
-            .order_by(trials.c.trial_id)
-        ).all()
+        head = ("trial_id", "number", "state", "datetime_start", "datetime_complete")
+        heads = conn.execute(select(*(trials.c[c] for c in head)).where(mine).order_by(trials.c.trial_id)).all()
         params = rows(optuna_tables.TrialParamModel, "param_name", "param_value", "distribution_json")
         values = rows(optuna_tables.TrialValueModel, "objective", "value", "value_type")
         steps = rows(optuna_tables.TrialIntermediateValueModel, "step", "intermediate_value", "intermediate_value_type")

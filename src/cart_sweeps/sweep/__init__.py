@@ -1,2 +1,2 @@
-"""Stages of the study: expansion into runs (expand), the Optuna ledger (ledger), submitit pools (launcher),
-the driver between them (driver), live progress (progress) and cost estimates for `plan` (cost)."""
+"""The engine: a stage expanded into its runs (expand), the driver that runs them against its ledger (driver),
+the pools they run on (pool, pools/), live progress (progress) and cost estimates for `plan` (cost)."""

@@ -315,37 +315,30 @@ class StageDriver:
         s = self.stage
         size = count(len(self.known), "run") if s.runs else f"sweep.n_trials={self.sweep.n_trials}, "
         size += "" if s.runs else f"{count(len(self.known), 'run')} sampled so far"
-        print(
-            f"stage {s.name}: {size}; "
-            f"{self.skipped} done, skipped; {len(self.attached)} still queued or running; "
-            f"{sum(a.trial is not None for a in self.queue)} cut off, resumed; "
-            f"-> {s.sweep_dir}",
-            flush=True,
-        )
+        lines = [
+            f"{size}; {self.skipped} done, skipped; {len(self.attached)} still queued or running; "
+            f"{sum(a.trial is not None for a in self.queue)} cut off, resumed; -> {s.sweep_dir}"
+        ]
         if self.recovered:
-            print(
-                f"stage {s.name}: {count(self.recovered, 'result')} recorded in the ledger from their run folders",
-                flush=True,
-            )
+            lines.append(f"{count(self.recovered, 'result')} recorded in the ledger from their run folders")
         if self.referenced:
             run, held = self.referenced[0]
             more = f" and {len(self.referenced) - 1} more" if len(self.referenced) > 1 else ""
-            print(
-                f"stage {s.name}: {count(len(self.referenced), 'run')} done in another stage, referenced, not trained "
-                f"again: {run.label} ({held.folder}){more}",
-                flush=True,
+            lines.append(
+                f"{count(len(self.referenced), 'run')} done in another stage, referenced, not trained again: "
+                f"{run.label} ({held.folder}){more}"
             )
         if self.lost:
-            print(
-                f"stage {s.name}: {count(len(self.lost), 'run')} the ledger holds as done lost their run folder "
-                f"(first: {self.lost[0].run_dir}); running them again",
-                flush=True,
+            lines.append(
+                f"{count(len(self.lost), 'run')} the ledger holds as done lost their run folder (first: "
+                f"{self.lost[0].run_dir}); running them again"
             )
         if self.misplaced:
-            run, fix = self.misplaced[0]
-            rest = len(self.misplaced) - 1
+            (run, fix), rest = self.misplaced[0], len(self.misplaced) - 1
             others = f" ({count(rest, 'more run')} so: python -m cart_sweeps.plan lists them)" if rest else ""
-            print(f"stage {s.name}: {run.label}: {fix}{others}", flush=True)
+            lines.append(f"{run.label}: {fix}{others}")
+        for line in lines:
+            print(f"stage {s.name}: {line}", flush=True)
         interrupted = False
         with Progress(s.name, self.left() + len(self.attached), self.sweep.metric, left=self.left) as self.progress:
             for _ in self.attached:

@@ -87,10 +87,10 @@ class Stage:
         if first.stage is None:
             names = sorted({path.stem for path in stage_paths(config_dirs())})
             raise ConfigError(f"name a stage: stage=<name>, one of {names}")
-        self._compose = Composer()
+        self.compose = Composer()  # a run's config, as its own process would compose it (group choices cached)
         self._configurations: dict[tuple[str, ...], Configuration] = {}
         self._first_seeds: dict[str, Run] = {}  # a configuration's first run: its other seeds are named from it
-        self.base = self._compose(first.base)
+        self.base = self.compose(first.base)
         check_interpolations(self.base)  # whole, once: a run differs from it only in its axes (checked per run)
         self.spec = self.base.stage
         self.select = self.spec.select  # read per run: a DictConfig lookup is not free
@@ -111,16 +111,16 @@ class Stage:
         self._scale = cast(ScaleConfig, OmegaConf.to_object(self.base.scale))  # read per run: a dataclass is fast
         self.train = StageKind(self.spec.kind).trains
         self.option = first.stage  # the stage file (its `name:` may differ: the ad-hoc stage, stage.name=...)
-        self._paper = self._compose([f"stage={format_value(first.stage)}", "scale=paper"])
+        self._paper = self.compose([f"stage={format_value(first.stage)}", "scale=paper"])
         self._paper_values: dict[str, Any] = {}
         self._own = self.spec.numbers == StageNumbers.own  # the stage's numbers are the run's scale's: as written
         recipe = cast(dict[str, Any], OmegaConf.to_container(self.spec.recipe, resolve=True))
-        self._recipe = {k: self._as_paper(k, v) for k, v in recipe.items()}
+        self.recipe = {k: self._as_paper(k, v) for k, v in recipe.items()}  # the paper's numbers (as the grid's)
         typed: dict[str, list[Any]] = {
             k: [self._as_paper(k, v) for v in vs] for k, vs in {**grid, **self.args.axes}.items()
         }
         if not self._own:
-            check_apart(self.name, typed, self._recipe, self._scale, self._paper_value, self.train)
+            check_apart(self.name, typed, self.recipe, self._scale, self._paper_value, self.train)
         self.axes: dict[str, list[Any]] = {k: [axis_value(v) for v in vs] for k, vs in typed.items()}  # as params hold
         self._typed = {(k, axis_value(v)): v for k, vs in typed.items() for v in vs}  # a param's value -> the value
         self._interpolating = [k for k in self.args.axes if "${" in repr(typed[k])]  # resolved per run
@@ -141,11 +141,6 @@ class Stage:
                 )
             self.runs = self._grid_runs()
         self.rule.check()
-
-    @property
-    def recipe(self) -> dict[str, Any]:
-        """The stage's recipe in the paper's numbers (as its grid's values are; as written under numbers: own)."""
-        return self._recipe
 
     def _as_paper(self, key: str, value: Any) -> Any:
         """A stage's value in the paper's numbers (a width the scale shows read back), or as written where the
@@ -180,10 +175,6 @@ class Stage:
         now, so a range its runs cannot take (a learning rate below trainer.min_lr) is one line before launch."""
         for corner in self.space.corners():
             self.run(corner)
-
-    def compose(self, overrides: Sequence[str]) -> DictConfig:
-        """The config of a run's overrides, as its own process would compose it (group choices cached)."""
-        return self._compose(overrides)
 
     def known_runs(self, history: dict[str, list[FrozenTrial]]) -> list[Run]:
         """The grid's runs; for a search, the runs its trials so far sampled (from the ledger's history)."""
@@ -246,7 +237,7 @@ class Stage:
         passed = sorted(
             self._setting(k, o) for k, o in self.args.passed.items() if _defining_key(k) and k not in self.varied
         )
-        recipe = {k: v for k, v in self._recipe.items() if k not in self.varied}
+        recipe = {k: v for k, v in self.recipe.items() if k not in self.varied}
         meant = {"metric": self.base.sweep.metric, **objectives.meaning(self.base.sweep)}
         return {**meant, "scale": self.base.scale.name, "recipe": recipe, "passed": passed}
 
@@ -306,7 +297,7 @@ class Stage:
         return make_run(dict(params), overrides, sibling.config, seed, sibling.actual)
 
     def _worked_out(self, params: dict[str, Any]) -> Run:
-        paper = dict(self._recipe)
+        paper = dict(self.recipe)
         paper.update({k: self._typed.get((k, v), v) for k, v in params.items() if k != VARIANT})
         if VARIANT in params:
             paper.update(
@@ -322,7 +313,7 @@ class Stage:
             values["stage.variant"] = params[VARIANT]
         if parity is not None:
             cart = {k: v for k, v in values.items() if k not in ("model", "model.n_layers", "stage.variant")}
-            values["model.n_layers"] = dense_parity(self._compose(self._overrides(cart)).model, parity)
+            values["model.n_layers"] = dense_parity(self.compose(self._overrides(cart)).model, parity)
         if scaled:
             values["++scale.paper"] = scaled  # ++: adds keys to the (empty) dict
         overrides = self._overrides(values)
@@ -335,12 +326,12 @@ class Stage:
         key = _seedless(overrides)
         if seed is not None and (config := self._configurations.get(key)) is not None:
             return make_run(params, overrides, config, seed)
-        cfg = self._compose(overrides)
+        cfg = self.compose(overrides)
         check_interpolations(cfg, self._interpolating)
         if not self.train:  # an evaluation is named by its source's groups, not those composed here
             return make_run(params, overrides, make_configuration(cfg))
-        config = make_configuration(cfg, partial(self._compose.identity, overrides))
-        if seed is not None and not self._compose.reads_seed(overrides):
+        config = make_configuration(cfg, partial(self.compose.identity, overrides))
+        if seed is not None and not self.compose.reads_seed(overrides):
             self._configurations[key] = config
         return make_run(params, overrides, config)
 
@@ -383,17 +374,14 @@ def _defining_key(key: str) -> bool:
     return (group in GROUPS or group == "seed") and name not in NON_IDENTITY_KEYS.get(group, ())
 
 
-def _seedless_identity(cfg: DictConfig) -> dict[str, Any]:
-    return identity(cfg, seed=False)
+_SEEDLESS = partial(identity, seed=False)
 
 
-def make_configuration(
-    cfg: DictConfig, name: Callable[[DictConfig], dict[str, Any]] = _seedless_identity
-) -> Configuration:
+def make_configuration(cfg: DictConfig, name: Callable[[DictConfig], dict[str, Any]] = _SEEDLESS) -> Configuration:
     """Validate a composed config and name its configuration; `name` gives its identity less the seed (a
     stage's composer memoizes it: hashing is not free)."""
     if StageKind.of(cfg).reads_checkpoint:
-        cfg, name = with_source(cfg), _seedless_identity  # its groups are the source's
+        cfg, name = with_source(cfg), _SEEDLESS  # its groups are the source's
     validate(cfg)
     config_identity = name(cfg)
     ids = SeededIds.of(config_identity)

@@ -1,11 +1,6 @@
-"""What a stage's ledger values are: one metric (`sweep.metric`), or several (`sweep.metrics`), which make its
-ledger an Optuna multi-objective study, each objective in its metric's own direction (cart_sweeps.metric).
-
-With `sweep.metrics`, the first is the stage's ranking metric: `sweep.metric` is set to it, so every reader of
-the ranking metric (tables, progress, seed rules) reads the first objective. A search samples with its
-sweep.sampler in the study's multi-objective mode (TPE's is MOTPE); CMA-ES ranks by one value and is refused
-(sweep/samplers.py). Optuna prunes no multi-objective trial (`Trial.report` refuses one), so a pruner with
-several is refused.
+"""What a stage's ledger values are: one metric (`sweep.metric`), or several (`sweep.metrics`, docs/decisions.md),
+which make its ledger an Optuna multi-objective study. With several, the first is the ranking metric
+(`sweep.metric` is set to it), and a pruner is refused: Optuna prunes no multi-objective trial.
 """
 
 from __future__ import annotations

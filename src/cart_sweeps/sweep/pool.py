@@ -1,11 +1,8 @@
 """Where runs execute: a pool of jobs, each calling `execute` on a run's config in a process of its own.
 
-A pool keeps at most `capacity` jobs in flight and starts the next run as soon as one ends (no
-batches). When a job dies without a result, the pool says why (a signal, an out-of-memory kill, scancel,
-a full disk) and whether a retry can help. The pools live in sweep/pools/ (submitit processes on this
-machine, SLURM arrays); `launcher._target_` names the one a stage uses. A pool module declares its settings
-(a LauncherConfig subclass, `Pool.settings`) beside its pool, so a new launcher is that module and its
-conf/launcher/<name>.yaml, and changes no file here.
+A pool keeps at most `capacity` jobs in flight and starts the next run as soon as one ends (no batches); a job
+that dies without a result is said why (a signal, an out-of-memory kill, scancel, a full disk). The pools live in
+sweep/pools/; `launcher._target_` names the one a stage uses (a new launcher: docs/extending.md).
 """
 
 from __future__ import annotations
@@ -99,12 +96,8 @@ def _disk_problem(run_dir: Path, error: str) -> str | None:
 
 
 class Pool(ABC, Generic[Item]):
-    """At most `capacity` jobs in flight; `run` feeds it until nothing is left.
-
-    Every pool is built as `make_pool` builds it, `cls(cfg, folder)`: the composed run config (its launcher
-    settings in `cfg.launcher`, typed as `self.launcher`) and the folder for its jobs' files. A subclass calls
-    this constructor first.
-    """
+    """At most `capacity` jobs in flight; `run` feeds it until nothing is left. Built as `cls(cfg, folder)` (the
+    run config, its settings typed as `self.launcher`; the folder for its jobs' files), this constructor first."""
 
     # The pool's settings: their types and bounds, checked before anything launches (`settings_of`). Their
     # values are in conf/launcher/<name>.yaml, which Hydra composes untyped (the root schema cannot know them).

@@ -1,12 +1,6 @@
-"""What a stage needs beyond each run's own config check, checked once before anything launches.
-
-Each problem is one line naming the key and the fix (a ConfigError): the driver's own settings, the launcher's
-settings typed by its pool (and what that pool needs of the runs: Pool.preflight), the sweep metric against the
-validation sets the data measures, and what the machines must offer the runs (a CUDA GPU, or bitsandbytes' CPU
-kernels, for AdamW8bit, a writable data cache, W&B credentials for online logging). A stage that cannot succeed is
-refused whole, rather than launched and retried run by run: so is a training stage at the paper's scale whose runs
-get no GPU (weeks of CPU time, unless `launcher.allow_cpu=true`), and data that only the hub can give that is not
-prepared (each run would stream it). Then one line says what the scale mapping changed of the stage's numbers.
+"""What a stage needs beyond each run's own config check, checked once before anything launches, each problem
+one line naming the key and the fix (docs/faults.md; a paper-scale stage without a GPU: docs/scale.md). A stage
+that cannot succeed is refused whole, rather than launched and retried run by run.
 """
 
 from __future__ import annotations

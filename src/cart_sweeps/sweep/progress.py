@@ -13,6 +13,7 @@ from rich.text import Text
 
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
+from cart_sweeps.text import clock
 
 FINAL = (
     RunStatus.COMPLETED,
@@ -22,12 +23,6 @@ FINAL = (
     RunStatus.REJECTED,
     RunStatus.PRUNED,
 )
-
-
-def _duration(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 class Progress:
@@ -70,7 +65,7 @@ class Progress:
             self.to_run = done + self.running + max(0, self.left())
         left = max(0, self.to_run - done - self.running)
         elapsed = time.monotonic() - self.t0
-        eta = _duration(elapsed / done * (left + self.running)) if done else "?"
+        eta = clock(elapsed / done * (left + self.running)) if done else "?"
         return (
             f"stage {self.stage}: {done}/{self.to_run} done, {self.running} running, "
             f"{sum(self.counts[s] for s in FINAL if not s.is_result)} failed, {left} left, ETA {eta}"
@@ -115,7 +110,7 @@ class Progress:
         """The closing summary of this launch."""
         counts = ", ".join(f"{self.counts[s]} {s}" for s in FINAL)
         how = "interrupted after" if interrupted else "finished in"
-        took = _duration(time.monotonic() - self.t0)
+        took = clock(time.monotonic() - self.t0)
         self.console.print(
             f"stage {self.stage}: {counts}, {skipped} skipped (done before); {how} {took}; ledger {ledger}",
             markup=False,

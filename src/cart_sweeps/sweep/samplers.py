@@ -1,18 +1,7 @@
 """The sampler a search stage draws its trials with (`sweep.sampler`): one of Optuna's, by name, seeded by the
-stage's seed, and a space it cannot sample as such refused in one line before anything launches.
-
-Optuna does not refuse such a space: it samples what its sampler cannot handle with an independent (random)
-sampler, and says so in a log warning, so a "CMA-ES search" over a categorical choice would draw that choice at
-random. Refused, per sampler:
-
-- cmaes (CmaEsSampler): a categorical parameter, a conditional one (`when:`), and several objectives (sweep.metrics:
-  CMA-ES ranks by one value);
-- gp, nsga2, qmc (GPSampler, NSGAIISampler, QMCSampler): a conditional parameter, as each samples only the
-  parameters every trial draws;
-- tpe, random: nothing (TPE is MOTPE with several objectives).
-
-`sweep.startup_trials` is the trials each learning sampler draws at random first: TPE's, GP's and CMA-ES's
-n_startup_trials, NSGA-II's first generation (its population_size).
+stage's seed, and a space it cannot sample as such refused in one line before anything launches (REFUSED; the
+table in docs/decisions.md). Optuna itself refuses nothing: it samples what its sampler cannot handle at random,
+saying so only in a log warning, so a "CMA-ES search" over a categorical choice would draw that choice at random.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The one mapping from a stage's paper numbers to explicit overrides at the current scale.
+"""The one mapping from a stage's paper numbers to explicit overrides at the current scale (docs/scale.md).
 
-Stages state the paper's design (d=1024, 30,500 steps, sequence 1,024, ...). `scale=paper` passes those
-numbers through; `scale=tiny` shrinks them so the same study runs on a CPU. The sweeper and `plan` both
-call `to_scale`, so what is planned is what runs. A width given as the scale shows it (d_model=32 at
-scale=tiny) is read back to the paper's number by `to_paper`: the scale's width table is one-to-one.
-
-A stage file of one's own may write its numbers at the run's scale instead (`stage.numbers: own`): they are
-used as written, as a single value on the command line is. Where the numbers are the paper's, what the mapping
-changes is said before launch (`mapping_line`; `plan` shows it too), and two values of an axis it would map to
-one are refused (`check_apart`): the runs would be one run."""
+The sweeper and `plan` both call `to_scale`, so what is planned is what runs; a width given as the scale shows it
+(d_model=32 at scale=tiny) is read back to the paper's number by `to_paper` (the width table is one-to-one).
+Two values of an axis the mapping would make one are refused (`check_apart`): their runs would be one run.
+"""
 
 from __future__ import annotations
 

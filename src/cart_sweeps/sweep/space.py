@@ -1,15 +1,7 @@
-"""A search stage's space (stage.search): numeric ranges, categorical choices, and parameters sampled only when
-another takes a given value; each declaration checked in one line before anything launches.
-
-    search:
-      model: {choices: [cart, dense]}                         # categorical
-      model.n_loops: {low: 2, high: 8, when: {model: cart}}   # conditional: only where model=cart
-      trainer.lr: {low: 3.0e-4, high: 3.0e-3, log: true}     # numeric (log: sampled on a log scale)
-
-A condition names an unconditional categorical parameter of the same space and one of its choices (or a list of
-them). A trial samples what its conditions allow, define-by-run (Optuna's suggest_* in declaration order, each
-conditional parameter moved after the categorical it names wherever the file declares it), so a run without the
-condition has no value for the parameter: its stage's recipe holds.
+"""A search stage's space (stage.search, docs/decisions.md): numeric ranges, categorical choices, and parameters
+sampled only when another takes a given value (`when:`); each declaration checked in one line before anything
+launches. A trial samples define-by-run, each conditional parameter after the categorical it names, so a run
+without the condition has no value for the parameter: its stage's recipe holds.
 """
 
 from __future__ import annotations

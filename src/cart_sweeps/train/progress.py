@@ -9,13 +9,9 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from cart_sweeps.text import clock
+
 PLAIN_EVERY_S = 10.0
-
-
-def _duration(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 class RunProgress:
@@ -50,7 +46,7 @@ class RunProgress:
     def eta(self, step: int, now: float) -> str:
         assert self.first is not None
         done = step - self.first[0]
-        return _duration((now - self.first[1]) / done * (self.steps - step)) if done else "?"
+        return clock((now - self.first[1]) / done * (self.steps - step)) if done else "?"
 
     def close(self) -> None:
         if self.bar is not None:

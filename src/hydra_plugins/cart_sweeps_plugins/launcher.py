@@ -1,18 +1,16 @@
-"""The Hydra Launcher of cart_sweeps: submitit local slots or SLURM arrays (launcher=local|slurm).
-
-The stage sweeper drives its pools directly (a run starts the moment a slot frees); `launch` serves
-Hydra's plain batch API for other sweepers. Either way each job executes its run's config in-process.
+"""The Hydra Launcher of cart_sweeps: its settings are the `launcher` group (launcher=local|slurm), and the stage
+sweeper drives its pools directly (a run starts the moment a slot frees). Hydra's batch API (`launch`, which
+another sweeper would call) runs nothing: the project's command sends every multirun to the stage sweeper.
 """
 
 # No `from __future__ import annotations`: Hydra's plugin scan runs this module before it is in
 # sys.modules, where dataclasses would look string annotations up.
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
@@ -32,22 +30,9 @@ class CartLauncher(Launcher):
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
 
-    @staticmethod
-    def make_pool(cfg: DictConfig, folder: Path) -> Any:
-        from cart_sweeps.sweep.pool import make_pool
-
-        return make_pool(cfg, folder)
-
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from cart_sweeps.sweep.batch import run_batch
-
-        return [
-            JobReturn(
-                overrides=run.overrides,
-                cfg=run.config.cfg,
-                _return_value=summary,
-                working_dir=str(run.run_dir),
-                status=JobStatus.COMPLETED,  # how the run ended is in its summary; the job itself ran
-            )
-            for run, summary in run_batch(job_overrides, self.make_pool)
-        ]
+        print(
+            "error: the cart_sweeps launcher runs the cart_sweeps sweeper's stages: drop hydra/sweeper=...",
+            file=sys.stderr,
+        )
+        sys.exit(2)

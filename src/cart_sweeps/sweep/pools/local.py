@@ -33,7 +33,7 @@ from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
 from cart_sweeps.sweep.local_controller import DRIVER_ENV, GRACE_S, exit_codes_path
 from cart_sweeps.sweep.pool import Item, Job, Pool, Task
-from cart_sweeps.sweep.pools.worker import POLL_S, Worker, cancel_path, exit_path, result_path, task_path
+from cart_sweeps.sweep.pools.worker import POLL_S, Worker, mail
 
 
 @dataclass
@@ -102,12 +102,15 @@ class ForkedRun:
     def job_id(self) -> str:
         return f"{self.worker.job.job_id}.{self.n}"
 
+    def mail(self, kind: str) -> Path:
+        return mail(self.worker.mailbox, self.n, kind)
+
     def done(self) -> bool:
-        return exit_path(self.worker.mailbox, self.n).exists() or self.worker.gone()
+        return self.mail("exit").exists() or self.worker.gone()
 
     def result(self) -> RunSummary:
         try:
-            kind, value = pickle.loads(result_path(self.worker.mailbox, self.n).read_bytes())
+            kind, value = pickle.loads(self.mail("result").read_bytes())
         except FileNotFoundError:
             raise RuntimeError(f"run {self.job_id} ended without a result") from None
         if kind != "success":
@@ -115,11 +118,11 @@ class ForkedRun:
         return cast(RunSummary, value)
 
     def cancel(self, check: bool = True) -> None:
-        cancel_path(self.worker.mailbox, self.n).touch()
+        self.mail("cancel").touch()
 
     def exit_record(self) -> dict[str, Any] | None:
         try:
-            return cast(dict[str, Any], json.loads(exit_path(self.worker.mailbox, self.n).read_text()))
+            return cast(dict[str, Any], json.loads(self.mail("exit").read_text()))
         except FileNotFoundError:
             return None
 
@@ -178,7 +181,7 @@ class LocalPool(Pool[Item]):
                 self.workers.append(slot.worker)
             run = ForkedRun(slot.worker, slot.worker.given)
             slot.worker.given += 1
-            _hand_over(task, task_path(slot.worker.mailbox, run.n))
+            _hand_over(task, run.mail("task"))
             self.slot_of[run] = slot
             jobs.append(run)
         return jobs

@@ -46,20 +46,9 @@ WATCH_S = 0.25  # how often a worker looks for a cancel or a timeout of its run;
 _FORK = multiprocessing.get_context("fork")
 
 
-def task_path(mailbox: Path, n: int) -> Path:
-    return mailbox / f"{n}.task"
-
-
-def cancel_path(mailbox: Path, n: int) -> Path:
-    return mailbox / f"{n}.cancel"
-
-
-def result_path(mailbox: Path, n: int) -> Path:
-    return mailbox / f"{n}.result"
-
-
-def exit_path(mailbox: Path, n: int) -> Path:
-    return mailbox / f"{n}.exit"
+def mail(mailbox: Path, n: int, kind: str) -> Path:
+    """Run n's file of `kind` in a worker's mailbox: task, cancel, result or exit (see above)."""
+    return mailbox / f"{n}.{kind}"
 
 
 def _preload(modules: tuple[str, ...]) -> None:
@@ -148,11 +137,11 @@ class Worker:
         n = 0
         try:
             for n in count():
-                while not task_path(mailbox, n).exists():
+                while not mail(mailbox, n, "task").exists():
                     time.sleep(POLL_S)
-                task = pickle.loads(task_path(mailbox, n).read_bytes())
+                task = pickle.loads(mail(mailbox, n, "task").read_bytes())
                 _check_data(task)
-                child = _FORK.Process(target=_run, args=(task, result_path(mailbox, n), os.getpid()))
+                child = _FORK.Process(target=_run, args=(task, mail(mailbox, n, "result"), os.getpid()))
                 child.start()
                 timed_out = self.watch(child, mailbox, n)
                 _record_exit(mailbox, n, child, timed_out)
@@ -168,7 +157,7 @@ class Worker:
         deadline = time.monotonic() + self.timeout_s
         while child.exitcode is None:
             wait([child.sentinel], WATCH_S)
-            cancelled = cancel_path(mailbox, n).exists()
+            cancelled = mail(mailbox, n, "cancel").exists()
             if child.exitcode is None and (cancelled or time.monotonic() > deadline):
                 _stop(child)
                 return not cancelled
@@ -187,4 +176,4 @@ def _stop(child: BaseProcess) -> None:
 
 def _record_exit(mailbox: Path, n: int, child: BaseProcess, timed_out: bool, orphaned: bool = False) -> None:
     record = {"pid": child.pid, "code": child.exitcode, "timed_out": timed_out, "orphaned": orphaned}
-    atomic_write(exit_path(mailbox, n), lambda tmp: tmp.write_text(json.dumps(record)))
+    atomic_write(mail(mailbox, n, "exit"), lambda tmp: tmp.write_text(json.dumps(record)))
