@@ -138,13 +138,21 @@ def _screen_recipe() -> tuple[dict[str, Any], int]:
     return model, int(recipe.get("trainer.seq_len", cfg.trainer.seq_len))
 
 
-def _gflops_per_token(row: pd.Series) -> float:
-    """A run's training GFLOPs per token: as loaded from what its run records (analysis.load), else (a results
-    CSV records only d, P, R) at the screen stage's recipe."""
-    if pd.notna(row.get(FLOPS)):
-        return float(row[FLOPS])
+def _with_flops(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each run's training GFLOPs per token: as loaded from what its run records (analysis.load), else (a results
+    CSV records only d, P, R) at the screen stage's recipe, costed once per cell (a CSV may hold a million rows)."""
+    given = rows[FLOPS].astype(float) if FLOPS in rows else pd.Series(np.nan, index=rows.index)
+    if (missing := given.isna()).any():
+        cells = list(rows.loc[missing, tables.CONFIG].astype(int).itertuples(index=False, name=None))
+        given = given.copy()
+        given[missing] = [_screen_gflops(cell) for cell in cells]
+    return rows.assign(**{FLOPS: given})
+
+
+@functools.cache
+def _screen_gflops(cell: tuple[int, ...]) -> float:
     model, seq_len = _screen_recipe()
-    return train_flops_per_token(OmegaConf.create(model | {k: int(row[k]) for k in tables.CONFIG}), seq_len) / 1e9
+    return train_flops_per_token(OmegaConf.create(model | dict(zip(tables.CONFIG, cell, strict=True))), seq_len) / 1e9
 
 
 def compute_cells(final: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -153,7 +161,7 @@ def compute_cells(final: pd.DataFrame, metric: str) -> pd.DataFrame:
     rows = tables.rows_of(final, (SCREEN,), COMPUTE)
     tables.require(rows, [*tables.CONFIG, metric], COMPUTE)
     rows = rows.dropna(subset=[metric])
-    rows = rows.assign(**{FLOPS: [_gflops_per_token(row) for _, row in rows.iterrows()]})
+    rows = _with_flops(rows)
     grouped = rows.groupby(tables.CONFIG)
     cells = grouped[metric].mean().to_frame().join(grouped.size().rename("seeds")).join(grouped[FLOPS].first())
     cells = cells.reset_index().rename(columns=tables.SHORT)
