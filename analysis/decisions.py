@@ -167,8 +167,8 @@ def absent(rows: pd.DataFrame, metric: str, axis: str, cell: list[str]) -> dict[
     """Per cell, the options whose rows hold no valid value of the metric (they would vanish from its claim)."""
     rows = leveled(rows, axis)
     valid = _observations(rows, metric)
-    seen = {cell_key(r) for r in rows[[*cell, axis]].itertuples(index=False)}
-    held = {cell_key(r) for r in valid[[*cell, axis]].itertuples(index=False)}
+    seen = {cell_key(r) for r in rows[[*cell, axis]].drop_duplicates().itertuples(index=False)}
+    held = {cell_key(r) for r in valid[[*cell, axis]].drop_duplicates().itertuples(index=False)}
     out: dict[tuple, list[Any]] = {}
     for *key, level in sorted(seen - held, key=str):
         out.setdefault(tuple(key), []).append(level)

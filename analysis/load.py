@@ -8,6 +8,7 @@ A row is a run as one stage reads it: a run that several stages share (one run i
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -316,9 +317,16 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce").round().astype("Int64")
     if "run" not in frame:  # a results CSV: a run is its row's key (and its run_id where the CSV has one)
         key = [c for c in RUN_KEY if c in frame]
-        frame["run"] = frame[key].map(str).agg("|".join, axis=1)
+        frame["run"] = _joined(frame, key)
         if "run_id" not in frame:
             frame["run_id"] = frame["run"]
-    by_columns = frame[[c for c in (*CELL, *RECIPE_KEYS) if c in frame]].map(str).agg("|".join, axis=1)
+    by_columns = _joined(frame, [c for c in (*CELL, *RECIPE_KEYS) if c in frame])
     frame["config"] = frame["config"].fillna(by_columns) if "config" in frame else by_columns
     return frame.reset_index(drop=True)
+
+
+def _joined(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """Each row's values of `columns` as text joined by '|', column by column (a row-wise join takes minutes on a
+    results CSV of a million rows)."""
+    texts = [frame[c].map(str) for c in columns]
+    return functools.reduce(lambda joined, text: joined + "|" + text, texts[1:], texts[0])

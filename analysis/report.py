@@ -98,7 +98,8 @@ def run(
     chosen, lost = _selected([*TABLES, *own, *ladders, *figures], only, study.unread)
     report, tables = Report(left_out=study.left_out, asked=[*lost]), {}
     if not only:  # a paper table whose roles no stage takes is not attempted: the study is one's own
-        report.absent = [n for n, roles in _paper_reads().items() if not set(roles) & set(final["role"].dropna())]
+        taken = set(final["role"].dropna())
+        report.absent = [n for n, roles in _paper_reads().items() if not set(roles) & taken]
         chosen = [n for n in chosen if n not in report.absent]
     decisions: list[Decision] = []
     split: dict[str, list[str]] = {}  # a table built per recipe (analysis.recipe) -> its recipe columns
