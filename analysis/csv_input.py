@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from cart_sweeps.metric import metric
+from cart_sweeps.naming import STAGE_NAME
 from cart_sweeps.stagerecord.runset import LeftOut
 from cart_sweeps.status import RunStatus
 
@@ -21,6 +22,7 @@ from .errors import AnalysisError
 from .select import unmeasured
 
 DUPLICATE = "duplicate"
+INT64_END = 2.0**63  # a whole column's values are 64-bit integers (pandas' Int64): below this in size
 ROW = "csv_row"  # a column naming each row's place in the file ("results.csv line 5"), for what lists the row
 
 
@@ -36,6 +38,12 @@ def read(
         raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")
     if (blank := text["stage"].isna()).any():
         raise AnalysisError(f"{path} line {blank.idxmax()}: no stage")
+    if (unsafe := ~text["stage"].str.fullmatch(STAGE_NAME.pattern) | text["stage"].isin([".", ".."])).any():
+        line = unsafe.idxmax()
+        raise AnalysisError(
+            f"{path} line {line}: stage {text.at[line, 'stage']!r} cannot name its output files (runs_<stage>.csv); "
+            "use at most 128 letters, digits, '-', '_' and '.' (not '.' or '..' alone)"
+        )
     names = {*run_key, "run"} - set(numbers)
     frame = pd.DataFrame(
         {c: text[c] if c in names else _numbers(path, text[c], c in whole, c in numbers) for c in text}
@@ -83,15 +91,17 @@ def _numbers(path: Path, texts: pd.Series, whole: bool, required: bool) -> pd.Se
     """A column as numbers: where `required` (or `whole`, or a metric's column) every value must be one; any other
     column is read as numbers where all its values are, else kept as text (as pandas reads a CSV)."""
     values = pd.to_numeric(texts, errors="coerce")
-    wrong = texts.notna() & values.isna() & (texts.str.lower() != "nan")
-    if whole:
-        wrong |= values.notna() & (values % 1 != 0)  # 2.5, inf
+    nan = texts.str.lower() == "nan"
+    wrong = texts.notna() & values.isna() & ~nan
+    if whole:  # 2.5, inf, nan, and what no 64-bit integer holds
+        wrong |= nan | (values.notna() & ((values % 1 != 0) | (values.abs().astype(float) >= INT64_END)))
     if not wrong.any():
         return values
     if not (required or whole or metric(str(texts.name))):
         return texts
     line = wrong.idxmax()
-    raise AnalysisError(f"{path} line {line}: {texts.name} {texts[line]!r} is not a {'whole ' * whole}number")
+    size = " of at most 18 digits" if whole and pd.notna(values[line]) and values[line] % 1 == 0 else ""
+    raise AnalysisError(f"{path} line {line}: {texts.name} {texts[line]!r} is not a {'whole ' * whole}number{size}")
 
 
 def _without_copies(
