@@ -5,6 +5,7 @@ it cannot run; and `plan`'s per-rung costs."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -161,7 +162,7 @@ def test_one_rule_maps_every_length_in_order_through_the_scales_table():
     tiny = Stage(["stage=1", "scale=tiny"])._scale
     lengths = range(100, 100_001, 100)
     mapped = [steps_at(n, tiny) for n in lengths]
-    assert all(a < b for a, b in zip(mapped, mapped[1:]))
+    assert all(a < b for a, b in itertools.pairwise(mapped))
     assert {n: round(steps_at(n, tiny)) for n in (500, 1000, 3000, 30500)} == {500: 5, 1000: 10, 3000: 20, 30500: 30}
 
 

@@ -17,6 +17,7 @@ not its whole length; it computes what the fresh run of its horizon computes (do
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -67,8 +68,10 @@ class LadderRule(StageRule):
                 "at least two seeds (seed=42,137)"
             )
         self.check_max_seeds()
-        if spec.drift is not None and not spec.drift >= 0:
-            raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
+        if spec.drift is not None and not 0 <= spec.drift < math.inf:
+            raise ConfigError(
+                f"stage.drift={spec.drift} must be a finite number >= 0 (a gap's change per unit of ln(horizon))"
+            )
         if spec.branch:
             schedules = [run.config.cfg.trainer.schedule for run in stage.runs]
             if not (schedules and all(map(branchable, [*schedules, spec.recipe.get("trainer.schedule")]))):

@@ -126,13 +126,24 @@ def check_storage(storage: str, root: Path) -> str:
             raise ConfigError(f"sweep.storage={storage}: not a database URL ({first_line(err)})") from err
         if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
             return storage
-        return url.set(database=str((root / str(url.database)).resolve())).render_as_string(hide_password=False)
+        return url.set(database=_in_root(storage, str(url.database), root)).render_as_string(hide_password=False)
     if Path(storage).suffix not in (".db", ".sqlite", ".sqlite3"):
         raise ConfigError(
             f"sweep.storage={storage}: use sqlite or journal (each stage's own ledger), a SQLite file several "
             "stages share (study.db, in paths.runs), or a database URL (postgresql://...)"
         )
-    return str((root / storage).resolve())
+    return _in_root(storage, storage, root)
+
+
+def _in_root(storage: str, file: str, root: Path) -> str:
+    """A shared SQLite file, absolute: a relative one inside the runs root (`..` would let two roots share it)."""
+    path = (root / file).resolve()
+    if not Path(file).is_absolute() and not path.is_relative_to(root.resolve()):
+        raise ConfigError(
+            f"sweep.storage={storage} leaves the runs root {root} (a relative file is kept inside it, so two roots "
+            "never share a study); name an absolute file to share one on purpose"
+        )
+    return str(path)
 
 
 def ledger_path(sweep_dir: Path, storage: str) -> Path | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 from omegaconf import DictConfig
@@ -40,14 +41,14 @@ def steps_at(paper_steps: int, scale: Scale) -> float:
         return paper_steps / scale.steps_divisor
     if paper_steps <= knots[0][0] or len(knots) == 1:
         return paper_steps * knots[0][1] / knots[0][0]
-    (k1, v1), (k2, v2) = next(((a, b) for a, b in zip(knots, knots[1:]) if paper_steps <= b[0]), knots[-2:])
+    (k1, v1), (k2, v2) = next(((a, b) for a, b in pairwise(knots) if paper_steps <= b[0]), knots[-2:])
     return v1 * (paper_steps / k1) ** (math.log(v2 / v1) / math.log(k2 / k1))
 
 
 def check_steps_table(scale: Scale) -> None:
     """A table that maps a longer run to a shorter or equal one would reorder a ladder's horizons."""
     knots = sorted((int(k), int(v)) for k, v in scale.steps.items())
-    if any(v < 1 for _, v in knots) or any(b[1] <= a[1] for a, b in zip(knots, knots[1:])):
+    if any(v < 1 for _, v in knots) or any(b[1] <= a[1] for a, b in pairwise(knots)):
         raise ConfigError(
             f"scale.steps={dict(knots)} must map longer runs to longer ones (each value >= 1 and above the one "
             f"before); fix conf/scale/{scale.name}.yaml"
