@@ -5,7 +5,9 @@ it cannot run; and `plan`'s per-rung costs."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 
 import numpy as np
@@ -192,14 +194,18 @@ def test_a_branched_ladders_runs_keep_their_decay_start_and_branch_from_the_prev
     assert stage.rule.launch_overrides(first) == ["trainer.keep_checkpoints_at=[8]"]
     second = stage.run({**first.params, "trainer.steps": 3000})
     assert stage.rule.launch_overrides(second) == ["trainer.keep_checkpoints_at=[16]"]
-    meta = checkpoint_path(first.run_dir, 8).with_suffix(".json")
-    meta.parent.mkdir(parents=True)
-    meta.write_text("{}")
+    kept = checkpoint_path(first.run_dir, 8)
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"weights")  # as far as a launch reads it: its meta names its run and the file's sha256
+    meta = {"run_id": first.run_id, "sha256": hashlib.sha256(b"weights").hexdigest()}
+    kept.with_suffix(".json").write_text(json.dumps(meta))
     assert stage.rule.launch_overrides(second) == [
         "trainer.keep_checkpoints_at=[16]",
         f"trainer.branch_from={first.run_dir}",
         "trainer.branch_step=8",
     ]
+    kept.write_bytes(b"other weights")  # damaged or replaced: the second rung trains fresh (the run it equals)
+    assert stage.rule.launch_overrides(second) == ["trainer.keep_checkpoints_at=[16]"]
     last = stage.run({**first.params, "trainer.steps": 30500})
     assert stage.rule.launch_overrides(last) == []  # its parent (the 20-step run) holds no checkpoint yet
     assert Stage(["stage=ladder", *BRANCHED[:-3], "stage.rungs=[1000,3000,30500]"]).rule.launch_overrides(first) == []

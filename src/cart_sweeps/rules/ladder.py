@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from optuna.trial import FrozenTrial
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.record.runfolder import checkpoint_path
+from cart_sweeps.record.branch import checkpoint_problem
 from cart_sweeps.rules.axes import SEED, STEPS, D
 from cart_sweeps.rules.decide import seed_order
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
@@ -172,7 +172,7 @@ class LadderRule(StageRule):
         if k > 0:
             parent = stage.run({**run.params, STEPS: rungs[k - 1]})
             step = Schedule.of(parent.config.cfg.trainer).decay_start
-            if checkpoint_path(parent.run_dir, step).with_suffix(".json").is_file():
+            if checkpoint_problem(parent.run_dir, step, parent.run_id) is None:  # else fresh: the run it would equal
                 out += [f"trainer.branch_from={parent.run_dir}", f"trainer.branch_step={step}"]
         return out
 
