@@ -61,6 +61,7 @@ LAUNCH = "launch"  # trial user attr: the number of the launch that started the 
 # trial user attr, in place of run_id: a search trial whose sampled params are a run the ledger already holds, the
 # run's id; it takes that run's result (no second run), and no reader counts it as an attempt at the run
 REPEAT = "repeat_of"
+NOT_COMPARABLE = "not_comparable"  # trial user attr: the objective a completed run has no value of (Ledger.finish)
 OBJECTIVE = "objective"  # study user attr: {"metric": ..., "recipe": ...}, what the study's values mean
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
 
@@ -491,10 +492,20 @@ class Ledger:
         status, error = summary.status, summary.error
         values = [summary.value(m) for m in metrics]
         missing = next((m for m, v in zip(metrics, values, strict=True) if v is None), None)
-        if status == RunStatus.COMPLETED and missing is not None:
+        attrs: dict[str, Any] = {}
+        if status == RunStatus.COMPLETED and missing is not None and missing not in summary.results():
+            attrs[NOT_COMPARABLE] = missing  # a result, never retried, but none Optuna ranks
+            print(
+                f"warning: {summary.label}: completed, but not comparable under sweep.metrics={metrics}: its summary "
+                f"has no {missing} (it was trained under other objectives); left out of this study's ranking, kept as "
+                "done (remove its folder to train and measure it again)",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif status == RunStatus.COMPLETED and missing is not None:
             recorded = summary.metrics.get(missing)
             status, error = RunStatus.FAILED, f"completed without a finite {missing} (it recorded {recorded!r})"
-        attrs = {"status": status.value, "results": summary.results()} | ({"error": str(error)} if error else {})
+        attrs |= {"status": status.value, "results": summary.results()} | ({"error": str(error)} if error else {})
         told: list[float] | None = None
         if status == RunStatus.COMPLETED and missing is None:
             state, told = TrialState.COMPLETE, [v for v in values if v is not None]
