@@ -8,6 +8,7 @@ back with `wandb leet inspect --json`, a real SIGKILL of the backfill at an exac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -193,7 +194,10 @@ def test_a_backfill_on_a_full_disk_is_one_line_and_leaves_no_empty_w_and_b_run(s
         runs = disk / "runs"
         shutil.copytree(trained / "mine", runs / "mine", ignore=shutil.ignore_patterns("wandb"), symlinks=True)
         filler = disk / "filler"
-        filler.write_bytes(b"\0" * (shutil.disk_usage(disk).free - 1024 * 1024))  # 1 MB left
+        with contextlib.suppress(OSError), filler.open("wb") as f:
+            while True:  # until the disk is full
+                f.write(b"\0" * 65536)
+                f.flush()
         full = backfill(base, runs)
         assert full.returncode == 2 and full.stderr.count("\n") == 1, full.stderr[-3000:]
         assert full.stderr.startswith("error: backfill: the disk holding ") and "is full (" in full.stderr
