@@ -247,15 +247,26 @@ def test_a_launch_s_objective_is_its_metric_and_recipe_not_where_or_which_cells(
 
 
 def test_a_setting_s_value_not_its_spelling_is_its_objective(monkeypatch):
-    """`trainer.lr=3e-3` and `trainer.lr=0.003` (or an interpolation that resolves to it) are one objective, one
+    """`trainer.lr=1e-3` and `trainer.lr=0.001` (or an interpolation that resolves to it) are one objective, one
     study; the canonical spelling (as format_value writes it) is recorded as before, so its digest is unchanged."""
     base = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2"]
-    canonical = Stage([*base, "trainer.lr=0.003", "trainer.decay_all=false"]).objective()
-    assert canonical["passed"] == ["trainer.decay_all=false", "trainer.lr=0.003"]
-    monkeypatch.setenv("CART_SWEEPS_TEST_LR", "3e-3")
-    for spelled in ("3e-3", "3.0e-3", "${oc.env:CART_SWEEPS_TEST_LR}"):
+    canonical = Stage([*base, "trainer.lr=0.001", "trainer.decay_all=false"]).objective()
+    assert canonical["passed"] == ["trainer.decay_all=false", "trainer.lr=0.001"]
+    monkeypatch.setenv("CART_SWEEPS_TEST_LR", "1e-3")
+    for spelled in ("1e-3", "1.0e-3", "${oc.env:CART_SWEEPS_TEST_LR}"):
         assert Stage([*base, f"trainer.lr={spelled}", "trainer.decay_all=False"]).objective() == canonical
-    assert Stage([*base, "trainer.lr=0.001", "trainer.decay_all=false"]).objective() != canonical
+    assert Stage([*base, "trainer.lr=0.003", "trainer.decay_all=false"]).objective() != canonical
+
+
+@pytest.mark.parametrize(
+    "restated", [["trainer.min_lr=0.0003"], ["trainer.betas=[0.90,0.950]"], ["trainer.lr=3.0e-3", "seed=42"]]
+)
+def test_a_value_restated_as_the_runs_have_it_is_the_same_objective(restated):
+    """Each opened a study of its own for the same runs (issue 48, item 10): a setting is part of what a study
+    means only where it changes the value its key has without it (tiny's min_lr 3e-4, betas [0.9, 0.95], lr 3e-3)."""
+    base = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_prelude=2"]
+    assert Stage([*base, *restated]).objective() == Stage(base).objective()
+    assert Stage([*base, "model=dense", *restated]).objective() != Stage(base).objective()
 
 
 BETAS = "trainer.betas=[0.9,0.95],[0.9,0.99]"
@@ -315,18 +326,18 @@ def test_a_list_valued_axis_trains_plans_and_is_tabled_as_is_the_rest_of_its_roo
 
 @pytest.mark.slow
 def test_two_spellings_of_a_value_record_in_one_study(tmp_path, data_cache):
-    """A relaunch spelling trainer.lr another way is the same objective: its runs done, no study of its own; a
-    study an earlier version recorded with the setting as typed is found too."""
+    """A relaunch spelling trainer.lr another way, or restating values its runs have, is the same objective: its
+    runs done, no study of its own; a study an earlier version recorded with the setting as typed is found too."""
     runs = tmp_path / "runs"
     grid = ["stage=1", *TINY, "model.d_model=256", "model.n_prelude=2", "model.n_loops=2"]
-    assert sweep(runs, *grid, "trainer.lr=3e-3").returncode == 0
+    assert sweep(runs, *grid, "trainer.lr=1e-3").returncode == 0
     study = studies(runs, "1")["1"]
     objective = study.user_attrs["objective"]
-    assert "trainer.lr=0.003" in objective["passed"]
-    as_typed = [line.replace("trainer.lr=0.003", "trainer.lr=3e-3") for line in objective["passed"]]
+    assert "trainer.lr=0.001" in objective["passed"]
+    as_typed = [line.replace("trainer.lr=0.001", "trainer.lr=1e-3") for line in objective["passed"]]
     study.set_user_attr("objective", {**objective, "passed": as_typed})  # as the version before this one wrote it
-    for spelled in ("0.003", "3.0e-3"):
-        done = sweep(runs, *grid, f"trainer.lr={spelled}")
+    for spelled in ("0.001", "1.0e-3 trainer.min_lr=0.0003 trainer.betas=[0.90,0.950]"):  # the last restates two
+        done = sweep(runs, *grid, *f"trainer.lr={spelled}".split())
         assert done.returncode == 0 and "1 done, skipped" in done.stdout, done.stdout + done.stderr
         assert "a study of its own" not in done.stdout and list(studies(runs, "1")) == ["1"]
 

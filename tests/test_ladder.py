@@ -5,6 +5,9 @@ it cannot run; and `plan`'s per-rung costs."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
 import math
 
 import numpy as np
@@ -18,6 +21,7 @@ from cart_sweeps.rules.decide import ALPHA, best_level
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, Design, judge, walk
 from cart_sweeps.simulate import design, simulate
 from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.sweep.scale import steps_at
 
 PPL = require("ppl_wiki")
 
@@ -145,31 +149,66 @@ def test_plan_prices_each_rung_beside_the_fixed_design(capsys, tmp_path, monkeyp
     assert out.count("-steps20-") == 8  # the grid's runs: every configuration at the first rung (3,000 -> 20 steps)
 
 
+def test_the_shipped_ladder_runs_its_rungs_in_order_at_the_tiny_scale(tmp_path, monkeypatch):
+    """Its rungs of 3,000, 10,000 and 30,500 paper steps ran 20 -> 100 -> 30 steps at scale=tiny (a table for two
+    lengths and a divisor for the rest): one rule maps every length, so they run 20 -> 25 -> 30."""
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    stage = Stage(["stage=ladder", "scale=tiny"])
+    first = stage.runs[0]
+    ran = [stage.run({**first.params, "trainer.steps": h}).config.cfg.trainer.steps for h in stage.spec.rungs]
+    assert ran == [20, 25, 30]
+
+
+def test_one_rule_maps_every_length_in_order_through_the_scales_table():
+    """The table's lengths exactly, every other length between its neighbours' (never reordered), 1/100 below it."""
+    tiny = Stage(["stage=1", "scale=tiny"])._scale
+    lengths = range(100, 100_001, 100)
+    mapped = [steps_at(n, tiny) for n in lengths]
+    assert all(a < b for a, b in itertools.pairwise(mapped))
+    assert {n: round(steps_at(n, tiny)) for n in (500, 1000, 3000, 30500)} == {500: 5, 1000: 10, 3000: 20, 30500: 30}
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["stage.rungs=[1000,1040]"], "trainer.steps 1000 and 1040 are both 10 at scale=tiny"),
+        (["scale.steps={3000:5}"], r"scale.steps=\{1000: 10, 3000: 5, 30500: 30\} must map longer runs to longer"),
+    ],
+)
+def test_rungs_the_scale_would_merge_or_reorder_are_one_line_before_launch(args, says):
+    with pytest.raises(ConfigError, match=says):
+        Stage(["stage=ladder", "scale=tiny", *args])
+
+
 BRANCHED = ["scale=tiny", "model.d_model=256", "model.n_loops=2,8", "model.n_prelude=6", "stage.branch=true"]
-BRANCHED += ["stage.rungs=[1000,2000,4000]", "+stage.recipe={trainer.schedule:wsd}"]
+BRANCHED += ["stage.rungs=[1000,3000,30500]", "+stage.recipe={trainer.schedule:wsd}"]
 
 
 def test_a_branched_ladders_runs_keep_their_decay_start_and_branch_from_the_previous_rung(tmp_path, monkeypatch):
-    """At scale=tiny the rungs are 10, 20 and 40 steps (decay starts 8, 16, 32): a first-rung run keeps step 8;
+    """At scale=tiny the rungs are 10, 20 and 30 steps (decay starts 8, 16, 24): a first-rung run keeps step 8;
     a second-rung run keeps 16 and branches from its first-rung run at 8 once that holds the checkpoint (before,
     or for a seed that rung never ran, it trains fresh); the last rung keeps nothing."""
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
     stage = Stage(["stage=ladder", *BRANCHED])
     first = stage.runs[0]
     assert stage.rule.launch_overrides(first) == ["trainer.keep_checkpoints_at=[8]"]
-    second = stage.run({**first.params, "trainer.steps": 2000})
+    second = stage.run({**first.params, "trainer.steps": 3000})
     assert stage.rule.launch_overrides(second) == ["trainer.keep_checkpoints_at=[16]"]
-    meta = checkpoint_path(first.run_dir, 8).with_suffix(".json")
-    meta.parent.mkdir(parents=True)
-    meta.write_text("{}")
+    kept = checkpoint_path(first.run_dir, 8)
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"weights")  # as far as a launch reads it: its meta names its run and the file's sha256
+    meta = {"run_id": first.run_id, "sha256": hashlib.sha256(b"weights").hexdigest()}
+    kept.with_suffix(".json").write_text(json.dumps(meta))
     assert stage.rule.launch_overrides(second) == [
         "trainer.keep_checkpoints_at=[16]",
         f"trainer.branch_from={first.run_dir}",
         "trainer.branch_step=8",
     ]
-    last = stage.run({**first.params, "trainer.steps": 4000})
+    kept.write_bytes(b"other weights")  # damaged or replaced: the second rung trains fresh (the run it equals)
+    assert stage.rule.launch_overrides(second) == ["trainer.keep_checkpoints_at=[16]"]
+    last = stage.run({**first.params, "trainer.steps": 30500})
     assert stage.rule.launch_overrides(last) == []  # its parent (the 20-step run) holds no checkpoint yet
-    assert Stage(["stage=ladder", *BRANCHED[:-3], "stage.rungs=[1000,2000,4000]"]).rule.launch_overrides(first) == []
+    assert Stage(["stage=ladder", *BRANCHED[:-3], "stage.rungs=[1000,3000,30500]"]).rule.launch_overrides(first) == []
 
 
 def test_plan_prices_a_branched_rung_by_its_steps_past_the_previous_decay_start(capsys, tmp_path, monkeypatch):
@@ -177,4 +216,4 @@ def test_plan_prices_a_branched_rung_by_its_steps_past_the_previous_decay_start(
     plan.main(["stage=ladder", *BRANCHED])
     out = capsys.readouterr().out
     assert "branched (stage.branch): a promoted run trains past the previous rung's decay start, a rung " in out
-    assert "1000/1200/2400 steps" in out  # 2,000 - 800 and 4,000 - 1,600
+    assert "1000/2200/28100 steps" in out  # 3,000 - 800 and 30,500 - 2,400

@@ -1,4 +1,4 @@
-"""A WSD branch ladder through the real command: rungs of 1,000, 2,000 and 4,000 paper steps (10, 20 and 40 steps
+"""A WSD branch ladder through the real command: rungs of 1,000, 3,000 and 30,500 paper steps (10, 20 and 30 steps
 at scale=tiny), two R with two seeds, trainer.schedule: wsd in the stage file and stage.branch=true. Its driver
 killed with SIGKILL mid-stage and relaunched, it finishes; every promoted run names the previous rung's run of
 its configuration and seed as its parent, at that run's decay start; a further relaunch trains nothing; and a
@@ -17,7 +17,7 @@ from test_ladder_stage import killed_and_relaunched
 
 STAGE = """\
 name: wsdladder
-rungs: [1000, 2000, 4000]
+rungs: [1000, 3000, 30500]
 branch: true
 max_seeds: 2
 drift: 0.5        # a wide allowance at the first rung: both R reach the last one
@@ -57,22 +57,22 @@ def test_a_wsd_branch_ladder_relaunched_branches_each_rung_and_equals_fresh_runs
     (tmp_path / "cfg" / "stage" / "wsdladder.yaml").write_text(STAGE)
     runs = tmp_path / "runs"
     args = ["--config-dir", str(tmp_path / "cfg"), "stage=wsdladder", "scale=tiny"]
-    killed_and_relaunched(runs, "wsdladder", args, 2000)
+    killed_and_relaunched(runs, "wsdladder", args, 3000)
 
     found = summaries(runs)
-    assert {h for h, _, _ in found} == {10, 20, 40}  # both R reached the last rung (the wide allowance)
+    assert {h for h, _, _ in found} == {10, 20, 30}  # both R reached the last rung (the wide allowance)
     for (steps, r, seed), s in found.items():
         if steps == 10:
             assert "parent_run_id" not in s
             continue
-        parent = found[(steps // 2, r, seed)]  # the previous rung's run of this configuration and seed
-        decay_start = steps // 2 - round(0.2 * (steps // 2))  # 8 of 10, 16 of 20
+        parent = found[(steps - 10, r, seed)]  # the previous rung's run of this configuration and seed
+        decay_start = (steps - 10) - round(0.2 * (steps - 10))  # 8 of 10, 16 of 20
         assert (s["parent_run_id"], s["branch_step"]) == (parent["run_id"], decay_start)
     assert (
         len({t.user_attrs["run_id"] for t in completed(runs, "wsdladder")}) == len(found) == 12
     )  # each run trained once
 
-    branch = found[(40, 2, 42)]  # rung 3, branched from rung 2's branch at its decay start (16)
+    branch = found[(30, 2, 42)]  # rung 3, branched from rung 2's branch at its decay start (16)
     fresh = tmp_path / "fresh"
     made = subprocess.run(
         [sys.executable, "-c", FRESH, str(branch["folder"] / "config.yaml"), str(fresh)],

@@ -1,5 +1,5 @@
 """A real ladder at the tiny scale through the real command: rungs of 500, 1,000 and 2,000 paper steps (5, 10 and
-20 steps at scale=tiny), one width and two R with two seeds; its driver killed with SIGKILL mid-stage and
+15 steps at scale=tiny), one width and two R with two seeds; its driver killed with SIGKILL mid-stage and
 relaunched, the ladder it finishes is the one its records say, a further relaunch trains nothing and records
 the same ladder, and the analysis's tables match the run folders by hand."""
 

@@ -117,3 +117,36 @@ def test_a_search_declaration_mistake_is_one_line(tmp_path, search, says):
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: {says}")
+
+
+@pytest.mark.slow
+def test_a_run_lacking_a_new_objective_is_kept_as_done_and_said_not_comparable(tmp_path, data_cache):
+    """Was recorded as FAIL in the new study, then "failed (retrying)" and exit 1 at every relaunch while its log
+    said "already completed" (issue 48, item 4). A finished run whose summary has no value of an objective added
+    since (here: a summary an earlier version wrote, without bpb_austen) is one line, done, and never trained
+    again; the others are ranked by both objectives."""
+    cfg, runs = user_stage(tmp_path, THROUGHPUT), tmp_path / "runs"
+    args = ["--config-dir", str(cfg), "stage=fast", *TINY, "model.n_loops=2"]
+    assert sweep(runs, *args).returncode == 0
+    old, other = sorted((runs / "fast").glob("*/summary.json"))
+    written = json.loads(old.read_text())
+    del written["bpb_austen"]  # measured since: an earlier version's summary
+    old.write_text(json.dumps(written))
+    said = []
+    for _ in range(2):  # the relaunch that records it, then one that finds every run done
+        done = sweep(runs, *args, "sweep.metrics=[ppl_austen,bpb_austen]")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "retrying" not in done.stdout + done.stderr
+        said.append([line for line in done.stderr.splitlines() if "not comparable" in line])
+    assert said == [
+        [
+            f"warning: {written['label']}: completed, but not comparable under sweep.metrics=['ppl_austen', "
+            "'bpb_austen']: its summary has no bpb_austen (it was trained under other objectives); left out of this "
+            "study's ranking, kept as done (remove its folder to train and measure it again)"
+        ],
+        [],
+    ]
+    assert json.loads(old.read_text())["wall_time_s"] == written["wall_time_s"]  # never trained again
+    (study,) = [s for name, s in studies(runs, "fast").items() if name != "fast"]
+    ranked = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert [t.user_attrs["run_id"] for t in ranked] == [json.loads(other.read_text())["run_id"]]

@@ -8,6 +8,7 @@ back with `wandb leet inspect --json`, a real SIGKILL of the backfill at an exac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from stages import FAULTS, env, sweep
+from stages import FAULTS, env, small_disk, sweep
 
 from cart_sweeps.identity import config_id, run_id
 from cart_sweeps.naming import run_dir, run_label
@@ -162,6 +163,48 @@ def log(self, *args, **kwargs):
 
 wandb_run.Run.log = log
 """
+
+
+@pytest.mark.slow
+def test_two_backfills_at_once_write_each_run_once(stage, tmp_path):
+    """Two concurrent backfills of one stage wrote 34 offline runs for 18 and doubled their history, both exiting
+    0 (issue 48, item 6): each run is claimed by the backfill that writes it, the other says so and skips it."""
+    base, trained = stage
+    runs = tmp_path / "runs"
+    shutil.copytree(trained / "mine", runs / "mine", ignore=shutil.ignore_patterns("wandb"), symlinks=True)
+    args = [sys.executable, "-m", "cart_sweeps.wandb_sync", "backfill", "--config-dir", str(base / "cfg"), "stage=mine"]
+    both = [
+        subprocess.Popen([*args, *TINY], env=env(runs), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    said = [p.communicate(timeout=600) for p in both]
+    assert [p.returncode for p in both] == [0, 0], said
+    for run in sorted(p for p in (runs / "mine").iterdir() if (p / "metrics.jsonl").is_file()):
+        [offline] = run.glob("wandb/offline-run-*")  # one W&B run each, whichever backfill wrote it
+        assert history(inspect(offline)) == expected(run)
+    again = backfill(base, runs)
+    assert "0 runs written (0 rows), 2 already in W&B" in again.stdout, again.stdout
+
+
+@pytest.mark.slow
+def test_a_backfill_on_a_full_disk_is_one_line_and_leaves_no_empty_w_and_b_run(stage, tmp_path):
+    """It printed hundreds of lines of W&B's logging tracebacks and left an empty offline run per attempt."""
+    base, trained = stage
+    with small_disk(tmp_path / "disk", "64m") as disk:
+        runs = disk / "runs"
+        shutil.copytree(trained / "mine", runs / "mine", ignore=shutil.ignore_patterns("wandb"), symlinks=True)
+        filler = disk / "filler"
+        with contextlib.suppress(OSError), filler.open("wb") as f:
+            while True:  # until the disk is full
+                f.write(b"\0" * 65536)
+                f.flush()
+        full = backfill(base, runs)
+        assert full.returncode == 2 and full.stderr.count("\n") == 1, full.stderr[-3000:]
+        assert full.stderr.startswith("error: backfill: the disk holding ") and "is full (" in full.stderr
+        assert not list((runs / "mine").glob("*/wandb/offline-run-*"))
+        filler.unlink()
+        done = backfill(base, runs)
+        assert done.returncode == 0 and "2 runs written (10 rows)" in done.stdout, done.stdout + done.stderr
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from test_train import cli, killed_at_checkpoint, rows, summary
 
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError, ScaleConfig
+from cart_sweeps.data.hashes import file_sha256
 from cart_sweeps.identity import run_id
 from cart_sweeps.run import execute
 from cart_sweeps.schedule import Decay, Schedule, branchable
@@ -116,6 +117,41 @@ def test_a_parent_that_is_not_this_runs_past_is_refused_before_anything_is_writt
     assert "\n" not in str(err.value) and not (tmp_path / "branch").exists()
 
 
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        (
+            "replaced",
+            "a checkpoint that is damaged or replaced: its bytes no longer match the sha256 it was saved with",
+        ),
+        (
+            "truncated",
+            "a checkpoint that is damaged or replaced: its bytes no longer match the sha256 it was saved with",
+        ),
+        ("another_run", r"a checkpoint that is another run's \(\w+\), not its own \(\w+\)"),
+    ],
+)
+def test_a_parent_checkpoint_that_is_not_what_it_saved_is_refused_with_a_fix_that_works(tmp_path, fault, says):
+    """Was loaded without a word (another seed's weights under this run's parent_run_id); now checked as a resume
+    checks its own: the meta's run and sha256 against the file, one line naming both ways on."""
+    folder = _parent_folder(tmp_path, *WSD, "trainer.steps=40")
+    kept = folder / "checkpoints" / "step_0000024.pt"
+    kept.parent.mkdir()
+    kept.write_bytes(b"the parent's weights at step 24")
+    owner = run_id(compose_config([*WSD, "trainer.steps=40", "seed=7"])) if fault == "another_run" else None
+    meta = {"run_id": owner or run_id(OmegaConf.load(folder / "config.yaml")), "sha256": file_sha256(kept)}
+    kept.with_suffix(".json").write_text(json.dumps(meta))
+    if fault == "replaced":
+        kept.write_bytes(b"another seed's weights at step 24")
+    elif fault == "truncated":
+        kept.write_bytes(kept.read_bytes()[:10])
+    cfg = compose_config([*WSD, "trainer.steps=30", f"trainer.branch_from={folder}", "trainer.branch_step=24"])
+    with pytest.raises(ConfigError, match=says) as err:
+        execute(cfg, tmp_path / "branch")
+    assert "train this run fresh instead (drop trainer.branch_from" in str(err.value)
+    assert "\n" not in str(err.value) and not (tmp_path / "branch").exists()
+
+
 def test_a_stage_warms_up_its_wsd_runs_alike_at_every_horizon():
     """The tiny scale shrinks a cosine run's warm-up with its length (3,000 and 30,500 paper steps: 20 and 30
     tiny steps); a wsd run's only by the scale's divisor, so a short horizon's branch has its parent's warm-up."""
@@ -164,6 +200,13 @@ def test_a_wsd_branch_equals_a_fresh_run_of_its_length_and_a_finished_run_trains
     # 20 steps from there (branch_step defaults to the earlier decay start: the parent's) it is the fresh 20-step run.
     further = _run(tmp_path, "further", "trainer.steps=20", f"trainer.branch_from={fresh}")
     assert rows(further) == _from(parent, 12) and summary(further)["branch_step"] == 12
+    # The kept checkpoint replaced by other weights of the parent (its step 20): one line, nothing written.
+    kept = parent / "checkpoints" / "step_0000012.pt"
+    kept.write_bytes((parent / "checkpoints" / "step_0000020.pt").read_bytes())
+    args = [*SHOW, "trainer.steps=15", f"trainer.branch_from={parent}", f"hydra.run.dir={tmp_path / 'wrong'}"]
+    out, _ = cli(args).communicate(timeout=600)
+    assert out.startswith("error: ") and out.count("\n") == 1 and "damaged or replaced" in out, out
+    assert not (tmp_path / "wrong" / "metrics.jsonl").exists()
 
 
 @pytest.mark.slow

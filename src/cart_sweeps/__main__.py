@@ -106,9 +106,10 @@ def precheck(parsed: list[Override]) -> None:
         o.input_line for o in parsed if not o.is_sweep_override() and not o.get_key_element().startswith("hydra.")
     ]
     sweeps = {
-        f"{o.get_key_element()}={next(o.sweep_string_iterator())}": o
+        f"{o.get_key_element()}={first}": o
         for o in parsed
         if o.is_sweep_override() and o.value_type not in (ValueType.INTERVAL_SWEEP, ValueType.GLOB_CHOICE_SWEEP)
+        if (first := next(o.sweep_string_iterator(), None)) is not None  # an empty sweep is the stage's to name
     }
     try:  # the parser records every override's text; the composer keeps the base for the stage to find
         cfg = Composer()(cast(list[str], [*single, *sweeps]))

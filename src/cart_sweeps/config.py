@@ -235,8 +235,8 @@ class ScaleConfig:
     name: str = "paper"
     d_model: dict[int, int] = field(default_factory=dict)  # paper width -> width at this scale
     head_dim: int = 64
-    steps: dict[int, int] = field(default_factory=dict)  # paper run length -> run length at this scale
-    steps_divisor: int = 1  # run lengths not in `steps`
+    steps: dict[int, int] = field(default_factory=dict)  # paper run lengths -> this scale's: the knots of `steps_at`
+    steps_divisor: int = 1  # run lengths where `steps` is empty; a wsd run's warm-up at every length
     seq_len_divisor: int = 1
     batch_divisor: int = 1
     fold_accumulation: bool = False  # one micro-batch of micro_batch_size x grad_accum: the tokens per step kept

@@ -36,6 +36,7 @@ from cart_sweeps.sweep.cost import Throughput, launch_set, makespan, makespan_bo
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.pools.local import LocalPool
+from cart_sweeps.sweep.preflight import check_stage_settings, stage_configs
 from cart_sweeps.text import count, duration
 
 STAGES = "|".join(p.stem for p in stage_paths())  # the shipped stage files
@@ -344,6 +345,7 @@ def runset_line(stage: Stage) -> str | None:
 
 def main(argv: list[str]) -> None:
     stage = Stage(argv)
+    check_stage_settings(stage, stage_configs(stage)[1])  # what the driver refuses of the stage's own settings
     fmt = stage.base.plan.format
     slots = stage_slots(stage.base)
     table_rows = rows(stage)

@@ -6,15 +6,18 @@ run; each folder records what its W&B run holds (train.logger.Logged), so a back
 
 from __future__ import annotations
 
+import errno
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.compose import compose_config, run_cli
+from cart_sweeps.config import ConfigError
 from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_folder, run_label, runs_of_named_stage
 from cart_sweeps.options import StageKind
@@ -34,12 +37,16 @@ logger.entity and logger.mode say where the runs go, as for a launch.
   python -m cart_sweeps.wandb_sync backfill stage=1 scale=tiny logger.mode=online  # or at once, after `wandb login`
 """
 
+CLAIM = ".backfill.lock"  # a run folder's backfill claim (its training holds the folder's own lock)
+NEEDS_FREE = 1024 * 1024  # bytes free to start a run's W&B run (a 6-step tiny run's offline files: 48 KB)
+
 
 @dataclass
 class Backfill:
     written: dict[str, int] = field(default_factory=dict)  # run folder -> rows written
     current: list[str] = field(default_factory=list)  # W&B already holds every row and the status
     running: list[str] = field(default_factory=list)  # a process trains it now: backfilled once it ends
+    claimed: list[str] = field(default_factory=list)  # another backfill writes it now: written once, by that one
 
 
 def training_runs(stage_dir: Path) -> list[tuple[Path, DictConfig]]:
@@ -83,13 +90,28 @@ def backfill_run(run_dir: Path, cfg: DictConfig, logger_cfg: DictConfig) -> int 
     if before is not None and before.writing is None and before.step >= last and before.status == status:
         return None
     done = before.step if before is not None else 0
+    if (free := shutil.disk_usage(run_dir).free) < NEEDS_FREE:
+        raise ConfigError(_full(run_dir, f"{free // 1024} KB free"))
     logger = WandbLogger(cfg, run_dir)
-    Logged(id_, done, before.status if before else "", writing=str(logger.folder)).write(run_dir)
-    new = [row for row in rows if row["step"] > done]
-    for row in new:
-        logger.log(row, row["step"])
-    logger.finish(status)
+    try:
+        Logged(id_, done, before.status if before else "", writing=str(logger.folder)).write(run_dir)
+        new = [row for row in rows if row["step"] > done]
+        for row in new:
+            logger.log(row, row["step"])
+        logger.finish(status)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        shutil.rmtree(logger.folder, ignore_errors=True)  # no half-written offline run is left behind
+        raise ConfigError(_full(run_dir, err.strerror)) from err
     return len(new)
+
+
+def _full(run_dir: Path, why: str | None) -> str:
+    return (
+        f"backfill: the disk holding {run_dir} is full ({why}); free some space and run the backfill again: it "
+        "writes this run again from where its W&B run stood, and the runs before it are done"
+    )
 
 
 def backfill(overrides: list[str]) -> Backfill:
@@ -101,7 +123,13 @@ def backfill(overrides: list[str]) -> Backfill:
         if is_owned(run_dir):
             done.running.append(run_dir.name)
             continue
-        written = backfill_run(run_dir, run_cfg, cast(DictConfig, logger_cfg))
+        try:  # the run's claim, released when this process ends (kill -9 too): one backfill writes it at a time
+            claim = FileLock(run_dir / CLAIM).acquire(timeout=0)
+        except Timeout:
+            done.claimed.append(run_dir.name)
+            continue
+        with claim:
+            written = backfill_run(run_dir, run_cfg, cast(DictConfig, logger_cfg))
         if written is None:
             done.current.append(run_dir.name)
         else:
@@ -109,6 +137,7 @@ def backfill(overrides: list[str]) -> Backfill:
     print(
         f"backfill stage {cfg.stage.name}: {len(done.written)} runs written ({sum(done.written.values())} rows), "
         f"{len(done.current)} already in W&B, {len(done.running)} still running"
+        + (f", {len(done.claimed)} written by another backfill now" if done.claimed else "")
     )
     if done.written and cfg.logger.mode != "online":
         print(f"offline: sync with `wandb sync {stage_dir}/*/wandb/offline-run-*` after `wandb login`")

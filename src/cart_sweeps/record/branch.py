@@ -13,7 +13,8 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import AFTER_BRANCH, ConfigError, TrainerConfig, keys_with
-from cart_sweeps.identity import GROUPS, group_identity
+from cart_sweeps.data.hashes import stored_sha256
+from cart_sweeps.identity import GROUPS, group_identity, run_id
 from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.schedule import Schedule, schedule_problem, stable_steps
 
@@ -57,16 +58,35 @@ def branch_parent(cfg: DictConfig) -> Parent | None:
         raise ConfigError(problem)
     if difference := _first_difference(cfg, saved):
         raise ConfigError(f"{key} is another run: {difference}; a branch continues its parent's model, data and recipe")
+    if problem := checkpoint_problem(folder, step, run_id(saved)):
+        raise ConfigError(f"{key} {problem}")
+    return Parent(folder, run_id(saved), step, checkpoint_path(folder, step))
+
+
+def checkpoint_problem(folder: Path, step: int, parent_id: str) -> str | None:
+    """Why the run in `folder` (`parent_id`) holds no checkpoint at `step` that a branch may start from, with the fix
+    (None: it holds one): none kept there, or one that is not what the run saved there (another run's, or bytes
+    that no longer match the sha256 its meta recorded), checked as a resume checks its own."""
     path = checkpoint_path(folder, step)
     try:
         meta = json.loads(path.with_suffix(".json").read_text())
+        digest = stored_sha256(path)
     except (OSError, ValueError):
         kept = sorted(int(p.stem.removeprefix("step_")) for p in path.parent.glob("step_*.json"))
-        raise ConfigError(
-            f"{key} has no checkpoint at step {step} (it holds {kept or 'none'}); train the parent with "
+        return (
+            f"has no checkpoint at step {step} (it holds {kept or 'none'}); train the parent with "
             f"trainer.keep_checkpoints_at=[{step}], or branch from a step it holds"
-        ) from None
-    return Parent(folder, str(meta.get("run_id")), step, path)
+        )
+    if meta.get("run_id") != parent_id:
+        why = f"another run's ({meta.get('run_id')}), not its own ({parent_id})"
+    elif digest != meta.get("sha256"):
+        why = "damaged or replaced: its bytes no longer match the sha256 it was saved with"
+    else:
+        return None
+    return (
+        f"holds at step {step} a checkpoint that is {why}; train this run fresh instead (drop trainer.branch_from: "
+        f"a branch equals the fresh run of its length), or retrain the parent with trainer.keep_checkpoints_at=[{step}]"
+    )
 
 
 def _first_difference(cfg: DictConfig, saved: DictConfig) -> str | None:

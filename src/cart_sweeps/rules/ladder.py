@@ -9,13 +9,15 @@ rung's run of its configuration and seed where its stable phase ends, and comput
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.record.runfolder import atomic_write, checkpoint_path
+from cart_sweeps.record.branch import checkpoint_problem
+from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.rules.axes import SEED, STEPS, D
 from cart_sweeps.rules.decide import seed_order
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
@@ -57,8 +59,10 @@ class LadderRule(StageRule):
                 "at least two seeds (seed=42,137)"
             )
         self.check_max_seeds()
-        if spec.drift is not None and not spec.drift >= 0:
-            raise ConfigError(f"stage.drift={spec.drift} must be >= 0 (a gap's change per unit of ln(horizon))")
+        if spec.drift is not None and not 0 <= spec.drift < math.inf:
+            raise ConfigError(
+                f"stage.drift={spec.drift} must be a finite number >= 0 (a gap's change per unit of ln(horizon))"
+            )
         if spec.branch:
             schedules = [run.config.cfg.trainer.schedule for run in stage.runs]
             if not (schedules and all(map(branchable, [*schedules, spec.recipe.get("trainer.schedule")]))):
@@ -153,7 +157,7 @@ class LadderRule(StageRule):
         if k > 0:
             parent = stage.run({**run.params, STEPS: rungs[k - 1]})
             step = Schedule.of(parent.config.cfg.trainer).decay_start
-            if checkpoint_path(parent.run_dir, step).with_suffix(".json").is_file():
+            if checkpoint_problem(parent.run_dir, step, parent.run_id) is None:  # else fresh: the run it would equal
                 out += [f"trainer.branch_from={parent.run_dir}", f"trainer.branch_step={step}"]
         return out
 

@@ -53,6 +53,7 @@ LAUNCH = "launch"  # trial user attr: the number of the launch that started the 
 # trial user attr, in place of run_id: a search trial whose sampled params are a run the ledger already holds, the
 # run's id; it takes that run's result (no second run), and no reader counts it as an attempt at the run
 REPEAT = "repeat_of"
+NOT_COMPARABLE = "not_comparable"  # trial user attr: the objective a completed run has no value of (Ledger.finish)
 OBJECTIVE = "objective"  # study user attr: {"metric": ..., "recipe": ...}, what the study's values mean
 LEDGER_FILES = {"sqlite": "ledger.db", "journal": "ledger.journal"}
 
@@ -118,13 +119,24 @@ def check_storage(storage: str, root: Path) -> str:
             raise ConfigError(f"sweep.storage={storage}: not a database URL ({first_line(err)})") from err
         if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
             return storage
-        return url.set(database=str((root / str(url.database)).resolve())).render_as_string(hide_password=False)
+        return url.set(database=_in_root(storage, str(url.database), root)).render_as_string(hide_password=False)
     if Path(storage).suffix not in (".db", ".sqlite", ".sqlite3"):
         raise ConfigError(
             f"sweep.storage={storage}: use sqlite or journal (each stage's own ledger), a SQLite file several "
             "stages share (study.db, in paths.runs), or a database URL (postgresql://...)"
         )
-    return str((root / storage).resolve())
+    return _in_root(storage, storage, root)
+
+
+def _in_root(storage: str, file: str, root: Path) -> str:
+    """A shared SQLite file, absolute: a relative one inside the runs root (`..` would let two roots share it)."""
+    path = (root / file).resolve()
+    if not Path(file).is_absolute() and not path.is_relative_to(root.resolve()):
+        raise ConfigError(
+            f"sweep.storage={storage} leaves the runs root {root} (a relative file is kept inside it, so two roots "
+            "never share a study); name an absolute file to share one on purpose"
+        )
+    return str(path)
 
 
 def ledger_path(sweep_dir: Path, storage: str) -> Path | None:
@@ -464,10 +476,20 @@ class Ledger:
         status, error = summary.status, summary.error
         values = [summary.value(m) for m in metrics]
         missing = next((m for m, v in zip(metrics, values, strict=True) if v is None), None)
-        if status == RunStatus.COMPLETED and missing is not None:
+        attrs: dict[str, Any] = {}
+        if status == RunStatus.COMPLETED and missing is not None and missing not in summary.results():
+            attrs[NOT_COMPARABLE] = missing  # a result, never retried, but none Optuna ranks
+            print(
+                f"warning: {summary.label}: completed, but not comparable under sweep.metrics={metrics}: its summary "
+                f"has no {missing} (it was trained under other objectives); left out of this study's ranking, kept as "
+                "done (remove its folder to train and measure it again)",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif status == RunStatus.COMPLETED and missing is not None:
             recorded = summary.metrics.get(missing)
             status, error = RunStatus.FAILED, f"completed without a finite {missing} (it recorded {recorded!r})"
-        attrs = {"status": status.value, "results": summary.results()} | ({"error": str(error)} if error else {})
+        attrs |= {"status": status.value, "results": summary.results()} | ({"error": str(error)} if error else {})
         told: list[float] | None = None
         if status == RunStatus.COMPLETED and missing is None:
             state, told = TrialState.COMPLETE, [v for v in values if v is not None]

@@ -233,10 +233,13 @@ class Stage:
 
     def objective(self) -> dict[str, Any]:
         """What this launch's ledger values mean: the sweep metric, and the recipe its runs share (the stage's
-        recipe, its scale, and the command line's settings of what runs compute), less what the stage varies."""
-        passed = sorted(
-            self._setting(k, o) for k, o in self.args.passed.items() if _defining_key(k) and k not in self.varied
-        )
+        recipe, its scale, and the command line's settings of what runs compute), less what the stage varies.
+        A setting that restates the value its key has without it is no part of it: the same runs, the same study."""
+        settings = {k: o for k, o in self.args.passed.items() if _defining_key(k) and k not in self.varied}
+        if settings:  # composed once more, without them: what each key would be
+            without = self.compose([line for line in self.args.base if line not in settings.values()])
+            settings = {k: o for k, o in settings.items() if _value(self.base, k) != _value(without, k)}
+        passed = sorted(self._setting(k, o) for k, o in settings.items())
         recipe = {k: v for k, v in self.recipe.items() if k not in self.varied}
         meant = {"metric": self.base.sweep.metric, **objectives.meaning(self.base.sweep)}
         return {**meant, "scale": self.base.scale.name, "recipe": recipe, "passed": passed}
@@ -366,6 +369,15 @@ def varied_keys(axes: dict[str, list[Any]], search: Sequence[str], variants: Any
     for values in (variants or {}).values():
         keys += ["model.n_layers" if k == PARITY else k for k in values]
     return tuple(dict.fromkeys(keys))
+
+
+def _value(cfg: DictConfig, key: str) -> Any:
+    """A command-line key's value in `cfg`, resolved (a group's as its settings), or a marker where it has none."""
+    value = OmegaConf.select(cfg, key.lstrip("+~"), default=_ABSENT)
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+_ABSENT = object()
 
 
 def _defining_key(key: str) -> bool:

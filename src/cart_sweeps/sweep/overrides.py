@@ -84,6 +84,10 @@ def split_arguments(parsed: Sequence[Override], stage_axes: Sequence[str]) -> Ar
             raise ConfigError(f"{o.input_line}: glob() picks config group options; list the values: {key}=a,b")
         if o.is_sweep_override():
             out.axes[key], out.sizes[key] = _listed(o), sweep_size(o)
+            if not out.sizes[key]:
+                raise ConfigError(
+                    f"{o.input_line} sweeps no values: give {key} at least one (a range's stop past its start)"
+                )
             continue
         if key in stage_axes:
             out.axes[key], out.sizes[key] = [o.value()], 1

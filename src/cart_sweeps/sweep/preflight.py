@@ -17,6 +17,7 @@ from cart_sweeps.data.recipe import LOCAL_BUILDERS, as_config, recipe_dir, recip
 from cart_sweeps.hardware import this_machine
 from cart_sweeps.metric import BENCH, metric, per_set_names, require_error, run_wide_names
 from cart_sweeps.options import StageKind, TokenizerKind
+from cart_sweeps.record.branch import branch_parent
 from cart_sweeps.stagerecord.ledger import check_direction, check_storage, ledger_path, sqlite_url
 from cart_sweeps.sweep.cost import Throughput, makespan, run_costs
 from cart_sweeps.sweep.expand import Run, Stage
@@ -133,27 +134,40 @@ def changed_line(stage: Stage, configs: list[DictConfig]) -> str | None:
     return mapping_line(stage.name, stage.base.scale.name, changed)
 
 
-def preflight(stage: Stage) -> None:
-    """Every check above, for every run of the stage (each distinct setting once), and its pool's own."""
+def stage_configs(stage: Stage) -> tuple[list[Run], list[DictConfig]]:
+    """The stage's runs (a search: its recipe's run) and their configs, each once (a stage's seeds share one)."""
+    runs = stage.runs or [stage.run(next(stage.space.corners()))]
+    return runs, list({id(run.config): run.config.cfg for run in runs}.values())
+
+
+def check_stage_settings(stage: Stage, configs: list[DictConfig]) -> None:
+    """The stage's own settings (its objectives, their direction, its ledger's storage, a branch_from given to
+    its runs): `plan` checks them too, so a stage it plans is one the driver launches (machines and data aside)."""
     check_direction(stage.base.sweep.metric, stage.base.sweep.direction)
-    pool = pool_class(stage.base.launcher)
-    launcher = pool.settings_of(stage.base.launcher)
-    no_gpu = pool.no_gpu(launcher)
-    runs = stage.runs or [stage.run(next(stage.space.corners()))]  # a search: its recipe
-    check_gpu(stage, stage.runs or runs * (stage.base.sweep.n_trials or 1), no_gpu, launcher.allow_cpu)
     storage = check_storage(stage.base.sweep.storage, stage.sweep_dir.parent)
     if (path := ledger_path(stage.sweep_dir, storage)) is not None and storage != "journal":
         sqlite_url(path)
-    configs = list({id(run.config): run.config.cfg for run in runs}.values())  # a stage's seeds share one
+    for c in configs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
+        for name in objectives(stage.base.sweep):
+            check_metric(name, c)
+        branch_parent(c)  # trainer.branch_from given to every run: each must be its parent's continuation
+
+
+def preflight(stage: Stage) -> None:
+    """Every check above, for every run of the stage (each distinct setting once), and its pool's own."""
+    runs, configs = stage_configs(stage)
+    check_stage_settings(stage, configs)
+    pool = pool_class(stage.base.launcher)
+    launcher = pool.settings_of(stage.base.launcher)
+    no_gpu = pool.no_gpu(launcher)
+    check_gpu(stage, stage.runs or runs * (stage.base.sweep.n_trials or 1), no_gpu, launcher.allow_cpu)
     data_settings = [o for k, o in stage.args.passed.items() if k.split(".")[0] == "data"]  # for `prepare`
     seen = set()
-    for c in configs:  # an evaluate stage's runs carry their source's data, so each run's config is checked
+    for c in configs:
         key = (c.data.name, c.data.cache_dir, c.trainer.optimizer, c.trainer.device, c.logger.name, c.logger.mode)
         key += tuple(c.harness.tasks)
         if key not in seen:
             seen.add(key)
-            for name in objectives(stage.base.sweep):
-                check_metric(name, c)
             check_writable(c.data.cache_dir, "data.cache_dir")
             check_prepared(c.data)
             check_data_ready(c.data, data_settings)

@@ -7,7 +7,9 @@ Two values of an axis the mapping would make one are refused (`check_apart`): th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 from omegaconf import DictConfig
@@ -24,10 +26,28 @@ _SEQ_KEYS = ("trainer.seq_len", "model.max_seq_len")
 _BATCH_KEYS = ("trainer.micro_batch_size",)
 
 
-def _length_ratio(paper_steps: int, scale: Scale) -> float:
-    """Run length at this scale over the paper's: the `steps` table, else the divisor."""
-    table = {int(k): v for k, v in scale.steps.items()}
-    return table[paper_steps] / paper_steps if paper_steps in table else 1 / scale.steps_divisor
+def steps_at(paper_steps: int, scale: Scale) -> float:
+    """A run length at this scale, by one rule for every length, so longer runs stay longer (a ladder's rungs in
+    order): the `steps` table's lengths joined by power laws (straight lines on log-log axes), the last one
+    continued past the table, and lengths below its first shrunk by that first length's ratio; no table: the
+    divisor. Rounded where it is applied."""
+    knots = sorted((int(k), int(v)) for k, v in scale.steps.items())
+    if not knots:
+        return paper_steps / scale.steps_divisor
+    if paper_steps <= knots[0][0] or len(knots) == 1:
+        return paper_steps * knots[0][1] / knots[0][0]
+    (k1, v1), (k2, v2) = next(((a, b) for a, b in pairwise(knots) if paper_steps <= b[0]), knots[-2:])
+    return v1 * (paper_steps / k1) ** (math.log(v2 / v1) / math.log(k2 / k1))
+
+
+def check_steps_table(scale: Scale) -> None:
+    """A table that maps a longer run to a shorter or equal one would reorder a ladder's horizons."""
+    knots = sorted((int(k), int(v)) for k, v in scale.steps.items())
+    if any(v < 1 for _, v in knots) or any(b[1] <= a[1] for a, b in pairwise(knots)):
+        raise ConfigError(
+            f"scale.steps={dict(knots)} must map longer runs to longer ones (each value >= 1 and above the one "
+            f"before); fix conf/scale/{scale.name}.yaml"
+        )
 
 
 def _shrink(value: int, factor: float) -> int:
@@ -88,8 +108,9 @@ def to_scale(paper: dict[str, Any], scale: Scale, paper_value: Callable[[str], A
     factors = {key: 1 / scale.seq_len_divisor for key in _SEQ_KEYS}
     factors |= {key: 1 / scale.batch_divisor for key in _BATCH_KEYS}
     steps = out.get("trainer.steps")
-    if isinstance(steps, int):  # a bad value is left for validation to name
-        factors |= {key: _length_ratio(steps, scale) for key in _STEP_KEYS}
+    if isinstance(steps, int) and steps > 0:  # a bad value is left for validation to name
+        check_steps_table(scale)
+        factors |= {key: steps_at(steps, scale) / steps for key in _STEP_KEYS}
         if train and branchable(out.get("trainer.schedule", paper_value("trainer.schedule"))):
             # every horizon warms up alike, so one run's stable phase is every shorter run's (docs/wsd.md)
             factors["trainer.warmup_steps"] = 1 / scale.steps_divisor
