@@ -164,11 +164,15 @@ def test_the_ledger_tells_each_objective_and_reads_them_back_in_either_storage(t
     done = ledger.start({"seed": 1}, seeds, {"run_id": "a"})
     summary = RunSummary(RunStatus.COMPLETED, metrics={"ppl_austen": 40.0}, tokens_per_s=900.0, step=4)
     assert ledger.finish(done, summary, both) == RunStatus.COMPLETED
-    short = ledger.start({"seed": 2}, seeds, {"run_id": "b"})  # completed without its second objective
-    assert ledger.finish(short, RunSummary(RunStatus.COMPLETED, metrics={"ppl_austen": 41.0}), both).is_result is False
+    nan = ledger.start({"seed": 2}, seeds, {"run_id": "b"})  # completed, its second objective not finite: failed
+    broken = RunSummary(RunStatus.COMPLETED, metrics={"ppl_austen": 41.0}, tokens_per_s=float("nan"))
+    assert ledger.finish(nan, broken, both).is_result is False
+    short = ledger.start({"seed": 3}, seeds, {"run_id": "c"})  # completed without it: done, not comparable
+    assert ledger.finish(short, RunSummary(RunStatus.COMPLETED, metrics={"ppl_austen": 41.0}), both).is_result
     trials = all_trials(Ledger.read(tmp_path, "two", storage).study)
-    assert [t.values for t in trials] == [[40.0, 900.0], None]
+    assert [t.values for t in trials] == [[40.0, 900.0], None, None]
     assert "completed without a finite tokens_per_s" in trials[1].user_attrs["error"]
+    assert trials[2].user_attrs["not_comparable"] == "tokens_per_s" and trials[2].user_attrs["status"] == "completed"
     # another list of objectives is another study; the same list opens the first again
     assert (
         Ledger.open(tmp_path, "two", storage, objective={"metric": both[0], "metrics": both[::-1]}).study.study_name
