@@ -137,6 +137,8 @@ def check_python(args: list[str], env: dict, root: Path, tmp_path: Path) -> None
     elif module == "cart_sweeps" and any(a.startswith("stage=") for a in rest):  # a stage: expand, validate
         if "stage.select=zoom" in rest:  # zoom reads Stage 1's ledger: the quick demo's, at the widths it ran
             rest += ["scale=tiny", "model.d_model=256,1024"]
+        if "scale=tiny" not in rest and any(a.startswith("stage.source=") for a in rest):
+            rest += ["sweep.metric=ppl_austen"]  # a paper run's evaluation, of the demo's tiny run: no wiki set
         done = python(["-m", "cart_sweeps.plan", *(a for a in rest if a != "-m"), "plan.format=csv"], env)
     elif module == "cart_sweeps":  # one run: a few steps
         steps = ["trainer.steps=2", "trainer.warmup_steps=1"]
