@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PACKAGES="hydra-core omegaconf optuna submitit"
+ALSO="filelock"  # the ledger's launch lock: not pinned at both ends, installed as pyproject asks
 TESTS=(
   tests/test_adapters.py
   tests/test_ledger.py::test_trials_read_with_sql_are_optunas_own
@@ -17,14 +18,17 @@ mkdir -p "$dir"
 [[ -n ${PINS_DIR:-} ]] || trap 'rm -rf "$dir"' EXIT
 
 requirements() {  # $1 = low | high: the packages' requirements at that end of pyproject's ranges
-  python3 - "$1" $PACKAGES <<'PY'
-import re, sys, tomllib
+  ALSO="$ALSO" python3 - "$1" $PACKAGES <<'PY'
+import os, re, sys, tomllib
 end, names = sys.argv[1], sys.argv[2:]
+ALSO = os.environ["ALSO"].split()
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
 for name in names:
     (req,) = [d for d in deps if re.match(rf"{name}\b", d)]
     low = re.search(r">=([0-9.]+)", req).group(1)
     print(f"{name}=={low}" if end == "low" else req)
+for name in ALSO:  # what the tested modules import beside them, as pyproject asks for it
+    print(next(d for d in deps if re.match(rf"{name}\b", d)))
 PY
 }
 
