@@ -136,7 +136,7 @@ def curves(study: Study, stage: str, column: str) -> Figure:
             ax.plot(run["step"], run[column], lw=1, label=config, **style[config])
             recipes.add(recipe_of(run.iloc[-1]))
         if column == "rho":
-            for recipe in sorted(recipes, key=lambda r: r.steps):  # black, a dash of its own per recipe
+            for recipe in sorted(recipes, key=lambda r: (r.steps, repr(r))):  # black, a dash of its own per recipe
                 dash = dashes.setdefault(recipe.steps, DASHES[1 + len(dashes) % (len(DASHES) - 1)])
                 label = f"weight decay only ({recipe.steps} steps)"
                 ax.plot(wd_only_rho(recipe), color="k", linestyle=dash, lw=1, label=label)

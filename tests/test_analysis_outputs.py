@@ -5,6 +5,9 @@ figure, the report opening with its findings, and `--out` a folder named for its
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -186,3 +189,36 @@ def test_a_figure_of_24_runs_lists_them_in_natural_order_each_in_its_own_style(t
     assert labels == [f"P2-R4-warmup{w}" for w in WARMUPS]
     assert len(styles) == len(WARMUPS)
     assert overlaps(figure) == []
+
+
+DRAWN = """\
+import json, sys
+from cart_sweeps.analysis.figures import curves
+from cart_sweeps.analysis.load import load_runs
+figure = curves(load_runs(sys.argv[1]), "mixed", "rho")
+print(json.dumps([[list(map(float, line.get_ydata()))[-1] for line in ax.lines if line.get_color() == "k"]
+                  for ax in figure.axes]))
+"""
+
+
+@pytest.mark.slow  # six processes, one per hash seed
+def test_a_rho_figure_draws_recipes_of_one_length_in_one_order_whatever_the_hash_seed(tmp_path):
+    """Two recipes of one length in a width (a relaunch with another weight decay) drew their weight-decay-only
+    curves in a set's order, which Python's hash seed changes: rho_<stage>.png differed between two runs of the
+    same analysis on the same runs."""
+    for seed, decay in ((1, 0.1), (2, 0.05)):
+        write_run(tmp_path / "runs", "mixed", d=32, seed=seed)
+        (summary,) = (tmp_path / "runs" / "mixed").glob(f"*-s{seed}/summary.json")
+        written = json.loads(summary.read_text())
+        written["trainer"]["weight_decay"] = decay
+        summary.write_text(json.dumps(written))
+    orders = set()
+    for hash_seed in range(6):
+        env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+        drawn = subprocess.run(
+            [sys.executable, "-c", DRAWN, str(tmp_path / "runs")], env=env, capture_output=True, text=True, check=True
+        )
+        orders.add(drawn.stdout)
+    assert len(orders) == 1, orders
+    (order,) = orders
+    assert len(json.loads(order)[0]) == 2  # both recipes' curves drawn
