@@ -17,6 +17,7 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from cart_sweeps.metric import RHO_LABEL
 from cart_sweeps.metric import metric as metric_record
 
 from .load import AnalysisError, Study
@@ -26,7 +27,7 @@ from .tables import stage1_cells
 
 FigureJob = Callable[[Path], list[Path]]  # takes the path without suffix, returns the files written
 Draw = Callable[[], Figure]
-AXIS_LABELS = {"loss": "training loss (nats/token)", "rho": r"gate $\rho$ = sigmoid(a)"}
+AXIS_LABELS = {"loss": "training loss (nats/token)", "rho": RHO_LABEL}
 
 
 NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)")  # 12, 0.003, 3e-3 in a label

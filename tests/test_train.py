@@ -21,6 +21,7 @@ from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError
 from cart_sweeps.dashboard import build_report, build_workspace, dashboard
 from cart_sweeps.identity import run_id
+from cart_sweeps.metric import RHO_LABEL
 from cart_sweeps.model import build_model
 from cart_sweeps.run import execute
 from cart_sweeps.schedule import Schedule
@@ -270,7 +271,7 @@ def test_dashboard_offline_prints_the_workspace_it_would_create(compose, capsys,
         "Throughput",
         "Validation perplexity",
         "Validation bits per byte",
-        "Spectral radius",
+        RHO_LABEL,
     ]
 
 

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.config import ConfigError
+from cart_sweeps.metric import RHO_LABEL
 from cart_sweeps.stagerecord.runset import StageRecord
 from cart_sweeps.train.logger import check_credentials
 
@@ -35,7 +36,7 @@ def panels_spec(cfg: DictConfig) -> dict[str, list[str]]:
         "Throughput": ["train/tokens_per_s"],
         "Validation perplexity": [f"val/ppl_{name}" for name in sets],
         "Validation bits per byte": [f"val/bpb_{name}" for name in sets],
-        "Spectral radius": ["rho"],
+        RHO_LABEL: ["rho"],
     }
 
 

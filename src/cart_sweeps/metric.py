@@ -14,6 +14,7 @@ from typing import Literal
 
 DEFAULT = "ppl_wiki"  # the paper's ranking metric (sweep.metric's default)
 BENCH = "bench"  # lm-eval scores: bench_<task>_<measure> (cart_sweeps.harness)
+RHO_LABEL = "gate ρ = sigmoid(a)"  # what `rho` is called for people: figures, the W&B panels, TensorBoard's cards
 
 
 @dataclass(frozen=True)
