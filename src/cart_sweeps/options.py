@@ -40,6 +40,7 @@ class Device(StrEnum):
 class LoggerName(StrEnum):
     none = "none"
     wandb = "wandb"
+    tensorboard = "tensorboard"
 
 
 class LoggerMode(StrEnum):

@@ -1,5 +1,6 @@
-"""Dashboards by `logger.name`: W&B (offline unless asked for online) or none. A new logger is a class with `log`
-and `finish` built from (cfg, run_dir), a `LoggerName` member, its path in LOGGERS, and conf/logger/<name>.yaml.
+"""Dashboards by `logger.name`: W&B (offline unless asked for online), TensorBoard (train/tensorboard.py) or
+none. A new logger is a class with `log` and `finish` built from (cfg, run_dir), a `LoggerName` member, its path
+in LOGGERS, and conf/logger/<name>.yaml.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from cart_sweeps.record.runfolder import atomic_write
 
 
 class Logger(Protocol):
-    def log(self, row: dict[str, Any], step: int) -> None: ...
+    """`walltime`: when the row was logged (Unix time), given by a backfill; None: now."""
+
+    def log(self, row: dict[str, Any], step: int, walltime: float | None = None) -> None: ...
 
     def finish(self, status: str) -> None: ...
 
@@ -33,7 +36,7 @@ class NullLogger:
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         pass
 
-    def log(self, row: dict[str, Any], step: int) -> None:
+    def log(self, row: dict[str, Any], step: int, walltime: float | None = None) -> None:
         pass
 
     def finish(self, status: str) -> None:
@@ -62,7 +65,8 @@ def wandb_tags(cfg: DictConfig) -> list[str]:
 
 
 def wandb_metrics(row: dict[str, Any]) -> dict[str, Any]:
-    """A metrics.jsonl row as W&B keys: train/<key> or val/<key> by the row's kind, and rho; None left out."""
+    """A metrics.jsonl row as W&B keys (TensorBoard's tags too): train/<key> or val/<key> by the row's kind, and
+    rho; None left out."""
     prefix = "val/" if row.get("kind") == "eval" else "train/"
     return {
         ("rho" if k == "rho" else prefix + k): v for k, v in row.items() if k not in ("kind", "step") and v is not None
@@ -70,6 +74,7 @@ def wandb_metrics(row: dict[str, Any]) -> dict[str, Any]:
 
 
 LOGGED = Path("wandb") / "logged.json"  # in the run folder, beside W&B's own files of the run
+TB_LOGGED = Path("tensorboard.json")  # in the run folder, beside its TensorBoard event files
 
 
 @dataclass(frozen=True)
@@ -83,16 +88,16 @@ class Logged:
     writing: str | None = None
 
     @classmethod
-    def read(cls, run_dir: Path) -> Logged | None:
+    def read(cls, run_dir: Path, where: Path = LOGGED) -> Logged | None:
         try:
-            return cls(**json.loads((run_dir / LOGGED).read_text()))
+            return cls(**json.loads((run_dir / where).read_text()))
         except (OSError, ValueError, TypeError):
             return None
 
-    def write(self, run_dir: Path) -> None:
-        (run_dir / LOGGED).parent.mkdir(parents=True, exist_ok=True)
+    def write(self, run_dir: Path, where: Path = LOGGED) -> None:
+        (run_dir / where).parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(asdict(self))
-        atomic_write(run_dir / LOGGED, lambda tmp: tmp.write_text(text))
+        atomic_write(run_dir / where, lambda tmp: tmp.write_text(text))
 
 
 class WandbLogger:
@@ -132,8 +137,9 @@ class WandbLogger:
         """The W&B run's own folder (wandb/offline-run-<time>-<id>, or wandb/run-<time>-<id> online)."""
         return Path(self.run.dir).parent
 
-    def log(self, row: dict[str, Any], step: int) -> None:
-        self.run.log({**wandb_metrics(row), "step": step}, step=step)
+    def log(self, row: dict[str, Any], step: int, walltime: float | None = None) -> None:
+        when = {} if walltime is None else {"_timestamp": walltime}  # W&B's own key for when a row was logged
+        self.run.log({**wandb_metrics(row), "step": step, **when}, step=step)
         self.step = max(self.step, step)
 
     def finish(self, status: str) -> None:
@@ -167,6 +173,7 @@ def has_wandb_login() -> bool:
 LOGGERS = {
     LoggerName.none: "cart_sweeps.train.logger.NullLogger",
     LoggerName.wandb: "cart_sweeps.train.logger.WandbLogger",
+    LoggerName.tensorboard: "cart_sweeps.train.tensorboard.TensorBoardLogger",
 }
 
 
