@@ -7,6 +7,7 @@ breaks a real process at an exact point (see tests/faults/sitecustomize.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -129,3 +130,16 @@ def user_stage(base: Path, text: str) -> Path:
     (base / "cfg" / "stage").mkdir(parents=True, exist_ok=True)
     (base / "cfg" / "stage" / f"{text.split()[1]}.yaml").write_text(text)
     return base / "cfg"
+
+
+def dated_by_hand(run: Path) -> dict[int, float]:
+    """When a run logged each step's rows (Unix time), by hand: training's start (summary.json's first_step_at)
+    plus each train row's window, its tokens since the row before (from step 0) over its tokens/s."""
+    start = json.loads((run / "summary.json").read_text())["first_step_at"]
+    at, before, out = start, None, {}
+    for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
+        if row["kind"] == "train":
+            at += (row["tokens"] - (before["tokens"] if before else 0)) / row["tokens_per_s"]
+            before = row
+        out.setdefault(row["step"], at)
+    return out
