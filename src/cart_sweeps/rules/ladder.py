@@ -169,7 +169,8 @@ def design(stage: Expanded) -> Design:
     most = spec.max_seeds if spec.max_seeds is not None else len(grid_seeds)
     branch = float(stage.runs[0].config.cfg.trainer.decay_fraction) if spec.branch and stage.runs else None
     rungs, seeds = tuple(spec.rungs), tuple(seed_order(grid_seeds))
-    return Design(rungs, seeds, len(grid_seeds), most, ranked_by(stage), prior, branch=branch)
+    return Design(rungs, seeds, len(grid_seeds), most, ranked_by(stage), prior, branch=branch,
+                  equivalence=spec.equivalence)  # fmt: skip
 
 
 def split(stage: Expanded, params: dict[str, Any]) -> tuple[Any, Cell]:
@@ -215,7 +216,11 @@ def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
     d = design(stage)
     drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
     shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
-    payload = {"design": shown | {"alpha": d.alpha, "looks": d.looks}, "drift": drift, "records": rows}
+    payload = {
+        "design": shown | {"alpha": d.alpha, "looks": d.looks, "equivalence": d.equivalence},
+        "drift": drift,
+        "records": rows,
+    }
     atomic_write(
         stage.sweep_dir / RECORD_FILE, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     )
