@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from stages import sweep
 
 from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.config import ConfigError
@@ -132,3 +134,25 @@ def test_a_rung_decides_equivalence_only_where_the_allowance_leaves_room():
         j = judge(values, PPL, allowance, ALPHA, 1, equivalence=0.01)
         assert (not j.open) == ended and (j.equivalent == ["b"]) == ended, allowance
     assert judge(values, PPL, 0.0, ALPHA, 1).dropped == ["b"]  # no margin: a gap beyond the noise, worse
+
+
+@pytest.mark.slow
+def test_a_real_ladder_stops_a_width_on_equivalence_and_its_tables_say_so(tmp_path, data_cache):
+    """The real command at the tiny scale (d_model 32, rungs of 5 and 10 steps, two R, two seeds): its two R
+    differ by well under the margin, so the first rung decides them equivalent and nothing runs at the second.
+    E = 10% is large because two seeds per cell give 2 df, whose t quantile at alpha/looks is 4.3: a paper-scale
+    ladder with more seeds states 1%. The analysis's rungs table and sentence say it, from the same runs."""
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    args = ["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=1,2", "model.n_prelude=1"]
+    done = sweep(runs, *args, "stage.rungs=[500,1000]", "stage.max_seeds=2", "stage.equivalence=0.1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stage ladder: equivalent: at 500 steps" in done.stdout + done.stderr
+    steps = {json.loads((f / "summary.json").read_text())["trainer"]["steps"] for f in (runs / "ladder").iterdir()
+             if (f / "summary.json").is_file()}  # fmt: skip
+    assert steps == {5}  # the second rung never ran
+    record = json.loads((runs / "ladder" / "ladder.json").read_text())
+    assert record["design"]["equivalence"] == 0.1 and {r["action"] for r in record["records"]} == {"equivalent"}
+    assert main(["--runs", str(runs), "--out", str(out)]) == 0
+    table = pd.read_csv(out / "ladder_ladder_rungs.csv")
+    assert set(table["action"]) == {"equivalent"} and set(table["steps"]) == {5}
+    assert re.search(r"R=[12] and R=[12] are equivalent within 10%", (out / "report.md").read_text())

@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cart_sweeps.rules.decide import Option
 
 
 def kl_bernoulli(x: float, y: float) -> float:
@@ -58,3 +62,12 @@ def floor(gaps: Sequence[float], sd: float, alpha: float, margin: float | None =
     top = min(need)
     found = minimize_scalar(total, bounds=(top * 1e-9, top * (1 - 1e-9)), method="bounded", options={"xatol": 1e-12})
     return float(found.fun)
+
+
+def floor_line(opts: Sequence[Option], sd: float, alpha: float, margin: float | None, costs: Sequence[float]) -> str:
+    """What `plan` says of the floor at the observed gaps and noise (options best first, `costs`: GPU-hours of
+    one run of each)."""
+    need = floor([o.score_mean - opts[0].score_mean for o in opts], sd, alpha, margin, costs)
+    if not math.isfinite(need):
+        return "floor: none finite (an observed tie and no stage.equivalence)"
+    return f"floor {need:,.2f} GPU-hours at the observed gaps and noise (rules/bound.py: any alpha-correct rule)"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import Metric, require
 from cart_sweeps.rules.axes import SEED, D, R
+from cart_sweeps.rules.bound import floor_line
 from cart_sweeps.rules.decide import (
     ALPHA,
     MOST_SEEDS,
@@ -155,9 +156,21 @@ class SeedRule(StageRule):
         )
         lines = [f"decisions now ({spending}; seeds for {POWER:.0%} power):"]
         for key, cells, have, verdict in self._decisions(grid, values):
-            said = f"R={verdict.choice} decided" if verdict.decided else f"undecided ({_open(verdict)})"
+            same = ", ".join(f"R={e}" for e in verdict.equivalent)
+            said = (
+                f"R={verdict.choice} decided"
+                if verdict.best
+                else f"R={verdict.choice} equivalent to {same}"
+                if verdict.decided
+                else f"undecided ({_open(verdict)})"
+            )
             needed = _needed(verdict, have, n_looks, sum(hours.get(grid[c].run_id, 0.0) for c in cells))
             lines.append(f"  {_where(key)}: {have} seeds per cell, {said}; {needed}")
+            if verdict.noise is not None and verdict.noise.measurable and len(verdict.options) > 1:
+                cost = {dict(c)[R]: hours.get(grid[c].run_id, 0.0) for c in cells}
+                margin = self.stage.spec.equivalence
+                costs = [cost[o.level] for o in verdict.options]
+                lines.append(f"    {floor_line(verdict.options, verdict.noise.sd, ALPHA, margin, costs)}")
         return lines
 
 
