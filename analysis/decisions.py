@@ -289,7 +289,9 @@ def best(
             out.append(Decision(claim, stage, where, axis, None, False, why, alpha=level([]), no_level=counts[at]))
             continue
         own = pool(groups[at], "the options' seeds") or stage_noise
-        made = best_of(groups[at], own, claim, stage, where, axis, level(groups[at]), metric, gone.get(at, []), equivalence)
+        made = best_of(
+            groups[at], own, claim, stage, where, axis, level(groups[at]), metric, gone.get(at, []), equivalence
+        )
         if at in counts:
             why = f"{made.why}; {runs(counts[at])} no {SHORT.get(axis, axis)} (left out)"
             made = replace(made, why=why, no_level=counts[at])

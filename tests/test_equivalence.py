@@ -24,6 +24,7 @@ from cart_sweeps.metric import require
 from cart_sweeps.rules.bound import floor
 from cart_sweeps.rules.decide import ALPHA, holm, look_level
 from cart_sweeps.rules.ladder_walk import judge
+from cart_sweeps.simulate import simulate
 from cart_sweeps.sweep.expand import Stage
 
 PPL = require("ppl_wiki")
@@ -99,7 +100,7 @@ def test_a_true_tie_is_decided_equivalent_and_said_so(claims):
     the report's words; the first width's adjusted p by hand (pooled t on log values, TOST and Holm)."""
     tie = claims["tie"]
     equivalent = [c for c in tie if c["decided"] and c["equivalent"] and set([c["choice"], *c["equivalent"]]) == {2, 4}]
-    assert len(equivalent) / STUDIES >= 0.8
+    assert len(equivalent) / STUDIES >= 0.7
     named = [c for c in tie if c["decided"] and not c["equivalent"]]  # a best named over a tie: false
     assert len(named) / STUDIES <= BOUND
     assert "are equivalent within 2%" in claims["tie_report"][0]  # type: ignore[operator]
@@ -110,14 +111,14 @@ def test_a_true_tie_is_decided_equivalent_and_said_so(claims):
     sd = math.sqrt(sum((len(v) - 1) * v.var(ddof=1) for v in logs.values()) / df)
     order = sorted(logs, key=lambda r: logs[r].mean())
     best, se = logs[order[0]].mean(), sd * math.sqrt(2 / SEEDS)
-    p = []
+    worse, within = [], []
     for r in order[1:]:
         diff = logs[r].mean() - best
-        worse = min(1.0, 2 * stats.t.sf(diff / se, df))
-        within = max(stats.t.sf((diff + E) / se, df), stats.t.cdf((diff - E) / se, df))
-        p.append(min(worse, within))
+        worse.append(min(1.0, 2 * stats.t.sf(diff / se, df)))
+        within.append(max(stats.t.sf((diff + E) / se, df), stats.t.cdf((diff - E) / se, df)))
+    adjusted = holm(np.array(worse + within))  # one family: both hypotheses of every pair
     record = next(c for c in tie if c["d"] == 1)
-    assert record["p_value"] == pytest.approx(float(holm(np.array(p)).max()), rel=1e-9)
+    assert record["p_value"] == pytest.approx(float(np.minimum(adjusted[:3], adjusted[3:]).max()), rel=1e-9)
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "nan"])
@@ -156,3 +157,18 @@ def test_a_real_ladder_stops_a_width_on_equivalence_and_its_tables_say_so(tmp_pa
     table = pd.read_csv(out / "ladder_ladder_rungs.csv")
     assert set(table["action"]) == {"equivalent"} and set(table["steps"]) == {5}
     assert re.search(r"R=[12] and R=[12] are equivalent within 10%", (out / "report.md").read_text())
+
+
+@pytest.mark.slow  # about 60 s on 2 cores
+def test_every_simulated_design_is_false_at_most_at_alpha_with_a_margin_and_seeds_name_a_clear_winner():
+    """`python -m cart_sweeps.simulate --equivalence 0.01`'s designs on known truths (10 studies of 4 widths):
+    false decisions (a wrong best, "equivalent" past the margin) within 2.5 binomial s.d. of alpha everywhere;
+    sequential seeds name the clear winner; the floor's row is the floor (compute/bound 1)."""
+    rows = simulate(reps=10, truths=("ties", "flat_r", "clear"), equivalence=0.01)
+    widths = 40
+    for r in rows:
+        if r.design != "bound":
+            assert r.false <= ALPHA + 2.5 * math.sqrt(ALPHA * (1 - ALPHA) / widths), (r.truth, r.design)
+    found = {(r.truth, r.design): r for r in rows}
+    assert found[("clear", "seeds")].right >= 0.8 and found[("clear", "bound")].over_bound == 1.0
+    assert found[("ties", "seeds")].equivalent > found[("ties", "fixed (zoom)")].equivalent

@@ -176,16 +176,19 @@ class Settled:
 
 
 def settle(opts: Sequence[Option], noise: Noise, allowance: float = 0.0, margin: float | None = None) -> Settled:
-    """Per other option, the claim its data support better: worse than the choice by more than `allowance`
-    (two-sided, `two_sided`), or, with a margin, equivalent to it within `margin - allowance` (`p_within`: the
-    interval widened by the allowance still inside the margin); Holm over the pairs on the claims' p. Each pair
-    makes one claim, and where the choice is within the margin of the best at most one of its two nulls holds,
-    so the family's error stays at the level Holm's is (docs/statistics.md; tests/test_equivalence.py)."""
+    """Per other option, its claim: worse than the choice by more than `allowance` (two-sided, `two_sided`), or,
+    with a margin, equivalent to it within `margin - allowance` (`p_within`: the interval widened by the
+    allowance still inside the margin). With a margin both hypotheses of every pair are one Holm family (2 (k - 1)
+    tests), so a false claim of either kind is made at most at alpha (docs/statistics.md). Each pair says the claim
+    with the smaller adjusted p (both may hold: a gap in (0, E)), and that p."""
     worse = two_sided(opts, noise, allowance)
     if margin is None:
         return Settled(holm(worse), np.zeros(len(worse), dtype=bool))
     within = np.array([p_within(opts[0], o, noise, margin - allowance) for o in opts[1:]])
-    return Settled(holm(np.minimum(worse, within)), within < worse)
+    both = holm(np.concatenate([worse, within]))
+    adj_worse, adj_within = both[: len(worse)], both[len(worse) :]
+    said_within = adj_within < adj_worse
+    return Settled(np.minimum(adj_worse, adj_within), said_within)
 
 
 def options(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Option]:
