@@ -182,7 +182,7 @@ def settle(opts: Sequence[Option], noise: Noise, allowance: float = 0.0, margin:
     tests), so a false claim of either kind is made at most at alpha (docs/statistics.md). Each pair says the claim
     with the smaller adjusted p (both may hold: a gap in (0, E)), and that p."""
     worse = two_sided(opts, noise, allowance)
-    if margin is None:
+    if margin is None or margin <= allowance:  # no room inside the margin: equivalence is not tested at all
         return Settled(holm(worse), np.zeros(len(worse), dtype=bool))
     within = np.array([p_within(opts[0], o, noise, margin - allowance) for o in opts[1:]])
     both = holm(np.concatenate([worse, within]))
