@@ -21,8 +21,8 @@ from stages import sweep
 from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import require
-from cart_sweeps.rules.bound import floor
-from cart_sweeps.rules.decide import ALPHA, holm, look_level
+from cart_sweeps.rules.bound import floor, floor_line
+from cart_sweeps.rules.decide import ALPHA, holm, look_level, options, pool
 from cart_sweeps.rules.ladder_walk import judge
 from cart_sweeps.simulate import simulate
 from cart_sweeps.sweep.expand import Stage
@@ -172,3 +172,23 @@ def test_every_simulated_design_is_false_at_most_at_alpha_with_a_margin_and_seed
     found = {(r.truth, r.design): r for r in rows}
     assert found[("clear", "seeds")].right >= 0.8 and found[("clear", "bound")].over_bound == 1.0
     assert found[("ties", "seeds")].equivalent > found[("ties", "fixed (zoom)")].equivalent
+
+
+def test_the_analysis_refuses_a_margin_it_cannot_take_in_one_line(capsys):
+    with pytest.raises(SystemExit) as ended:
+        main(["--from-csv", "results.csv", "--equivalence", "2"])
+    assert ended.value.code == 2
+    assert "'2': use a relative margin between 0 and 1, e.g. 0.01 for 1%" in capsys.readouterr().err
+
+
+def test_plan_states_the_floor_at_the_observed_gaps_and_noise():
+    """`plan`'s floor line (a ladder's, a max_seeds stage's) is rules/bound.floor on the options' gaps and pooled
+    s.d., in GPU-hours; an observed tie without a margin has none."""
+    values = {6: [100.0, 100.5, 99.5], 8: [101.0, 101.5, 100.5], 10: [103.0, 103.5, 102.5]}
+    opts = options(values, PPL)
+    noise = pool(opts, "test")
+    assert noise is not None
+    by_hand = floor([o.score_mean - opts[0].score_mean for o in opts], noise.sd, ALPHA, None, [2.0, 2.0, 2.0])
+    assert floor_line(opts, noise.sd, ALPHA, None, [2.0] * 3).startswith(f"floor {by_hand:,.2f} GPU-hours")
+    tie = options({6: [100.0, 100.5], 8: [100.0, 100.5]}, PPL)
+    assert "none finite" in floor_line(tie, 0.005, ALPHA, None, [1.0, 1.0])
