@@ -33,15 +33,23 @@ def launch_choice(text: str) -> int | None:
     raise argparse.ArgumentTypeError(f"{text!r}: use current or a launch number (1, 2, ...)")
 
 
-def error_rate(text: str) -> float:
-    """A probability strictly between 0 and 1."""
+def share(text: str, use: str) -> float:
+    """A number strictly between 0 and 1, else `use` said."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: use an error rate between 0 and 1, e.g. 0.05")
+        raise argparse.ArgumentTypeError(f"{text!r}: use {use}")
     return value
+
+
+def error_rate(text: str) -> float:
+    return share(text, "an error rate between 0 and 1, e.g. 0.05")
+
+
+def margin_share(text: str) -> float:
+    return share(text, "a relative margin between 0 and 1, e.g. 0.01 for 1%")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -73,6 +81,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=ALPHA,
         metavar="A",
         help=f"error rate at which a claim is decided (default: {ALPHA}); see docs/statistics.md",
+    )
+    parser.add_argument(
+        "--equivalence",
+        type=margin_share,
+        default=None,
+        metavar="E",
+        help="a relative margin (0.01: 1%%) within which options are decided equivalent, by two one-sided tests "
+        "(default: a stage's own stage.equivalence, else none); see docs/statistics.md",
     )
     parser.add_argument(
         "--only",
@@ -128,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             study = load_csv(source)
         else:
             study = load_runs(source, args.launch, args.where)
+        if args.equivalence is not None:  # the analysis's margin for every stage's claims
+            study.evals["equivalence"] = args.equivalence
         report = run(study, args.out or default_out(source), args.metric, args.only, args.alpha, args.decide)
     except AnalysisError as error:
         print(f"analysis: {error}", file=sys.stderr)

@@ -23,7 +23,7 @@ from .decisions import (
     best_of,
     grouped_options,
     label,
-    last_look_alpha,
+    look_alpha,
     margin,
     method_text,
     options,
@@ -76,8 +76,7 @@ def _best_r(stage: str) -> Make:
 
     def claims(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float) -> list[Decision]:
         rows = select(final, (stage,))
-        at = last_look_alpha(rows, alpha)
-        every = best(rows, metric, "n_loops", ["d_model", "n_prelude"], stage=stage, claim="best_R", alpha=at)
+        every = best(rows, metric, "n_loops", ["d_model", "n_prelude"], stage=stage, claim="best_R", alpha=alpha)
         wanted = set(zip(table["d"], table["P"], strict=True))
         return [d for d in every if (d.cell["d_model"], d.cell["n_prelude"]) in wanted]
 
@@ -88,20 +87,20 @@ def reversal(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float
     """Per width: does Stage 2 reverse Stage 1's pick of R (another R beats it over Stage 2's seeds:
     one-sided tests, Holm over the other R), or confirm it (the pick is Stage 2's decided best)?"""
     rows = select(final, (CONFIRM,))
-    groups, alpha = grouped_options(rows, metric, "n_loops", ["d_model", "n_prelude"]), last_look_alpha(rows, alpha)
+    groups, level = grouped_options(rows, metric, "n_loops", ["d_model", "n_prelude"]), look_alpha(rows, alpha)
     stage_noise = pool([o for opts in groups.values() for o in opts], f"the seeds of stage {CONFIRM}")
     out = []
     for _, r in table.iterrows():
         cell = {"d_model": r["d"], "n_prelude": r["P"]}
-        base = Decision("reversal", CONFIRM, cell, "n_loops", None, False, "", alpha=alpha)
         opts, pick = groups.get((r["d"], r["P"]), []), r["stage1_R"]
+        base = Decision("reversal", CONFIRM, cell, "n_loops", None, False, "", alpha=level(opts))
         if pd.isna(pick):
             out.append(replace(base, why=f"no Stage-1 runs at d={r['d']} P={r['P']}"))
         elif pick not in {o.level for o in opts}:
             out.append(replace(base, why=f"Stage 1's pick R={pick} was not run in Stage 2"))
         else:
             noise = pool(opts, "the options' seeds") or stage_noise
-            top = best_of(opts, noise, "reversal", CONFIRM, cell, "n_loops", alpha, metric)
+            top = best_of(opts, noise, "reversal", CONFIRM, cell, "n_loops", level(opts), metric)
             out.append(_reversal_at(top, opts, pick, metric))
     return out
 

@@ -16,7 +16,18 @@ import pandas as pd
 from scipy import stats
 
 from cart_sweeps.metric import require
-from cart_sweeps.rules.decide import ALPHA, Noise, Option, gap, holm, pool, resolution, two_sided
+from cart_sweeps.rules.decide import (
+    ALPHA,
+    Noise,
+    Option,
+    gap,
+    look_level,
+    pool,
+    resolution,
+    settle,
+    tested_margin,
+    two_sided,
+)
 
 from . import tables
 
@@ -74,6 +85,8 @@ class Decision:
     alpha: float = ALPHA
     role: str | None = None  # the part of the paper's study the stage plays (screen, confirm, ...)
     no_level: int = 0  # the cell's runs with no value of the axis (a dense run's R): no option, left out
+    equivalence: float | None = None  # the relative margin the claim was tested with (None: none)
+    equivalent: list[Any] = field(default_factory=list)  # options decided within the margin of the choice
 
     @property
     def d(self) -> Any:
@@ -86,6 +99,7 @@ class Decision:
         out = {"claim": self.claim, "stage": self.stage, "d": plain(self.d), **asdict(self)}
         out["cell"] = {k: plain(v) for k, v in self.cell.items()}
         out["choice"], out["tied"] = plain(self.choice), [plain(t) for t in self.tied]
+        out["equivalent"] = [plain(t) for t in self.equivalent]
         out["leaning"] = out["choice"]
         if self.claim in VERDICTS and not self.decided:
             out["choice"] = None
@@ -204,11 +218,32 @@ def worse_by(pct: float, ci: tuple[float, float] | list[float], alpha: float, p:
     return f"{pct:.2f}% worse ({round(100 * (1 - alpha))}% CI {ci[0]:.2f} to {ci[1]:.2f}), p={p:.2g}"
 
 
-def last_look_alpha(rows: pd.DataFrame, alpha: float) -> float:
-    """The error rate of one look at a stage's data: alpha, split over the looks of a stage that added seeds
-    while its best R was undecided (stage.max_seeds: the `looks` column; cart_sweeps.rules.decide.looks)."""
-    looks = rows["looks"].max() if "looks" in rows and rows["looks"].notna().any() else 1
-    return alpha / int(looks)
+def look_alpha(rows: pd.DataFrame, alpha: float) -> Callable[[list[Option]], float]:
+    """The error rate a claim's final data were decided at, from its options: alpha where the stage looked once;
+    for a stage that added seeds while its best R was undecided (stage.max_seeds: the `looks` and `grid_seeds`
+    columns), the alpha the driver spent at the look its seeds end on (cart_sweeps.rules.decide.look_level:
+    look = seeds - grid seeds + 1), so the analysis says what the driver decided; alpha / looks where only
+    `looks` is known (a results CSV, a ladder)."""
+    looks = int(rows["looks"].max()) if "looks" in rows and rows["looks"].notna().any() else 1
+    known = "grid_seeds" in rows and rows["grid_seeds"].notna().any()
+    first = int(rows["grid_seeds"].max()) if known else None
+
+    def at(opts: list[Option]) -> float:
+        if looks == 1:
+            return alpha
+        if first is None or not opts:
+            return alpha / looks
+        return look_level(alpha, min(looks, max(1, min(o.seeds for o in opts) - first + 1)), looks)
+
+    return at
+
+
+def equivalence_of(rows: pd.DataFrame) -> float | None:
+    """The relative margin a stage's claims are tested with: its stage.equivalence, or the analysis's
+    --equivalence (the `equivalence` column), None for none."""
+    if "equivalence" not in rows or not rows["equivalence"].notna().any():
+        return None
+    return float(rows["equivalence"].max())
 
 
 def seeds_text(counts: list[int]) -> str:
@@ -243,6 +278,7 @@ def best(
     the axis are no option: counted (`no_level`) and said; a cell of such runs only compares nothing.
     """
     groups, gone = grouped_options(rows, metric, axis, cell), absent(rows, metric, axis, cell)
+    equivalence, level = equivalence_of(rows), look_alpha(rows, alpha)
     stage_noise = pool([o for opts in groups.values() for o in opts], f"the seeds of stage {stage}") or noise
     counts = Counter(cell_key(r) for r in rows.loc[rows[axis].isna(), cell].itertuples(index=False))
     out = []
@@ -250,10 +286,12 @@ def best(
         where = dict(zip(cell, at, strict=True))
         if at not in groups:
             why = f"its {runs(counts[at])} no {SHORT.get(axis, axis)}: nothing to compare"
-            out.append(Decision(claim, stage, where, axis, None, False, why, alpha=alpha, no_level=counts[at]))
+            out.append(Decision(claim, stage, where, axis, None, False, why, alpha=level([]), no_level=counts[at]))
             continue
         own = pool(groups[at], "the options' seeds") or stage_noise
-        made = best_of(groups[at], own, claim, stage, where, axis, alpha, metric, gone.get(at, []))
+        made = best_of(
+            groups[at], own, claim, stage, where, axis, level(groups[at]), metric, gone.get(at, []), equivalence
+        )
         if at in counts:
             why = f"{made.why}; {runs(counts[at])} no {SHORT.get(axis, axis)} (left out)"
             made = replace(made, why=why, no_level=counts[at])
@@ -276,11 +314,14 @@ def best_of(
     alpha: float,
     metric: str,
     missing: list[Any] | tuple[Any, ...] = (),
+    equivalence: float | None = None,
 ) -> Decision:
     """The best-of-k decision over `opts` (best first); see `best`. `missing`: options of the claim without a
-    valid value of the metric, which leave it undecided (the best of what was not measured cannot be told)."""
+    valid value of the metric, which leave it undecided (the best of what was not measured cannot be told).
+    `equivalence`: a relative margin within which an option may be decided equivalent to the choice instead of
+    worse (two one-sided tests, Holm over the pairs with the others: rules/decide.settle)."""
     choice, others = opts[0], opts[1:]
-    base = Decision(claim, stage, cell, axis, choice.level, False, "", alpha=alpha)
+    base = Decision(claim, stage, cell, axis, choice.level, False, "", alpha=alpha, equivalence=equivalence)
     base = replace(
         base,
         seeds={str(plain(o.level)): o.seeds for o in opts},
@@ -304,16 +345,19 @@ def best_of(
         )
         return replace(base, tied=[o.level for o in others], why=why, method="none")
     raw = two_sided(opts, noise)
-    adjusted = holm(raw)
+    found = settle(
+        opts, noise, margin=None if equivalence is None else tested_margin(equivalence, require(metric), choice)
+    )
     compared = [
         Comparison(**asdict(margin(choice, o, noise, alpha, metric)), p=float(p), p_adjusted=float(a))
-        for o, p, a in zip(others, raw, adjusted, strict=True)
+        for o, p, a in zip(others, raw, found.adjusted, strict=True)
     ]
     runner = min(compared, key=lambda c: c.pct)
     tied = [c.over for c in compared if c.p_adjusted > alpha]
+    equivalent = [c.over for c, w in zip(compared, found.within, strict=True) if w and c.p_adjusted <= alpha]
     decided = not tied
     if decided:
-        why = f"{name} beats {', '.join(label(axis, o.level) for o in others)} at alpha={alpha:g} (Holm)"
+        why = decided_text(name, compared, equivalent, alpha, lambda level: label(axis, level), equivalence)
     else:
         why = not_told(name, compared, alpha, lambda level: label(axis, level), seeds_text([o.seeds for o in opts]))
     return replace(
@@ -323,9 +367,39 @@ def best_of(
         why=why,
         margin=Margin(runner.over, runner.pct, runner.ci_pct),
         comparisons=compared,
-        p_value=float(adjusted.max()),
-        method=method_text(noise, f"two-sided, Holm over {len(others)} comparison{'s' * (len(others) > 1)}"),
+        p_value=float(found.adjusted.max()),
+        method=method_text(noise, f"{tests(equivalence)}, Holm over {len(others)} comparison{'s' * (len(others) > 1)}"),
+        equivalent=equivalent,
     )
+
+
+def tests(equivalence: float | None) -> str:
+    """The tests a claim ran, as its method says them."""
+    if equivalence is None:
+        return "two-sided"
+    return f"two-sided, or two one-sided tests of equivalence within {100 * equivalence:g}% (the smaller p per pair)"
+
+
+def decided_text(
+    name: str,
+    compared: list[Comparison],
+    equivalent: list[Any],
+    alpha: float,
+    named: Callable[[Any], str],
+    equivalence: float | None,
+) -> str:
+    """A decided best-of-k in words: 'R=6 beats R=2 at alpha=0.05 (Holm)', or with a margin 'R=6 and R=8 are
+    equivalent within 1% (R=8 0.06% worse, adjusted p=0.01); R=6 beats R=2 at alpha=0.05 (Holm)'."""
+    beaten = [named(c.over) for c in compared if c.over not in equivalent]
+    beats = f"{name} beats {', '.join(beaten)} at alpha={alpha:g} (Holm)" if beaten else ""
+    if not equivalent:
+        return beats
+    said = [
+        f"{named(c.over)} {c.pct:.2f}% worse, adjusted p={c.p_adjusted:.2g}" for c in compared if c.over in equivalent
+    ]
+    both = and_([name, *(named(e) for e in equivalent)])
+    same = f"{both} are equivalent within {100 * (equivalence or 0):g}% ({'; '.join(said)})"
+    return f"{same}; {beats}" if beats else f"{same} at alpha={alpha:g} (Holm)"
 
 
 def not_told(name: str, compared: list[Comparison], alpha: float, named: Callable[[Any], str], seeds: str) -> str:

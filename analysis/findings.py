@@ -424,6 +424,8 @@ def _evidence(record: Findings) -> str:
 def _best_said(record: Findings) -> str:
     """A best-of-k claim: decided with its margin over the runner-up, or the options it cannot tell apart."""
     place, choice = where(record["stage"], record["cell"]), label(record["axis"], record["choice"])
+    if record["decided"] and record.get("equivalent"):  # equivalent within the margin: no one best
+        return f"{place}: {record['why']}."
     if record["decided"]:
         left = f"; {runs(record['no_level'])} no {SHORT.get(record['axis'], record['axis'])} (left out)"
         return f"{place}: {choice} is best; {_evidence(record)}{left * bool(record['no_level'])}."

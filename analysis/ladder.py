@@ -85,22 +85,24 @@ def _design(study: Study, stage: str, rungs: list[int], data: dict, metric: str,
         shown = json.loads(path.read_text())["design"]
         seeds = tuple(shown["seeds"])
         return Design(tuple(shown["rungs"]), seeds, shown["grid_seeds"], len(seeds), require(metric), shown["prior"],
-                      shown["alpha"])  # fmt: skip
+                      shown["alpha"], equivalence=shown.get("equivalence"))  # fmt: skip
     cells = [set(v) for v in data.values()]
     grid = sorted(set.intersection(*cells), key=lambda s: (s not in SEEDS, s))
     order = [*grid, *(s for s in SEEDS if s not in grid)]
     return Design(tuple(rungs), tuple(order), len(grid), max(map(len, cells)), require(metric), DRIFT_PRIOR, alpha)
 
 
-def _walked(study: Study, stage: str, metric: str, alpha: float) -> tuple[list[int], dict, Walk]:
+def _walked(study: Study, stage: str, metric: str, alpha: float, least: int = 2) -> tuple[list[int], dict, Walk]:
+    """The ladder recomputed on the stage's runs; `least`: the horizons the table needs (the rungs table: one,
+    where stage.equivalence ended every width at the first rung)."""
     rungs, groups, data = _data(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
-    if len(rungs) < 2:
+    if len(rungs) < least:
         raise AnalysisError(f"ladder stage {stage} has runs at one horizon only ({rungs[0]} steps)")
     return rungs, data, walk(_design(study, stage, rungs, data, metric, alpha), groups, data)
 
 
 def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, state = _walked(study, stage, metric, alpha)
+    rungs, data, state = _walked(study, stage, metric, alpha, least=1)
     said = {(c.rung, c.group, c.config): c for c in state.calls}
     out = []
     for (k, d, config), seeds in sorted(data.items(), key=lambda item: (item[0][0], str(item[0][1]))):

@@ -33,7 +33,7 @@ from .stages import roles_of
 
 MODEL_KEYS = keys_with(ModelConfig, AXIS)
 INT_COLUMNS: tuple[str, ...] = (*MODEL_KEYS, "seed", "step", "eval_n_loops", "trained_n_loops", "steps")
-INT_COLUMNS += ("warmup_steps", "trial", "looks", "num_fewshot")
+INT_COLUMNS += ("warmup_steps", "trial", "looks", "grid_seeds", "num_fewshot")
 RUN_KEY = ("stage", "model", "variant", *MODEL_KEYS, "seed", "eval_n_loops", "num_fewshot")
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", *MODEL_KEYS, "eval_n_loops", "num_fewshot")  # per stage
@@ -194,6 +194,10 @@ def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, 
         meta = {**_run_meta(stage, summary, run, root), **_axis_values(run), "role": choice.selection.role}
         if choice.record and choice.record.looks > 1:  # a stage that added seeds while undecided
             meta["looks"] = choice.record.looks
+        if choice.record and choice.record.looks > 1 and choice.record.grid_seeds:  # alpha spent over its looks
+            meta["grid_seeds"] = choice.record.grid_seeds
+        if choice.record and choice.record.equivalence is not None:  # stage.equivalence: its decisions' margin
+            meta["equivalence"] = choice.record.equivalence
         logged: dict[Any, dict[str, Any]] = {}  # step -> its evaluation (a resumed run logs a step again: the newest)
         for event in read_metrics(run.folder / METRICS):
             if event.get("kind") == "train":

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from .decisions import Decision, and_, best, last_look_alpha, not_told, plain, runs, seeds_text, worse_by
+from .decisions import Decision, and_, best, decided_text, not_told, plain, runs, seeds_text, worse_by
 from .errors import AnalysisError
 from .ladder import STEPS as HORIZON
 from .load import VARIANT_AXIS, StageAxes
@@ -79,7 +79,13 @@ def sentence(decision: Decision, said_edge: str | None) -> str:
     axis, choice, column = decision.axis, decision.choice, column_name(decision.axis)
     if choice is None:  # the cell's runs have no value of the axis
         return f"{place}: no {column} to compare (its {runs(decision.no_level)} none)."
-    if decision.decided and decision.margin is not None:
+    if decision.decided and decision.equivalent:  # options equivalent within the margin: no one best
+        named = partial(name, axis)
+        same = decided_text(
+            name(axis, choice), decision.comparisons, decision.equivalent, decision.alpha, named, decision.equivalence
+        )
+        said = f"{place}: {same}"
+    elif decision.decided and decision.margin is not None:
         m = decision.margin
         worse = worse_by(m.pct, m.ci_pct, decision.alpha, decision.p_value)
         said = f"{place}: {name(axis, choice)} is the best {column}; the runner-up {name(axis, m.over)} is {worse}"
@@ -113,12 +119,11 @@ def decide_stage(
     varied = decidable(rows, axes)
     rung = [HORIZON] if HORIZON in axes.columns and HORIZON in rows else []  # a ladder's: held, never decided
     held = [c for c in HELD if c in rows and c not in varied and rows[c].nunique(dropna=False) > 1]
-    at = last_look_alpha(rows, alpha)
     out = []
     for axis in wanted_axes(varied, asked):
         alongside = [c for c in held if rows.groupby(axis, dropna=False)[c].nunique(dropna=False).max() > 1]
         cell = [c for c in [*rung, *varied, *alongside] if c != axis]
-        for decision in best(rows, metric, axis, cell, stage=stage, claim=CLAIM, alpha=at):
+        for decision in best(rows, metric, axis, cell, stage=stage, claim=CLAIM, alpha=alpha):
             compared = len(decision.seeds) > 1  # one level, or none: no best, so no edge either
             out.append((decision, edge(rows, axis, decision.choice) if compared else None))
     return out

@@ -19,7 +19,7 @@ from cart_sweeps import plan
 from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import require
-from cart_sweeps.rules.decide import ALPHA, POWER, best_level, looks, seeds_for_power
+from cart_sweeps.rules.decide import ALPHA, POWER, best_level, look_level, looks, seeds_for_power
 from cart_sweeps.rules.zoom import promoted, sentinels
 from cart_sweeps.sweep.expand import Stage
 
@@ -45,11 +45,13 @@ def draws(truth: tuple[float, ...], seed: int) -> np.ndarray:
 
 def sequential(ppl: np.ndarray, n_looks: int) -> list[tuple[int, bool, int]]:
     """Per study: (seeds per cell at the end, decided, choice) under the driver's rule: after the grid's
-    seeds, decide at alpha / n_looks; while undecided and below MOST, one more seed per cell."""
+    seeds, decide at the alpha spent at that look (decide.look_level, O'Brien-Fleming-like over n_looks); while
+    undecided and below MOST, one more seed per cell."""
     out = []
     for study in ppl:
         for have in range(FIRST, MOST + 1):
-            verdict = best_level({r: study[i, :have] for i, r in enumerate(R)}, PPL, ALPHA, n_looks)
+            level = look_level(ALPHA, have - FIRST + 1, n_looks)
+            verdict = best_level({r: study[i, :have] for i, r in enumerate(R)}, PPL, level=level)
             if verdict.decided or have == MOST:
                 out.append((have, verdict.decided, verdict.choice))
                 break
@@ -74,7 +76,7 @@ def test_the_sequential_rule_is_wrong_at_most_at_alpha(ended):
 
 @pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_looking_at_alpha_each_round_would_not_be(ended):
-    """The same rule without splitting alpha over the looks decides tied options too often: the split is needed."""
+    """The same rule without spending alpha over the looks decides tied options too often: the spending is needed."""
     naive = np.mean([d for _, d, _ in sequential(ended["two_tied"][0], 1)])
     assert naive > BOUND
 
@@ -84,7 +86,12 @@ def test_clear_winners_are_decided_with_seeds_added_only_while_undecided(ended):
     assert np.mean([d and c == 6 for _, d, c in final]) >= 0.8
     ppl = ended["clear"][0]
     at_grid = np.mean(
-        [best_level({r: s[i, :FIRST] for i, r in enumerate(R)}, PPL, ALPHA, looks(FIRST, MOST)).decided for s in ppl]
+        [
+            best_level(
+                {r: s[i, :FIRST] for i, r in enumerate(R)}, PPL, level=look_level(ALPHA, 1, looks(FIRST, MOST))
+            ).decided
+            for s in ppl
+        ]
     )
     assert at_grid < 0.2  # the grid's 2 seeds alone rarely tell: the added seeds did
     stopped_early = [have for have, decided, _ in final if have < MOST]
@@ -107,12 +114,13 @@ def test_plans_seeds_for_power_deliver_it():
 
 @pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)
 def test_the_analysis_decides_the_final_data_as_the_driver_did(ended, tmp_path):
-    """The stage's final runs through `python -m cart_sweeps.analysis --from-csv` (its `looks` column): the best-R
-    claims match the driver's last decisions, study for study."""
+    """The stage's final runs through `python -m cart_sweeps.analysis --from-csv` (its `looks` and `grid_seeds`
+    columns: each claim at the alpha spent at the look its seeds end on): the best-R claims match the driver's last
+    decisions, study for study."""
     ppl, final = ended["two_tied"]
     rows = [
         {"stage": "2", "model": "cart", "d_model": d, "n_prelude": 6, "n_loops": r, "seed": s, "step": 100}
-        | {"ppl_wiki": ppl[d, i, s], "looks": looks(FIRST, MOST)}
+        | {"ppl_wiki": ppl[d, i, s], "looks": looks(FIRST, MOST), "grid_seeds": FIRST}
         for d, (have, _, _) in enumerate(final)
         for i, r in enumerate(R)
         for s in range(have)
@@ -146,7 +154,7 @@ def test_an_adaptive_stage_adds_seeds_while_undecided_and_a_relaunch_trains_noth
     assert again.returncode == 0 and "0 completed" in again.stderr and "4 skipped" in again.stderr, again.stderr
     assert len(trials(tmp_path, "2")) == 4
     looks = json.loads((tmp_path / "2" / "stage.json").read_text())["looks"]
-    assert looks == 2  # the analysis tests this stage's final data at alpha / 2
+    assert looks == 2  # the analysis tests this stage's final data at the alpha spent at its look (of 2)
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
     plan.main([*args, "stage.max_seeds=2"])
     planned = capsys.readouterr().out

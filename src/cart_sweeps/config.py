@@ -272,6 +272,8 @@ class StageConfig:
     replicates: int = 0  # a one-seed screen: per width, its K best configurations re-run with 2 more seeds
     max_seeds: int | None = None  # a seed axis: seeds added to a width's cells while its best R is undecided
     sentinels: int = 0  # select=zoom: per width, also the K configurations ranked just below the cutoff
+    # A relative margin inside which options are decided equivalent (docs/statistics.md); None: no margin
+    equivalence: float | None = None
     # A ladder of horizons (rules/ladder.py, docs/ladder.md): each run's trainer.steps, paper numbers; [] for none
     rungs: list[int] = field(default_factory=list, metadata=rule("cart_sweeps.rules.ladder.LadderRule"))
     drift: float | None = None  # a gap's change per unit of ln(horizon) before two rungs (None: the paper's)

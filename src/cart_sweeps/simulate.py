@@ -1,9 +1,10 @@
-"""A ladder against the paper's fixed design, on studies with a known truth:
-`python -m cart_sweeps.simulate [--reps 200] [--sd 0.005] [--seed 0]` prints the table.
+"""The ladder and sequential seeds against the paper's fixed design and the floor, on studies with a known truth:
+`python -m cart_sweeps.simulate [--reps 200] [--sd 0.005] [--seed 0] [--equivalence E]` prints the table.
 
-The truths (`TRUTHS`: paper, ties, flat_r, clear), the designs (fixed (zoom), fixed (paper), ladder, ladder
-(branch)) and how a decision is scored: docs/ladder.md, "The simulation". The paper publishes no seed spread:
-`--sd` 0.5% and 1% of log-perplexity bracket what the project's tests assume.
+The truths (`TRUTHS`: paper, ties, flat_r, clear, and the 64-configuration screens screen and screen_ties), the
+designs (bound, fixed (equal), fixed (zoom), fixed (paper), seeds, ladder, ladder (branch)) and how a decision
+is scored: docs/ladder.md, "The simulation". The paper publishes no seed spread: `--sd` 0.5% and 1% of
+log-perplexity bracket what the project's tests assume.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from cart_sweeps.metric import require
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.rules.axes import P as P_KEY
 from cart_sweeps.rules.axes import R as R_KEY
-from cart_sweeps.rules.decide import ALPHA, SEEDS, best_level
+from cart_sweeps.rules.bound import floor
+from cart_sweeps.rules.decide import ALPHA, SEEDS, best_level, look_level
 from cart_sweeps.rules.ladder_walk import PAPER_HORIZONS, Design, walk
 from cart_sweeps.rules.zoom import promoted
 
@@ -84,21 +86,40 @@ def _clear(d: int) -> tuple[dict[int, float], dict[int, float]]:
     return early, {r: (0.0 if r == 6 else 0.03) for r in (*GRID_R, EXTRA_R)}
 
 
+def _screen(d: int) -> tuple[dict[int, float], dict[int, float]]:
+    """The paper's Stage-1 table kept to the last horizon: R's gaps as the screen measured them (up to 5% behind
+    at d=1024), nothing reversing."""
+    early, _ = _paper_r(d)
+    return early, dict(early)
+
+
+def _screen_ties(d: int) -> tuple[dict[int, float], dict[int, float]]:
+    """The screen's clearly worse cells, with its two best R tied exactly at the last horizon."""
+    early, _ = _paper_r(d)
+    top = min(early[6], early[8])
+    return early, {**early, 6: top, 8: top, EXTRA_R: top + 0.005}
+
+
 TRUTHS: dict[str, Callable[[int], tuple[dict[int, float], dict[int, float]]]] = {
     "paper": _paper_r,
     "ties": _ties,
     "flat_r": _flat,
     "clear": _clear,
+    "screen": _screen,
+    "screen_ties": _screen_ties,
 }
+# P's offsets per truth (the screens: the Stage-1 spread of P, up to 6% behind P=6, kept to the last horizon)
+P_LATE = {"screen": P_3000, "screen_ties": P_3000}
 
 
 def truth(kind: str, d: int, horizon: int) -> dict[Config, float]:
     """True log-perplexity offsets of every configuration (grid and zoom extensions) at `horizon`."""
     early, late = TRUTHS[kind](d)
+    p_late = P_LATE.get(kind, P_30500)
     span = math.log(PAPER_HORIZONS[1] / PAPER_HORIZONS[0])
     w = min(1.0, max(0.0, math.log(horizon / PAPER_HORIZONS[0]) / span))
     return {
-        config(r, p): (1 - w) * (early[r] + P_3000[p]) + w * (late[r] + P_30500[p])
+        config(r, p): (1 - w) * (early[r] + P_3000[p]) + w * (late[r] + p_late[p])
         for r in (*GRID_R, EXTRA_R)
         for p in (*GRID_P, EXTRA_P)
     }
@@ -123,34 +144,70 @@ def run_cost(d: int, c: Config, steps: int, recipe: tuple[int, int]) -> float:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One design on one width of one study."""
+    """One design on one width of one study: decided (a best, or equivalent within the margin), false, cost."""
 
     decided: bool
-    right: bool
+    equivalent: bool
+    false: bool
     cost: float
 
+    @property
+    def right(self) -> bool:
+        return self.decided and not self.equivalent and not self.false
 
-def _outcome(decided: bool, choice: Config | None, final: dict[Config, float], cost: float) -> Outcome:
-    """Right: decided on the configuration truly best at the last horizon, where one is (a tie has none)."""
-    best = min(final.values())
-    return Outcome(decided, decided and [c for c, v in final.items() if v - best < 1e-12] == [choice], cost)
+
+def _outcome(
+    decided: bool,
+    choice: Config | None,
+    within: Sequence[Config],
+    ran: Sequence[Config],
+    final: dict[Config, float],
+    cost: float,
+    margin: float | None,
+) -> Outcome:
+    """A decision over the configurations `ran`: `choice` best, `within` equivalent to it, every other one worse.
+    False: an equivalent one truly more than the margin from the choice, or another one truly no worse than the
+    choice (a best that is not the unique true best is false; a tie has none)."""
+    if not decided or choice is None:
+        return Outcome(False, False, False, cost)
+    near = any(abs(final[c] - final[choice]) > (margin or 0.0) for c in within)
+    beaten = [c for c in ran if c != choice and c not in within]
+    false = near or any(final[c] - final[choice] < 1e-12 for c in beaten)
+    return Outcome(True, bool(within), false, cost)
 
 
 def _draw(rng: np.random.Generator, mean: float, sd: float, n: int) -> list[float]:
     return list(np.exp(math.log(30.0) + mean + sd * rng.normal(size=n)))
 
 
-def fixed(kind: str, d: int, sd: float, rng: np.random.Generator, select: str) -> Outcome:
-    """The paper's two stages on width d: the one-seed screen, then the confirm (zoom or the paper's fixed R)."""
+def fixed(
+    kind: str,
+    d: int,
+    sd: float,
+    rng: np.random.Generator,
+    select: str,
+    seeds: int = 3,
+    most: int | None = None,
+    margin: float | None = None,
+) -> Outcome:
+    """The paper's two stages on width d: the one-seed screen, then the confirm (zoom or the paper's fixed R)
+    with `seeds` seeds per candidate; `most`: sequential seeds, one more per candidate while undecided up to
+    `most`, each look at its spent alpha (decide.look_level). Its claims are over the candidates it ran."""
     early, final = truth(kind, d, RUNGS[0]), truth(kind, d, RUNGS[-1])
     screen = {config(r, p): _draw(rng, early[config(r, p)], sd, 1)[0] for r in GRID_R for p in GRID_P}
     cost = sum(run_cost(d, c, RUNGS[0], SCREEN_RECIPE) for c in screen)
     ranked = [(dict(c)[R_KEY], dict(c)[P_KEY]) for c in sorted(screen, key=screen.__getitem__)]
-    chosen = promoted(ranked) if select == "zoom" else [(r, 6) for r in (6, 8, 10)]
-    values = {config(r, p): _draw(rng, final[config(r, p)], sd, 3) for r, p in chosen}
-    cost += sum(3 * run_cost(d, c, RUNGS[-1], CONFIRM_RECIPE) for c in values)
-    verdict = best_level(values, METRIC, ALPHA)
-    return _outcome(verdict.decided, verdict.choice, final, cost)
+    chosen = [config(r, p) for r, p in (promoted(ranked) if select == "zoom" else [(r, 6) for r in (6, 8, 10)])]
+    values = {c: _draw(rng, final[c], sd, most or seeds) for c in chosen}
+    looks = 1 if most is None else most - seeds + 1
+    for look in range(1, looks + 1):
+        have = seeds + look - 1
+        verdict = best_level({c: v[:have] for c, v in values.items()}, METRIC, equivalence=margin,
+                             level=look_level(ALPHA, look, looks))  # fmt: skip
+        if verdict.decided:
+            break
+    cost += sum(have * run_cost(d, c, RUNGS[-1], CONFIRM_RECIPE) for c in chosen)
+    return _outcome(verdict.decided, verdict.choice, verdict.equivalent, chosen, final, cost, margin)
 
 
 def ladder(kind: str, sd: float, rng: np.random.Generator, design: Design) -> dict[int, Outcome]:
@@ -168,7 +225,20 @@ def ladder(kind: str, sd: float, rng: np.random.Generator, design: Design) -> di
             steps = design.steps(want.rung, branched)
             cost[want.group] += run_cost(want.group, want.config, steps, CONFIRM_RECIPE)
     final = {d: state.ended[d][1] for d in WIDTHS}
-    return {d: _outcome(len(j.kept) == 1, j.best, truths[(len(rungs) - 1, d)], cost[d]) for d, j in final.items()}
+    return {
+        d: _outcome(
+            not j.open, j.best, j.equivalent, groups[d], truths[(len(rungs) - 1, d)], cost[d], design.equivalence
+        )
+        for d, j in final.items()
+    }
+
+
+def bound(kind: str, d: int, sd: float, margin: float | None) -> float:
+    """The floor on one width's compute (rules/bound.py) over the grid's configurations at the last horizon."""
+    final = truth(kind, d, RUNGS[-1])
+    grid = sorted((config(r, p) for r in GRID_R for p in GRID_P), key=final.__getitem__)
+    gaps = [final[c] - final[grid[0]] for c in grid]
+    return floor(gaps, sd, ALPHA, margin, [run_cost(d, c, RUNGS[-1], CONFIRM_RECIPE) for c in grid])
 
 
 @dataclass(frozen=True)
@@ -176,59 +246,102 @@ class Row:
     truth: str
     design: str
     right: float  # share of widths decided on the true final winner
+    equivalent: float  # share decided equivalent within the margin, rightly
     undecided: float
-    false: float  # share decided wrongly (a tie decided, or the wrong configuration)
+    false: float  # share decided wrongly (a wrong best, or "equivalent" past the margin)
     compute: float  # mean FLOPs, as a share of fixed (zoom)'s
+    over_bound: float  # mean FLOPs over the floor's (rules/bound.py)
 
 
-def design(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, branch: float | None = None) -> Design:
+def design(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, branch: float | None = None,
+           equivalence: float | None = None) -> Design:  # fmt: skip
     """A ladder the simulation runs: `rungs`, `first` grid seeds, up to `most` where open, the prior drift;
-    `branch`: the decay fraction of a branched (wsd) ladder, None for fresh runs."""
-    return Design(tuple(rungs), tuple(SEEDS), first, most, METRIC, branch=branch)
+    `branch`: the decay fraction of a branched (wsd) ladder, None for fresh runs; `equivalence`: its margin."""
+    return Design(tuple(rungs), tuple(SEEDS), first, most, METRIC, branch=branch, equivalence=equivalence)
 
 
-def ladders(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, decay: float = 0.2) -> dict[str, Design]:
+def ladders(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, decay: float = 0.2,
+            equivalence: float | None = None) -> dict[str, Design]:  # fmt: skip
     """The ladders the table shows: fresh runs, and the same ladder branched."""
-    return {"ladder": design(rungs, first, most), "ladder (branch)": design(rungs, first, most, decay)}
+    return {
+        "ladder": design(rungs, first, most, equivalence=equivalence),
+        "ladder (branch)": design(rungs, first, most, decay, equivalence),
+    }
+
+
+SEQUENTIAL = (2, 8)  # the seeds design: 2 seeds per zoom candidate, one more per round while undecided, up to 8
+EQUAL_MOST = 16  # fixed (equal) raises the zoom's seeds per candidate up to this
 
 
 def simulate(reps: int, sd: float = 0.005, seed: int = 0, designs: dict[str, Design] | None = None,
-             truths: Sequence[str] = tuple(TRUTHS)) -> list[Row]:  # fmt: skip
-    """Every truth x design (the fixed ones and `designs`, by label) over `reps` studies of four widths each."""
-    chosen = designs if designs is not None else ladders()
+             truths: Sequence[str] = tuple(TRUTHS), equivalence: float | None = None) -> list[Row]:  # fmt: skip
+    """Every truth x design (bound, fixed (equal), the fixed ones, seeds, and `designs` by label) over `reps`
+    studies of four widths each; `equivalence`: the margin every design decides with (and the floor counts)."""
+    chosen = designs if designs is not None else ladders(equivalence=equivalence)
     rows = []
     for i, kind in enumerate(truths):
         rng = np.random.default_rng([seed, i])
         runs: dict[str, list[Outcome]] = defaultdict(list)
         for _ in range(reps):
             for d in WIDTHS:
-                runs["fixed (zoom)"].append(fixed(kind, d, sd, rng, "zoom"))
-                runs["fixed (paper)"].append(fixed(kind, d, sd, rng, "paper"))
+                runs["fixed (zoom)"].append(fixed(kind, d, sd, rng, "zoom", margin=equivalence))
+                runs["fixed (paper)"].append(fixed(kind, d, sd, rng, "paper", margin=equivalence))
+                runs["seeds"].append(fixed(kind, d, sd, rng, "zoom", *SEQUENTIAL, margin=equivalence))
             for label, one in chosen.items():
                 runs[label] += ladder(kind, sd, rng, one).values()
+        runs["fixed (equal)"] = _equal(kind, sd, seed, i, reps, runs, equivalence)
         base = float(np.mean([o.cost for o in runs["fixed (zoom)"]]))
-        for label, outcomes in runs.items():
+        floor_cost, nan = float(np.mean([bound(kind, d, sd, equivalence) for d in WIDTHS])), math.nan
+        rows.append(
+            Row(kind, "bound", nan, nan, nan, nan, floor_cost / base, 1.0 if math.isfinite(floor_cost) else nan)
+        )
+        for label in ["fixed (equal)", "fixed (zoom)", "fixed (paper)", "seeds", *chosen]:
+            outcomes = runs[label]
             n = len(outcomes)
+            cost = float(np.mean([o.cost for o in outcomes]))
             rows.append(
                 Row(
                     kind,
                     label,
                     sum(o.right for o in outcomes) / n,
+                    sum(o.equivalent and not o.false for o in outcomes) / n,
                     sum(not o.decided for o in outcomes) / n,
-                    sum(o.decided and not o.right for o in outcomes) / n,
-                    float(np.mean([o.cost for o in outcomes])) / base,
+                    sum(o.false for o in outcomes) / n,
+                    cost / base,
+                    cost / floor_cost if math.isfinite(floor_cost) else math.nan,
                 )
             )
     return rows
 
 
+def _equal(kind: str, sd: float, seed: int, i: int, reps: int, runs: dict[str, list[Outcome]],
+           margin: float | None) -> list[Outcome]:  # fmt: skip
+    """fixed (equal): the zoom's fixed design with its seeds per candidate raised (3, 4, ... EQUAL_MOST) until it
+    decides (right or equivalent) as often as the sequential seeds on the same candidates (`seeds`); the last
+    tried where none does."""
+    target = sum(o.decided and not o.false for o in runs["seeds"]) / len(runs["seeds"])
+    for n in range(3, EQUAL_MOST + 1):
+        rng = np.random.default_rng([seed, i, n])
+        got = [fixed(kind, d, sd, rng, "zoom", n, margin=margin) for _ in range(reps) for d in WIDTHS]
+        if sum(o.decided and not o.false for o in got) / len(got) >= target:
+            break
+    return got
+
+
 def table(rows: Sequence[Row]) -> str:
-    head = f"{'truth':8} {'design':15} {'right':>6} {'undecided':>9} {'false':>6} {'right|undec':>11} {'compute':>8}"
+    head = (
+        f"{'truth':11} {'design':15} {'right':>6} {'equivalent':>10} {'undecided':>9} {'false':>6} {'compute':>8} "
+        f"{'compute/bound':>13}"
+    )
     lines = [head, "-" * len(head)]
+
+    def share(x: float, width: int) -> str:
+        return f"{'-':>{width}}" if math.isnan(x) else f"{x:{width}.3f}"
+
     for r in rows:
         lines.append(
-            f"{r.truth:8} {r.design:15} {r.right:6.3f} {r.undecided:9.3f} {r.false:6.3f} "
-            f"{r.right + r.undecided:11.3f} {r.compute:8.2f}"
+            f"{r.truth:11} {r.design:15} {share(r.right, 6)} {share(r.equivalent, 10)} {share(r.undecided, 9)} "
+            f"{share(r.false, 6)} {r.compute:8.2f} {share(r.over_bound, 13)}"
         )
     return "\n".join(lines)
 
@@ -242,15 +355,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--most", type=int, default=3, help="the ladder's stage.max_seeds")
     parser.add_argument("--rungs", type=int, nargs="+", default=list(RUNGS), help="the ladder's horizons")
     parser.add_argument("--decay", type=float, default=0.2, help="the branched ladder's wsd decay fraction")
+    parser.add_argument("--equivalence", type=float, default=None, help="the relative margin (0.01: 1%%)")
+    parser.add_argument("--truths", nargs="+", default=list(TRUTHS), choices=list(TRUTHS))
     args = parser.parse_args(argv)
-    chosen = ladders(args.rungs, args.first, args.most, args.decay)
+    chosen = ladders(args.rungs, args.first, args.most, args.decay, args.equivalence)
     d = chosen["ladder"]
     print(
         f"{args.reps} studies x 4 widths per truth; seed s.d. {args.sd:.2%} of log-perplexity; alpha {ALPHA}; "
         f"ladder rungs {list(d.rungs)}, {d.first} seeds (at most {d.most}), prior drift {d.prior:.2%} per "
-        f"ln-horizon; branched: decay fraction {args.decay}"
+        f"ln-horizon; branched: decay fraction {args.decay}; seeds: {SEQUENTIAL[0]} per zoom candidate, up to "
+        f"{SEQUENTIAL[1]}, alpha spent O'Brien-Fleming-like; equivalence margin "
+        f"{'none' if args.equivalence is None else f'{args.equivalence:.2%}'}; compute: share of fixed (zoom)'s"
     )
-    print(table(simulate(args.reps, args.sd, args.seed, chosen)))
+    print(table(simulate(args.reps, args.sd, args.seed, chosen, args.truths, args.equivalence)))
 
 
 if __name__ == "__main__":

@@ -64,6 +64,12 @@ class Verdict:
     noise: Noise | None
     tied: list[Any] = field(default_factory=list)
     p_value: float | None = None  # the largest Holm-adjusted p (decided iff <= the look's alpha)
+    equivalent: list[Any] = field(default_factory=list)  # options decided within the margin of the choice
+
+    @property
+    def best(self) -> bool:
+        """Decided on one best: every other option beaten, none only equivalent."""
+        return self.decided and not self.equivalent
 
 
 DIGITS = 9  # values written to more significant digits than this count as measured to full precision
@@ -143,6 +149,48 @@ def two_sided(opts: Sequence[Option], noise: Noise, allowance: float = 0.0) -> n
     return np.array([min(1.0, 2 * p_better(opts[0], o, noise, allowance)) for o in opts[1:]])
 
 
+def tested_margin(equivalence: float, metric: Metric, best: Option) -> float:
+    """A relative margin on the metric's tested scale: itself on a log scale (a ratio), else that share of the
+    best option's mean."""
+    return equivalence if metric.kind.log_scale else equivalence * abs(best.mean)
+
+
+def p_within(better: Option, worse: Option, noise: Noise, margin: float) -> float:
+    """Schuirmann's two one-sided tests: the p that the two differ on the tested scale by less than `margin`
+    either way (the larger of the two one-sided p); 1 where the noise is not measurable or no margin is left."""
+    diff, se = gap(better, worse, noise)
+    if not noise.measurable or se <= 0 or margin <= 0:
+        return 1.0
+    from scipy import stats  # see p_better
+
+    return float(max(stats.t.sf((diff + margin) / se, noise.df), stats.t.cdf((diff - margin) / se, noise.df)))
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The choice (opts[0]) against each other option, in their order: the Holm-adjusted p of the claim each
+    pair makes, and whether that claim is "within the margin" (else "worse")."""
+
+    adjusted: np.ndarray
+    within: np.ndarray
+
+
+def settle(opts: Sequence[Option], noise: Noise, allowance: float = 0.0, margin: float | None = None) -> Settled:
+    """Per other option, its claim: worse than the choice by more than `allowance` (two-sided, `two_sided`), or,
+    with a margin, equivalent to it within `margin - allowance` (`p_within`: the interval widened by the
+    allowance still inside the margin). With a margin both hypotheses of every pair are one Holm family (2 (k - 1)
+    tests), so a false claim of either kind is made at most at alpha (docs/statistics.md). Each pair says the claim
+    with the smaller adjusted p (both may hold: a gap in (0, E)), and that p."""
+    worse = two_sided(opts, noise, allowance)
+    if margin is None or margin <= allowance:  # no room inside the margin: equivalence is not tested at all
+        return Settled(holm(worse), np.zeros(len(worse), dtype=bool))
+    within = np.array([p_within(opts[0], o, noise, margin - allowance) for o in opts[1:]])
+    both = holm(np.concatenate([worse, within]))
+    adj_worse, adj_within = both[: len(worse)], both[len(worse) :]
+    said_within = adj_within < adj_worse
+    return Settled(np.minimum(adj_worse, adj_within), said_within)
+
+
 def options(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Option]:
     """The valid options, best first, at the resolution of all their values."""
     at = resolution([x for v in values.values() for x in v], metric)
@@ -150,23 +198,52 @@ def options(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Optio
     return sorted((option(c, v, metric, at) for c, v in valid.items()), key=lambda o: o.rank)
 
 
-def best_level(values: Mapping[Any, Sequence[float]], metric: Metric, alpha: float = ALPHA, looks: int = 1) -> Verdict:
-    """The best-of-k decision over each option's seed values of `metric`, at alpha / looks: what a stage with
-    `stage.max_seeds` decides after each round, and what the analysis says of its final data. One option, no
-    measurable seed spread, or a value that is no measurement of `metric` decides nothing."""
+def best_level(
+    values: Mapping[Any, Sequence[float]],
+    metric: Metric,
+    alpha: float = ALPHA,
+    looks: int = 1,
+    equivalence: float | None = None,
+    level: float | None = None,
+) -> Verdict:
+    """The best-of-k decision over each option's seed values of `metric`, at alpha / looks (or at `level`, a
+    look's spent alpha): what a stage with `stage.max_seeds` decides after each round, and what the analysis
+    says of its final data. With a relative `equivalence` margin an option may be decided equivalent to the
+    choice instead of worse (`settle`). One option, no measurable seed spread, or a value that is no measurement
+    of `metric` decides nothing."""
     opts = options(values, metric)
     noise = pool(opts, "the options' seeds")
     if len(opts) < 2 or len(opts) < len(values) or noise is None or not noise.measurable:
         return Verdict(opts[0].level if opts else None, False, opts, noise, [o.level for o in opts[1:]])
-    adjusted = holm(two_sided(opts, noise))
-    tied = [o.level for o, a in zip(opts[1:], adjusted, strict=True) if a > alpha / looks]
-    return Verdict(opts[0].level, not tied, opts, noise, tied, float(adjusted.max()))
+    margin = None if equivalence is None else tested_margin(equivalence, metric, opts[0])
+    found = settle(opts, noise, margin=margin)
+    at = alpha / looks if level is None else level
+    tied = [o.level for o, a in zip(opts[1:], found.adjusted, strict=True) if a > at]
+    within = [o.level for o, a, w in zip(opts[1:], found.adjusted, found.within, strict=True) if a <= at and w]
+    return Verdict(opts[0].level, not tied, opts, noise, tied, float(found.adjusted.max()), within)
 
 
 def looks(grid_seeds: int, max_seeds: int | None) -> int:
     """How often a stage adding one seed per round until `max_seeds` may decide: after its grid's seeds,
     and after each added seed."""
     return 1 if max_seeds is None else max(1, max_seeds - grid_seeds + 1)
+
+
+def spent(alpha: float, t: float) -> float:
+    """The alpha spent by information time t in (0, 1] (Lan & DeMets 1983, O'Brien-Fleming-like): 2 - 2 Phi(
+    z_{1 - alpha / 2} / sqrt(t)); little early, most at the last look, alpha at t = 1."""
+    from scipy import stats  # see p_better
+
+    return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(t)))
+
+
+def look_level(alpha: float, look: int, looks: int) -> float:
+    """The level of look `look` (1 = the first) of `looks` equally spaced ones: the alpha spent since the one
+    before. The levels sum to alpha, so a false decision at any look stays under alpha (a union bound: no
+    correlation between looks assumed, so conservative)."""
+    if looks <= 1:
+        return alpha
+    return spent(alpha, look / looks) - (spent(alpha, (look - 1) / looks) if look > 1 else 0.0)
 
 
 def power(seeds: int, margin: float, sd: float, alpha: float, k: int) -> float:

@@ -19,6 +19,7 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.record.branch import checkpoint_problem
 from cart_sweeps.record.runfolder import atomic_write
 from cart_sweeps.rules.axes import SEED, STEPS, D
+from cart_sweeps.rules.bound import floor_line
 from cart_sweeps.rules.decide import seed_order
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
 from cart_sweeps.rules.rule import Added, Expanded, StageRule
@@ -110,6 +111,7 @@ class LadderRule(StageRule):
         lines = [
             f"ladder: rungs {list(d.rungs)} steps, {d.first} seeds per cell (at most {d.most}), alpha {d.alpha:g} / "
             f"{d.looks} looks; drift prior {d.prior:.2%} per ln-horizon (stage.drift)"
+            + (f"; equivalent within {d.equivalence:.2%} (stage.equivalence)" if d.equivalence is not None else "")
         ]
         if d.branch is not None:
             lines.append(
@@ -139,6 +141,10 @@ class LadderRule(StageRule):
             f"on this grid (1 seed at {d.rungs[0]}, the zoom's candidates x 3 seeds at {d.rungs[-1]}): "
             f"{_fixed(stage, state, per, d):,.2f}"
         )
+        for (k, g), j in state.judged.items():  # the floor at the last rung each width was judged at
+            if k == max(r for r, h in state.judged if h == g) and j.noise is not None and j.noise.measurable:
+                costs = [per[(g, o.level)] * d.rungs[-1] for o in j.options]
+                lines.append(f"  {group_name(g)}: {floor_line(j.options, j.noise.sd, d.alpha, d.equivalence, costs)}")
         return lines
 
     def launch_overrides(self, run: Any) -> list[str]:
@@ -169,7 +175,8 @@ def design(stage: Expanded) -> Design:
     most = spec.max_seeds if spec.max_seeds is not None else len(grid_seeds)
     branch = float(stage.runs[0].config.cfg.trainer.decay_fraction) if spec.branch and stage.runs else None
     rungs, seeds = tuple(spec.rungs), tuple(seed_order(grid_seeds))
-    return Design(rungs, seeds, len(grid_seeds), most, ranked_by(stage), prior, branch=branch)
+    return Design(rungs, seeds, len(grid_seeds), most, ranked_by(stage), prior, branch=branch,
+                  equivalence=spec.equivalence)  # fmt: skip
 
 
 def split(stage: Expanded, params: dict[str, Any]) -> tuple[Any, Cell]:
@@ -215,7 +222,11 @@ def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
     d = design(stage)
     drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
     shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
-    payload = {"design": shown | {"alpha": d.alpha, "looks": d.looks}, "drift": drift, "records": rows}
+    payload = {
+        "design": shown | {"alpha": d.alpha, "looks": d.looks, "equivalence": d.equivalence},
+        "drift": drift,
+        "records": rows,
+    }
     atomic_write(
         stage.sweep_dir / RECORD_FILE, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from cart_sweeps.metric import Metric
-from cart_sweeps.rules.decide import Noise, Option, holm, options, pool, seeds_in_every, two_sided
+from cart_sweeps.rules.decide import Noise, Option, options, pool, seeds_in_every, settle, tested_margin
 from cart_sweeps.schedule import stable_steps
 
 # (R=6, R=8) PPL_wiki at P=6: Stage 1 at 3,000 steps, Stage 2 at 30,500 (REFERENCE.md section 5)
@@ -62,8 +62,9 @@ def group_name(group: Any) -> str:
 
 @dataclass(frozen=True)
 class Judged:
-    """One group at one rung: the best, each other option's Holm-adjusted p of being worse by more than the
-    allowance, which are dropped, and whether the group is open (an option neither best nor dropped)."""
+    """One group at one rung: the best, each other option's Holm-adjusted p of its claim (worse by more than
+    the allowance, or with a margin equivalent within it), which are dropped, which equivalent, and whether the
+    group is open (an option neither best, dropped nor equivalent)."""
 
     best: Any
     options: list[Option]  # best first
@@ -73,10 +74,12 @@ class Judged:
     noise: Noise | None
     allowance: float
     level: float  # alpha / looks
+    equivalent: list[Any] = field(default_factory=list)  # kept, and decided within the margin of the best
+    margin: float = 0.0  # the equivalence margin on the tested scale (0: none)
 
     @property
     def open(self) -> bool:
-        return len(self.kept) > 1
+        return len(self.kept) > 1 + len(self.equivalent)
 
 
 def judge(
@@ -86,20 +89,26 @@ def judge(
     alpha: float,
     looks: int,
     noise: Noise | None = None,
+    equivalence: float | None = None,
 ) -> Judged:
     """The rung's decision over each configuration's seed values (see the module's docstring); `noise`: the
-    rung's, pooled over every group (None: this group's own)."""
+    rung's, pooled over every group (None: this group's own); `equivalence`: the stage's relative margin, inside
+    which a configuration is equivalent to the best where its gap's interval, widened by the allowance to the
+    last rung, lies (rules/decide.settle)."""
     opts = options(values, metric)
     noise = noise or pool(opts, "the group's seeds")
     level = alpha / looks
     keep_all = Judged(opts[0].level if opts else None, opts, {}, [], [o.level for o in opts], noise, allowance, level)
     if len(opts) < 2 or len(opts) < len(values) or noise is None or not noise.measurable:
         return keep_all
-    adjusted = holm(two_sided(opts, noise, allowance))
-    p = {o.level: float(a) for o, a in zip(opts[1:], adjusted, strict=True)}
-    dropped = [c for c, a in p.items() if a <= level]
+    margin = None if equivalence is None else tested_margin(equivalence, metric, opts[0])
+    found = settle(opts, noise, allowance, margin)
+    p = {o.level: float(a) for o, a in zip(opts[1:], found.adjusted, strict=True)}
+    within = dict(zip(p, found.within, strict=True))
+    dropped = [c for c, a in p.items() if a <= level and not within[c]]
+    equivalent = [c for c, a in p.items() if a <= level and within[c]]
     kept = [o.level for o in opts if o.level not in dropped]
-    return Judged(opts[0].level, opts, p, dropped, kept, noise, allowance, level)
+    return Judged(opts[0].level, opts, p, dropped, kept, noise, allowance, level, equivalent, margin or 0.0)
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,7 @@ class Design:
     prior: float = DRIFT_PRIOR
     alpha: float = 0.05
     branch: float | None = None  # stage.branch: the WSD decay fraction (None: every run is fresh)
+    equivalence: float | None = None  # stage.equivalence: the relative margin (None: no equivalence decided)
 
     @property
     def looks(self) -> int:
@@ -289,14 +299,14 @@ def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Wal
         noise = pool([o for v in values.values() for o in options(v, design.metric)], f"rung {k + 1}'s seeds")
         for g, m in live.items():
             have = every[g]
-            j = judge(values[g], design.metric, allowance, design.alpha, design.looks, noise)
+            j = judge(values[g], design.metric, allowance, design.alpha, design.looks, noise, design.equivalence)
             out.judged[(k, g)] = j
             if j.open and have < design.most:
                 why = f"rung {k + 1} ({horizon} steps): {group_name(g)} open with {have} seeds ({_open(j)})"
                 seeding += [Want(k, g, c, design.seeds[have], f"{why}; seed {design.seeds[have]} added") for c in m]
                 continue
             out.calls += _calls(k, horizon, g, j, k == last, drift)
-            if k == last or len(j.kept) == 1:
+            if k == last or not j.open:
                 out.ended[g] = (k, j)
             else:
                 members[k + 1][g] = list(j.kept)
@@ -335,14 +345,21 @@ def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drif
         c = o.level
         worse = f"{_pct(o.score_mean - best.score_mean)} worse than {name(j.best)}" if best is not None else ""
         if c == j.best:
-            if final or len(j.kept) == 1:
-                action = "decided" if len(j.kept) == 1 else "undecided"
+            if final or not j.open:
+                action = "decided" if len(j.kept) == 1 else "equivalent" if not j.open else "undecided"
                 others = ", ".join(name(c) for c in j.kept[1:])
-                text = "every other option dropped" if len(j.kept) == 1 else f"best, not told from {others}"
+                text = {
+                    "decided": "every other option dropped",
+                    "equivalent": f"best, equivalent within {_pct(j.margin)} to {others}",
+                    "undecided": f"best, not told from {others}",
+                }[action]
             else:
                 action, text = "promoted", "the rung's best"
         elif c in j.dropped:
             action, text = "dropped", f"{worse} by more than the allowance, p={j.p[c]:.3g}"
+        elif c in j.equivalent:
+            action = "equivalent"
+            text = f"{worse}, within {_pct(j.margin)} of it beyond the allowance, p={j.p[c]:.3g}"
         else:
             p = j.p.get(c)
             action = "undecided" if final else "promoted"

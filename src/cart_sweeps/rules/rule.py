@@ -103,6 +103,11 @@ class StageRule:
         """How often the rule may decide (decide.looks): each look tests at alpha / looks."""
         return looks(len(self.stage.axes.get(SEED, [])), self.stage.spec.max_seeds)
 
+    def spending_from(self) -> int | None:
+        """The grid's seeds where the rule spends alpha over seed looks (decide.look_level: look i tests at the
+        alpha spent since look i - 1), None where each look tests at alpha / looks."""
+        return None
+
     def recorded_looks(self) -> int:
         """The looks the stage's record keeps: this launch's, or more where an earlier launch added seeds (its
         runs stay in the run set, so a plain relaunch must not test them at the full alpha)."""
@@ -120,6 +125,11 @@ class StageRule:
             raise ConfigError(
                 f"stage.sentinels={spec.sentinels} promotes configurations below the zoom's cutoff: it needs "
                 f"stage.select=zoom and a count >= 0 (stage {stage.name} has select={spec.select})"
+            )
+        if spec.equivalence is not None and not 0 < spec.equivalence < 1:
+            raise ConfigError(
+                f"stage.equivalence={spec.equivalence:g} must be a relative margin between 0 and 1 (0.01: options "
+                "within 1% of the best are equivalent)"
             )
         if spec.replicates < 0:
             raise ConfigError(f"stage.replicates={spec.replicates} must be >= 0 (configurations re-run per width)")

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import Metric, require
 from cart_sweeps.rules.axes import SEED, D, R
+from cart_sweeps.rules.bound import floor_line
 from cart_sweeps.rules.decide import (
     ALPHA,
     MOST_SEEDS,
     POWER,
     Verdict,
     best_level,
+    look_level,
     seed_order,
     seeds_for_power,
     seeds_in_every,
@@ -54,6 +56,9 @@ class SeedRule(StageRule):
             self.check_max_seeds(" (the seeds of the list in cart_sweeps.rules.decide)")
         if spec.branch:
             raise ConfigError("stage.branch=true branches a ladder's rungs: set stage.rungs=[...] too")
+
+    def spending_from(self) -> int | None:
+        return len(self.stage.axes[SEED]) if self.stage.spec.max_seeds is not None else None
 
     def added_here(self) -> Callable[[dict[str, Any]], bool] | None:
         cells = {cell_of(run.params) for run in self.stage.runs}
@@ -96,7 +101,11 @@ class SeedRule(StageRule):
         for key, cells in _by_width(grid).items():
             if have := seeds_in_every(order, [values.get(c, {}) for c in cells]):
                 options = {dict(c)[R]: [values[c][s] for s in order[:have]] for c in cells}
-                yield key, cells, have, best_level(options, ranked_by(self.stage), ALPHA, self.looks())
+                level = look_level(ALPHA, max(1, have - len(self.stage.axes[SEED]) + 1), self.looks())
+                verdict = best_level(
+                    options, ranked_by(self.stage), equivalence=self.stage.spec.equivalence, level=level
+                )
+                yield key, cells, have, verdict
 
     def _replicates(self, grid: dict[Cell, Any], values: dict[Cell, dict[int, float]], base: int) -> list[Added]:
         """Per width whose screen is all in, its `replicates` best cells by the screen's own seed `base`."""
@@ -142,11 +151,26 @@ class SeedRule(StageRule):
         if not values:
             return []
         n_looks = self.looks()
-        lines = [f"decisions now (alpha {ALPHA:g} / {n_looks} look{'s' * (n_looks > 1)}; seeds for {POWER:.0%} power):"]
+        spending = (
+            f"alpha {ALPHA:g} spent over {n_looks} looks (O'Brien-Fleming-like)" if n_looks > 1 else f"alpha {ALPHA:g}"
+        )
+        lines = [f"decisions now ({spending}; seeds for {POWER:.0%} power):"]
         for key, cells, have, verdict in self._decisions(grid, values):
-            said = f"R={verdict.choice} decided" if verdict.decided else f"undecided ({_open(verdict)})"
+            same = ", ".join(f"R={e}" for e in verdict.equivalent)
+            said = (
+                f"R={verdict.choice} decided"
+                if verdict.best
+                else f"R={verdict.choice} equivalent to {same}"
+                if verdict.decided
+                else f"undecided ({_open(verdict)})"
+            )
             needed = _needed(verdict, have, n_looks, sum(hours.get(grid[c].run_id, 0.0) for c in cells))
             lines.append(f"  {_where(key)}: {have} seeds per cell, {said}; {needed}")
+            if verdict.noise is not None and verdict.noise.measurable and len(verdict.options) > 1:
+                cost = {dict(c)[R]: hours.get(grid[c].run_id, 0.0) for c in cells}
+                margin = self.stage.spec.equivalence
+                costs = [cost[o.level] for o in verdict.options]
+                lines.append(f"    {floor_line(verdict.options, verdict.noise.sd, ALPHA, margin, costs)}")
         return lines
 
 

@@ -64,6 +64,8 @@ class StageRecord:
     varied: list[str]  # the keys its runs differ in (grid, search, variants, command-line axes)
     search: bool = False  # a search stage (TPE): its runs are trials
     looks: int = 1  # how often its seed rule may decide (stage.max_seeds): each look tests at alpha / looks
+    equivalence: float | None = None  # stage.equivalence: the relative margin its decisions state
+    grid_seeds: int | None = None  # stage.max_seeds: the grid's seeds, where alpha is spent over the looks
     scale: str = PAPER  # the launch's scale: the file keeps the newest launch's record of each scale (`SCALES`)
     metrics: list[str] = field(default_factory=list)  # sweep.metrics where several: a multi-objective stage
 

@@ -409,6 +409,8 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 list(stage.varied),
                 search=not stage.runs,
                 looks=stage.rule.recorded_looks(),
+                equivalence=stage.spec.equivalence,
+                grid_seeds=stage.rule.spending_from(),
                 scale=stage.base.scale.name,
                 metrics=objectives(sweep) if len(objectives(sweep)) > 1 else [],
             ).write(stage.sweep_dir)
