@@ -29,6 +29,7 @@ from cart_sweeps.stagerecord.runset import OWNER, SCALE_ATTR, StageRecord, stage
 from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import launch_set
+from cart_sweeps.sweep.dataprep import prepare_for
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
 from cart_sweeps.sweep.objectives import objectives
@@ -339,6 +340,8 @@ class StageDriver:
             lines.append(f"{run.label}: {fix}{others}")
         for line in lines:
             print(f"stage {s.name}: {line}", flush=True)
+        if self.left():  # before the ETA's clock starts
+            prepare_for(s.name, [a.run.config.cfg.data for a in self.queue] or [s.base.data])
         interrupted = False
         with Progress(s.name, self.left() + len(self.attached), self.sweep.metric, left=self.left) as self.progress:
             for _ in self.attached:
