@@ -64,7 +64,8 @@ then the simulated makespan on the stage's slots beside its lower bound.
 Grid values are the paper's numbers (a width at scale=tiny, e.g. 32, is read back as the paper's 256)
 unless the stage file says `numbers: own`; the `paper` column shows them where the scale changed them, and
 a line below the table maps the recipe. Without plan.gpu, a line also estimates the stage's time on this
-machine (its GPU, else its CPU measured now), where the local launcher runs it.
+machine, where the local launcher runs it: its start, each run's fixed costs beside its FLOPs, calibrated from
+the runs finished here, else a benchmark measured once per machine (docs/paper-scale.md).
 """
 
 COLUMNS = [
