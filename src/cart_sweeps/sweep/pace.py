@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from cart_sweeps.config import ModelConfig
 from cart_sweeps.data.manifest import MANIFEST
-from cart_sweeps.data.recipe import as_config, recipe_dir, recipe_hash
+from cart_sweeps.data.recipe import LOCAL_BUILDERS, as_config, recipe_dir, recipe_hash
 from cart_sweeps.hardware import machine_name
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.stagerecord.ledger import LEDGER_FILES
@@ -219,12 +219,13 @@ def run_eval_flops(cfg: DictConfig) -> float:
 
 
 def prepare_seconds(data: DictConfig) -> float | None:
-    """None where the recipe is prepared; else the time its first run spends preparing it: as long as the
-    recipes prepared in the same cache took (their manifests' build time), else PREPARE_S."""
+    """None where the recipe is prepared or reads the hub; else the time its driver spends preparing it before
+    the first run (sweep/dataprep.py): as long as the recipes prepared in the same cache took (their manifests'
+    build time), else PREPARE_S."""
     cfg = as_config(data)
     folder = recipe_dir(cfg, recipe_hash(cfg))
-    if folder.exists():
-        return None
+    if folder.exists() or any(s.path not in LOCAL_BUILDERS for s in [*cfg.sources, *cfg.validation]):
+        return None  # prepared; or the hub's, which is prepared before launch (sweep/preflight.py), not by a run
     built = []
     for manifest in folder.parent.glob(f"*/{MANIFEST}"):
         try:
