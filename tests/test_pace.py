@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from statistics import median
 
@@ -140,3 +142,16 @@ def test_the_driver_prepares_a_fresh_caches_data_before_the_first_run_saying_so(
     folder = next(cache.glob("data/embedded-*/manifest.json")).parent
     assert str(folder) in said[preparing] and "validation sets shakespeare, bible, austen" in said[preparing]
     assert preparing < prepared
+
+
+@pytest.mark.slow  # a real stage, planned twice in processes of their own: ~30 s on 2 cores
+def test_bench_plan_prints_the_estimate_beside_the_actual_wall_time(tmp_path, data_cache):
+    grid = "stage=1 scale=tiny model.d_model=256 model.n_loops=2,4 model.n_prelude=2 trainer.steps=2 launcher.slots=2"
+    command = [sys.executable, "-m", "cart_sweeps.bench_plan", "--calls", "2", "--runs", str(tmp_path / "runs"), grid]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    header, _, row = done.stdout.splitlines()[-3:]
+    assert header.startswith("| stage | runs | slots | estimate s | spread | actual s | est/actual | load")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:3] == ["1", "2", "2"] and cells[4] == "0%"  # two calls, one record: one estimate
+    assert float(cells[6]) == pytest.approx(float(cells[3]) / float(cells[5]), abs=0.01)
