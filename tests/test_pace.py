@@ -63,6 +63,7 @@ def here_line(capsys, *args: str) -> str:
     return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("on this machine"))
 
 
+@pytest.mark.slow  # plan of a stage: 4 s on 2 loaded cores
 def test_a_search_is_costed_for_its_n_trials(recorded, capsys):
     """No trial sampled yet: 12 runs, each its space's corners on average, not "0 runs" and no time."""
     line = here_line(capsys, "stage=lr", "scale=tiny", "sweep.sampler=tpe", "sweep.n_trials=12", "launcher.slots=2")
@@ -70,6 +71,7 @@ def test_a_search_is_costed_for_its_n_trials(recorded, capsys):
     assert "a run 1.3 s besides its FLOPs" in line
 
 
+@pytest.mark.slow  # plan of a stage: 4 s on 2 loaded cores
 def test_a_ladder_reads_per_rung_in_time_not_zero_gpu_hours(recorded, capsys):
     """The ladder's later rungs are in the stage's time, and each rung line reads in minutes or seconds, its
     rungs longer as their runs train more steps."""
