@@ -38,7 +38,7 @@ from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import Throughput, launch_set, makespan, makespan_bound, run_cost
 from cart_sweeps.sweep.expand import Run, Stage
-from cart_sweeps.sweep.pace import Pace, prepare_seconds, run_eval_flops
+from cart_sweeps.sweep.pace import BenchmarkFailed, Pace, prepare_seconds, run_eval_flops
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.pools.local import LocalPool
 from cart_sweeps.sweep.preflight import check_stage_settings, stage_configs
@@ -245,7 +245,11 @@ def pace_here(stage: Stage) -> Pace | None:
     named = any(line.partition("=")[0].lstrip("+~") == "plan.gpu" for line in stage.args.base)
     if named or not issubclass(pool_class(stage.base.launcher), LocalPool):
         return None
-    return Pace.here(Path(stage.base.paths.runs), stage_slots(stage.base))
+    try:
+        return Pace.here(Path(stage.base.paths.runs), stage_slots(stage.base))
+    except BenchmarkFailed as err:
+        print(f"warning: {err}; no time on this machine", file=sys.stderr)
+        return None
 
 
 @dataclass(frozen=True)

@@ -80,9 +80,16 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
 
 
+class BenchmarkFailed(Exception):
+    """This machine's benchmark did not run (its command's last line of error says why)."""
+
+
 def _timed(command: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise BenchmarkFailed(f"this machine's benchmark (`{' '.join(command[1:])}`) failed: {why}")
     return time.perf_counter() - start, done.stdout
 
 
