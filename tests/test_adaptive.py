@@ -171,7 +171,7 @@ def test_plan_prices_the_replicates():
     hours = {run.run_id: 1.5 for run in stage.runs}
     assert stage.rule.plan_lines(hours) == [
         "stage.replicates=1: after the grid, per width its 1 best configurations run 2 more seeds: 4 runs, at most "
-        "6.00 GPU-hours"
+        "6.0 hours"
     ]
 
 

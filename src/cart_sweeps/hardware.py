@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -92,3 +94,18 @@ def this_machine() -> Machine:
             return Machine(name, peak, gpu=True)
     rate = cpu_flops_per_s()
     return Machine(f"this machine's CPU ({rate / 1e9:,.0f} GFLOP/s fp32, measured)", rate, gpu=False)
+
+
+def machine_name() -> str:
+    """This machine as its measured pace is cached under: its host, and its GPUs' names or its CPU's model and
+    cores (a cluster's nodes of one kind may share a home folder, and differ)."""
+    gpus = _nvidia_smi("--query-gpu=name", "--format=csv,noheader")
+    return f"{socket.gethostname()} {'+'.join(gpus) if gpus else _cpu_model()} x{os.cpu_count()}"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "cpu")
+    except OSError:
+        return "cpu"

@@ -12,7 +12,10 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from filelock import FileLock, Timeout
@@ -22,18 +25,20 @@ from rich.console import Console
 
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
-from cart_sweeps.hardware import Machine, this_machine
+from cart_sweeps.hardware import nvidia_gpus
 from cart_sweeps.modelspec import SHAPE_KEYS, spec_of
 from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.register import stage_paths
+from cart_sweeps.rules.axes import STEPS
 from cart_sweeps.stagerecord.ledger import Ledger, LedgerDamaged, merged_attempts, status_of
 from cart_sweeps.stagerecord.results import LOCK, Held, Results, standing
 from cart_sweeps.stagerecord.runset import stage_runs
 from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
-from cart_sweeps.sweep.cost import Throughput, launch_set, makespan, makespan_bound, run_costs
+from cart_sweeps.sweep.cost import Throughput, launch_set, makespan, makespan_bound, run_cost
 from cart_sweeps.sweep.expand import Run, Stage
+from cart_sweeps.sweep.pace import BenchmarkFailed, Pace, prepare_seconds, run_eval_flops
 from cart_sweeps.sweep.pool import capacity, pool_class
 from cart_sweeps.sweep.pools.local import LocalPool
 from cart_sweeps.sweep.preflight import check_stage_settings, stage_configs
@@ -59,7 +64,8 @@ then the simulated makespan on the stage's slots beside its lower bound.
 Grid values are the paper's numbers (a width at scale=tiny, e.g. 32, is read back as the paper's 256)
 unless the stage file says `numbers: own`; the `paper` column shows them where the scale changed them, and
 a line below the table maps the recipe. Without plan.gpu, a line also estimates the stage's time on this
-machine (its GPU, else its CPU measured now), where the local launcher runs it.
+machine, where the local launcher runs it: its start, each run's fixed costs beside its FLOPs, calibrated from
+the runs finished here, else a benchmark measured once per machine (docs/paper-scale.md).
 """
 
 COLUMNS = [
@@ -164,14 +170,15 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
     runs, held, costs = known.runs, known.held, known.costs
     status = statuses(stage, runs, history, held, found.occupants)
     grid_index = {run.run_id: i for i, run in enumerate(runs)}
-    here = machine_here(stage)
-    measured = known.throughput.measured
-    at_here = run_costs(runs, Throughput(here.peak_flops * stage.base.plan.mfu, measured)) if here else {}
+    pace = pace_here(stage)
     shared: dict[str, dict[str, Any]] = {}  # the columns of each configuration, read once (not per seed)
+    here: dict[str, float] = {}  # each configuration's seconds on this machine
     out = []
     for run in known.in_order:
         if run.config.config_id not in shared:
             shared[run.config.config_id] = configuration_columns(stage, run.config.cfg)
+            if pace:
+                here[run.config.config_id] = seconds_here(pace, run, known.throughput)
         cost, result = costs[run.run_id], held[run.run_id]
         out.append(
             {
@@ -189,10 +196,21 @@ def rows(stage: Stage) -> list[dict[str, Any]]:
                 "status": status[run.run_id],
                 "grid_index": grid_index[run.run_id],  # not a column: the makespan of the grid order
                 "owner": result.owner if result else None,  # not a column: the stage that trained it, if another
-                "here_hours": at_here[run.run_id].gpu_hours if here else None,  # not a column: on this machine
+                "done": result is not None,  # not a column: it has its result, so a launch skips it
+                "here_s": here.get(run.config.config_id),  # not a column: its time on this machine
+                "config_id": run.config.config_id,  # not a column: the seeds of one configuration share it
+                "tokens_per_s": result.summary.tokens_per_s if result else None,  # not a column: as measured
             }
         )
     return out
+
+
+def seconds_here(pace: Pace, run: Run, throughput: Throughput) -> float:
+    """A run's time in its slot on this machine: its fixed cost, and its FLOPs at the rate finished runs of its
+    shape reached (this machine's where none has)."""
+    cfg = run.config.cfg
+    flops = run_cost(cfg, throughput.assumed).flops
+    return pace.run_seconds(flops, run_eval_flops(cfg), throughput.measured_for(cfg))
 
 
 def configuration_columns(stage: Stage, cfg: DictConfig) -> dict[str, Any]:
@@ -220,25 +238,117 @@ def charged(table_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in table_rows if not r["owner"]]
 
 
-def machine_here(stage: Stage) -> Machine | None:
-    """This machine, where no GPU is named (plan.gpu) and the stage would run here (the local launcher)."""
+@cache  # rows, the time line and the throughput line of one plan read one pace
+def pace_here(stage: Stage) -> Pace | None:
+    """This machine's pace (sweep/pace.py), where no GPU is named (plan.gpu) and the stage would run here (the
+    local launcher)."""
     named = any(line.partition("=")[0].lstrip("+~") == "plan.gpu" for line in stage.args.base)
     if named or not issubclass(pool_class(stage.base.launcher), LocalPool):
         return None
-    return this_machine()
+    try:
+        return Pace.here(Path(stage.base.paths.runs), stage_slots(stage.base))
+    except BenchmarkFailed as err:
+        print(f"warning: {err}; no time on this machine", file=sys.stderr)
+        return None
+
+
+@dataclass(frozen=True)
+class HereEstimate:
+    """A stage's wall time on this machine: to start, to prepare its data (0: prepared), its runs' makespan."""
+
+    pace: Pace
+    runs: int  # the runs it still trains (a search: with those its trials still sample)
+    done: int  # its own runs that have their results
+    slots: int
+    prepare_s: float
+    runs_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.pace.stage_start_s + self.prepare_s + self.runs_s
+
+
+def here_estimate(stage: Stage, slots: int, table_rows: list[dict[str, Any]]) -> HereEstimate | None:
+    """The stage's wall time on this machine from its pace, for the runs it still has to train (a search: the
+    runs its trials still sample, each costed as its space's corners on average); None where a GPU is named or
+    it runs elsewhere."""
+    pace = pace_here(stage)
+    if pace is None:
+        return None
+    own = charged(table_rows)
+    left = [r["here_s"] for r in own if not r["done"]]
+    done = len(own) - len(left)
+    throughput = Throughput(pace.flops_per_s)
+    if unsampled := max(0, stage.base.sweep.n_trials - len(table_rows)) if not stage.runs else 0:
+        corners = [seconds_here(pace, stage.run(c), throughput) for c in stage.space.corners()]
+        left += [sum(corners) / len(corners)] * unsampled
+    known = {r["run_id"] for r in table_rows}
+    left += [seconds_here(pace, run, throughput) for run in later_rungs(stage) if run.run_id not in known]
+    if not left:
+        return HereEstimate(pace, 0, done, slots, 0.0, 0.0)
+    prepare = prepare_seconds(stage.base.data) or 0.0
+    return HereEstimate(pace, len(left), done, slots, prepare, makespan(sorted(left, reverse=True), slots))
+
+
+def later_rungs(stage: Stage) -> list[Run]:
+    """A ladder's runs past its first rung, every configuration at the grid's seeds (none dropped: the ladder's
+    lines below say what it expects); none for another stage."""
+    rungs = list(stage.spec.rungs or [])
+    return [stage.run({**run.params, STEPS: steps}) for run in stage.runs for steps in rungs[1:]]
 
 
 def here_line(stage: Stage, slots: int, table_rows: list[dict[str, Any]]) -> str | None:
-    """The stage's wall time on this machine (`machine_here`), at the throughput measured on finished runs of a
-    shape where there are any, else at plan.mfu of its peak; None where a GPU is named or it runs elsewhere."""
-    here = machine_here(stage)
-    hours = [r["here_hours"] for r in charged(table_rows) if r["here_hours"] is not None]
-    if here is None or not hours:
+    """`here_estimate` in a line; `done` where no run is left to train."""
+    if (est := here_estimate(stage, slots, table_rows)) is None or not (est.runs or est.done):
         return None
-    wall = makespan(hours, slots)
+    if not est.runs:
+        return f"on this machine: done (its {count(est.done, 'run')} have their results)"
+    pace = est.pace
+    done = f" ({est.done} done before)" if est.done else ""
+    data = (
+        f"; {duration(est.prepare_s / 3600)} of it preparing data={stage.base.data.name}, once" if est.prepare_s else ""
+    )
     return (
-        f"on this machine: about {duration(wall)} on {count(slots, 'slot')} ({here.name}, at {stage.base.plan.mfu:.0%} "
-        "of its peak where no run of a shape has finished); plan.gpu=NAME costs it on that GPU instead"
+        f"on this machine: about {duration(est.seconds / 3600)} for {count(est.runs, 'run')}{done} on "
+        f"{count(slots, 'slot')} ({pace.stage_start_s:.0f} s to start; a run {pace.run_fixed_s:.1f} s besides its "
+        f"FLOPs at {pace.flops_per_s / 1e9:,.1f} GFLOP/s, from {pace.basis}{data}); plan.gpu=NAME costs it on that "
+        "GPU instead"
+    )
+
+
+THROUGHPUT = "tokens_per_s"
+
+
+def shared_throughput_line(stage: Stage, table_rows: list[dict[str, Any]]) -> str | None:
+    """Where the stage ranks by throughput and its runs share this machine's cores (launcher.slots > 1 without a
+    GPU) or a GPU (launcher.runs_per_gpu > 1), the noise that brings, as measured: each run's rate is what the
+    runs beside it left it. None for a stage run elsewhere or ranked by another metric."""
+    sweep = stage.base.sweep
+    if THROUGHPUT not in (sweep.metric, *sweep.metrics) or pace_here(stage) is None:
+        return None
+    gpus = nvidia_gpus()
+    sharing = stage.base.launcher.runs_per_gpu if gpus else stage_slots(stage.base)
+    if sharing < 2:
+        return None
+    where = f"{sharing} runs to a GPU" if gpus else f"{sharing} runs on this machine's {os.cpu_count()} cores"
+    return f"{THROUGHPUT} is measured with {where} at once: {throughput_spread(table_rows)}"
+
+
+def throughput_spread(table_rows: list[dict[str, Any]]) -> str:
+    """How far the tokens/s of one configuration's seeds spread, (max - min) / median, at most over the
+    configurations with two or more measured."""
+    by_config: dict[str, list[float]] = {}
+    for r in table_rows:
+        if r["tokens_per_s"]:
+            by_config.setdefault(r["config_id"], []).append(r["tokens_per_s"])
+    spreads = [(max(v) - min(v)) / median(v) for v in by_config.values() if len(v) > 1]
+    if not spreads:
+        return (
+            "its noise is not measured yet (no configuration has two seeds finished): read it from the spread of seeds"
+        )
+    return (
+        f"across the seeds of one configuration it spread by up to {max(spreads):.0%} (median {median(spreads):.0%}, "
+        f"{count(len(spreads), 'configuration')}): differences below that are the neighbours', not the runs'"
     )
 
 
@@ -304,9 +414,13 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
     console.print(makespan_line(slots, table_rows), highlight=False)
     if line := here_line(stage, slots, table_rows):
         console.print(line, highlight=False)
+    if line := shared_throughput_line(stage, table_rows):
+        console.print(line, highlight=False)
     if line := runset_line(stage):
         console.print(line, highlight=False)
-    for line in stage.rule.plan_lines({r["run_id"]: r["gpu_hours"] for r in table_rows}):
+    here = all(r["here_s"] is not None for r in table_rows)  # the rule's times: this machine's where it runs here
+    hours = {r["run_id"]: r["here_s"] / 3600 if here else r["gpu_hours"] for r in table_rows}
+    for line in stage.rule.plan_lines(hours):
         console.print(line, highlight=False)
 
 

@@ -27,6 +27,7 @@ from cart_sweeps.rules.seeds import ranked_by
 from cart_sweeps.rules.zoom import promoted
 from cart_sweeps.schedule import Schedule, branchable
 from cart_sweeps.stagerecord.runset import Cell, stage_runs
+from cart_sweeps.text import duration
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
@@ -98,7 +99,8 @@ class LadderRule(StageRule):
         return [a for a in wanted if a.run.run_id not in grid]
 
     def plan_lines(self, hours: dict[str, float]) -> list[str]:
-        """What `plan` says of a ladder: per rung, its runs and GPU-hours at most (every configuration, at most
+        """What `plan` says of a ladder: per rung, its runs and time (`hours`: each run's, on this machine where the
+        stage runs here, else GPU-hours; in the unit that reads) at most (every configuration, at most
         seeds) and as expected from what the ladder has measured (the configurations its records promoted to the
         rung, at the grid's seeds; for rungs past the last settled one, the configurations still in; before any
         run, every configuration: no drop is assumed without a measurement), and the paper's fixed design on the
@@ -106,7 +108,7 @@ class LadderRule(StageRule):
         with three seeds at the last)."""
         stage = self.stage
         d, state = design(stage), current(stage)
-        per = _hours_per_config(stage, hours)
+        per, mapped = _hours_per_config(stage, hours), _mapped(stage)
         configs = [(g, c) for g, cs in groups(stage).items() for c in cs]
         lines = [
             f"ladder: rungs {list(d.rungs)} steps, {d.first} seeds per cell (at most {d.most}), alpha {d.alpha:g} / "
@@ -130,16 +132,17 @@ class LadderRule(StageRule):
             grid_steps, more_steps = d.steps(k, branched=True), d.steps(k, branched=False)  # more seeds: fresh
             most = sum(per[key] for key in configs) * (d.first * grid_steps + (d.most - d.first) * more_steps)
             expected = sum(per[key] for key in alive) * (d.first * grid_steps + (n_seeds - d.first) * more_steps)
+            most, expected = most * mapped[k], expected * mapped[k]
             total_most, total_expected = total_most + most, total_expected + expected
             basis = "measured" if (k == 0 or settled) and state.judged else "no measurement yet: no drop assumed"
             lines.append(
-                f"  rung {k + 1} ({h} steps): at most {len(configs) * d.most} runs, {most:,.2f} GPU-hours; expected "
-                f"{len(alive) * n_seeds} runs, {expected:,.2f} GPU-hours ({basis})"
+                f"  rung {k + 1} ({h} steps): at most {len(configs) * d.most} runs, {duration(most)}; expected "
+                f"{len(alive) * n_seeds} runs, {duration(expected)} ({basis})"
             )
         lines.append(
-            f"  total: {total_most:,.2f} GPU-hours at most, {total_expected:,.2f} expected; the paper's fixed design "
+            f"  total: {duration(total_most)} at most, {duration(total_expected)} expected; the paper's fixed design "
             f"on this grid (1 seed at {d.rungs[0]}, the zoom's candidates x 3 seeds at {d.rungs[-1]}): "
-            f"{_fixed(stage, state, per, d):,.2f}"
+            f"{duration(_fixed(stage, state, per, d, mapped[-1]))}"
         )
         for (k, g), j in state.judged.items():  # the floor at the last rung each width was judged at
             if k == max(r for r, h in state.judged if h == g) and j.noise is not None and j.noise.measurable:
@@ -244,10 +247,10 @@ def as_row(call: Call) -> dict[str, Any]:
     }
 
 
-def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: Design) -> float:
+def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: Design, last: float) -> float:
     """GPU-hours of the paper's two stages on the ladder's grid: the screen, and per width the zoom's cross
     (rules/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
-    where measured (the grid's order before), 3 seeds each."""
+    where measured (the grid's order before), 3 seeds each; `last`: the last rung's `_mapped`."""
     hours = sum(per.values()) * d.rungs[0]
     for g, cs in groups(stage).items():
         j = state.judged.get((0, g))
@@ -258,8 +261,16 @@ def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: 
             chosen = [c for c in cs if (c[0][1], c[1][1]) in cross]
         else:
             chosen = ranked[:3]
-        hours += sum(per[(g, c)] for c in chosen) * d.rungs[-1] * 3
+        hours += sum(per[(g, c)] for c in chosen) * d.rungs[-1] * 3 * last
     return hours
+
+
+def _mapped(stage: Expanded) -> list[float]:
+    """Each rung's steps as its runs train them (the scale maps the paper's: 1000, 4000 -> 10, 22 at tiny), per
+    paper step, relative to the first rung's: what turns the first rung's hours per step into each rung's."""
+    rungs, first = list(stage.spec.rungs), stage.runs[0].params
+    trained = [stage.run({**first, STEPS: r}).config.cfg.trainer.steps / r for r in rungs]
+    return [t / trained[0] for t in trained]
 
 
 def _hours_per_config(stage: Expanded, hours: dict[str, float]) -> dict[tuple[Any, Cell], float]:

@@ -30,7 +30,7 @@ from cart_sweeps.rules.decide import (
 )
 from cart_sweeps.rules.rule import Added, Expanded, StageRule
 from cart_sweeps.stagerecord.runset import Cell, StageRun, cell_of, stage_runs
-from cart_sweeps.text import count
+from cart_sweeps.text import count, duration
 
 if TYPE_CHECKING:
     from cart_sweeps.stagerecord.ledger import Ledger
@@ -142,7 +142,7 @@ class SeedRule(StageRule):
             return [
                 f"stage.replicates={stage.spec.replicates}: after the grid, per width its {stage.spec.replicates} "
                 f"best configurations run {REPLICATE_SEEDS} more seeds: {n * len(widths)} runs, at most "
-                f"{n * sum(per):,.2f} GPU-hours"
+                f"{duration(n * sum(per))}"
             ]
         if SEED not in stage.axes or len(stage.axes.get(R, [])) < 2:
             return []
@@ -203,7 +203,7 @@ def _values(used: list[StageRun], grid: dict[Cell, Any], metric: str) -> dict[Ce
 
 
 def _needed(verdict: Verdict, have: int, n_looks: int, per_seed: float) -> str:
-    """The seeds per cell for POWER at the observed margin and noise, and the GPU-hours of those to add
+    """The seeds per cell for POWER at the observed margin and noise, and the time of those to add
     (`per_seed`: a seed of every cell)."""
     if verdict.noise is None or len(verdict.options) < 2:
         return "no seed spread to size it from"
@@ -212,7 +212,7 @@ def _needed(verdict: Verdict, have: int, n_looks: int, per_seed: float) -> str:
     if n is None:
         return f"no seed count up to {MOST_SEEDS:,} decides this margin"
     cost = max(0, n - have) * per_seed
-    return f"{n} seeds per cell for {POWER:.0%} power ({max(0, n - have)} more: {cost:,.2f} GPU-hours)"
+    return f"{n} seeds per cell for {POWER:.0%} power ({max(0, n - have)} more: {duration(cost)})"
 
 
 def _where(key: Cell) -> str:

@@ -82,6 +82,10 @@ class Throughput:
     def flops_per_s(self, cfg: DictConfig) -> float:
         return self.measured.get(_shape(cfg), self.assumed)
 
+    def measured_for(self, cfg: DictConfig) -> float | None:
+        """The rate finished runs of `cfg`'s shape reached, None before any has finished."""
+        return self.measured.get(_shape(cfg))
+
 
 def run_cost(cfg: DictConfig, flops_per_s: float) -> Cost:
     model = OmegaConf.to_object(cfg.model)  # a dataclass: the counts read it 6x faster than a DictConfig

@@ -29,6 +29,7 @@ from cart_sweeps.stagerecord.runset import OWNER, SCALE_ATTR, StageRecord, stage
 from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import launch_set
+from cart_sweeps.sweep.dataprep import prepare_for
 from cart_sweeps.sweep.expand import Run, Stage
 from cart_sweeps.sweep.intermediate import make_pruner, record_pruned, report_new
 from cart_sweeps.sweep.objectives import objectives
@@ -310,6 +311,13 @@ class StageDriver:
         """Runs still to start: those queued, and the new runs a search may still sample (a repeat trains none)."""
         return len(self.queue) + (self.search.new_runs_left() if self.search else 0)
 
+    def recipes(self) -> list[DictConfig]:
+        """The data recipes the runs left read: the stage's own, unless a grid axis varies it (one per
+        configuration then; a 100,000-run stage has 64)."""
+        if not any(key.split(".")[0] == "data" for key in self.stage.varied):
+            return [self.stage.base.data]
+        return list({a.run.config.config_id: a.run.config.cfg.data for a in self.queue}.values())
+
     def launch(self) -> int:
         """Run everything left; the exit code: 0, 1 when a run failed, 130 when interrupted."""
         s = self.stage
@@ -339,6 +347,8 @@ class StageDriver:
             lines.append(f"{run.label}: {fix}{others}")
         for line in lines:
             print(f"stage {s.name}: {line}", flush=True)
+        if self.left():  # before the ETA's clock starts
+            prepare_for(s.name, self.recipes())
         interrupted = False
         with Progress(s.name, self.left() + len(self.attached), self.sweep.metric, left=self.left) as self.progress:
             for _ in self.attached:
