@@ -33,16 +33,15 @@ recipe:
 """
 
 
-def killed_at(runs: Path, cfg: Path, args: list[str], steps: int, tmp: Path) -> None:
-    """Launch the ladder with its runs of `steps` (the run's own steps) held at their first step; kill its driver
+def killed_at(runs: Path, cfg: Path, args: list[str], where: str, tmp: Path) -> None:
+    """Launch the ladder with its runs whose folder holds `where` held at their first step; kill its driver
     (SIGKILL) once one is, and wait for its runs to end: those runs are left cut off in the ledger."""
-    mark = tmp / f"paused-{steps}"
-    environ = with_fault(runs, f"step:pause:1:steps{steps}-", mark)
-    log = tmp / f"killed-{steps}.log"
+    mark, log = tmp / "paused", tmp / "killed.log"
+    environ = with_fault(runs, f"step:pause:1:{where}", mark)
     with log.open("w") as out:
         driver = subprocess.Popen(sweep_cmd("--config-dir", str(cfg), *args), env=environ, stdout=out, stderr=out)
     try:
-        wait_for(mark.exists, 600, f"a {steps}-step run", log)
+        wait_for(mark.exists, 900, f"a run of {where}", log)
     finally:
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=60)
@@ -61,7 +60,7 @@ def test_a_ladder_relaunched_with_other_rungs_starts_a_new_one_and_tables_each_r
     cfg = user_stage(tmp_path, LADDER.format(name="mine", axis="model.n_loops: [1, 2]"))
     runs, out = tmp_path / "runs", tmp_path / "out"
     old = ["stage=mine", "scale=tiny", "stage.rungs=[1000,2000,4000]"]
-    killed_at(runs, cfg, old, 21, tmp_path)
+    killed_at(runs, cfg, old, "-steps21-", tmp_path)
     new = ["stage=mine", "scale=tiny", "stage.rungs=[1000,2500,4000]"]
     done = sweep(runs, "--config-dir", str(cfg), *new)
     said = done.stdout + done.stderr
@@ -102,24 +101,27 @@ def test_a_ladder_relaunched_with_other_rungs_starts_a_new_one_and_tables_each_r
 
 
 def test_a_ladder_relaunched_with_another_drift_starts_a_new_one_and_trains_nothing_it_dropped(tmp_path):
-    """A ladder with a wide drift allowance promotes both learning rates; killed in rung 2 and relaunched with
-    stage.drift=0, the new ladder drops the learning rate far worse at rung 1 (said in its lines), and that
-    configuration's cut-off rung-2 runs never train; the old ladder's record is kept beside."""
-    cfg = user_stage(tmp_path, LADDER.format(name="lr", axis="trainer.lr: [3.0e-3, 3.0e-5]"))
+    """A ladder with a wide drift allowance promotes both learning rates; killed in rung 2 as the far worse rate's
+    runs start and relaunched with stage.drift=0, the new ladder drops that rate at rung 1 (said in its lines), and
+    its cut-off rung-2 runs never train; the old ladder's record is kept beside."""
+    cfg = user_stage(tmp_path, LADDER.format(name="rate", axis="trainer.lr: [3.0e-3, 3.0e-5]"))
     runs = tmp_path / "runs"
-    base = ["stage=lr", "scale=tiny", "stage.rungs=[1000,2000]"]
-    killed_at(runs, cfg, [*base, "stage.drift=5"], 15, tmp_path)
-    cut_off = [t for t in completed(runs, "lr") if t.params["trainer.steps"] == 2000]
-    assert not cut_off  # the wide ladder promoted both; their rung-2 runs were cut off
+    base = ["stage=rate", "scale=tiny", "stage.rungs=[1000,2000]"]
+    killed_at(runs, cfg, [*base, "stage.drift=5"], "-lr3e-5-steps15-", tmp_path)
+
+    def rates(steps: int) -> set[float]:
+        """The learning rates completed at `steps` (paper numbers)."""
+        return {t.params["trainer.lr"] for t in completed(runs, "rate") if t.params["trainer.steps"] == steps}
+
+    assert rates(1000) == {3.0e-3, 3.0e-5} and 3.0e-5 not in rates(2000)  # promoted by the wide ladder, cut off
     done = sweep(runs, "--config-dir", str(cfg), *base, "stage.drift=0")
     said = done.stdout + done.stderr
     assert done.returncode == 0, said[-3000:]
-    rung_2 = [t for t in completed(runs, "lr") if t.params["trainer.steps"] == 2000]
-    assert rung_2 and {t.params["trainer.lr"] for t in rung_2} == {3.0e-3}  # the dropped rate trained no further
+    assert 3.0e-5 not in rates(2000), said[-3000:]  # the dropped rate trained no further
     assert "dropped: at 1000 steps" in said and "lr=3e-05" in said, said[-3000:]
     (line,) = [s for s in said.splitlines() if "new ladder" in s]
     assert "stage.drift=0" in line, line
-    record = json.loads((runs / "lr" / "ladder.json").read_text())
+    record = json.loads((runs / "rate" / "ladder.json").read_text())
     assert record["design"]["prior"] == 0
-    (aside,) = (runs / "lr").glob("ladder~*.json")
+    (aside,) = (runs / "rate").glob("ladder~*.json")
     assert json.loads(aside.read_text())["design"]["prior"] == 5
