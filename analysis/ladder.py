@@ -93,13 +93,15 @@ def _walked(study: Study, stage: str, metric: str, alpha: float) -> tuple[list[i
     """The ladder recomputed on the runs: each rung's steps, data: (rung, width, config) -> seed -> value of the runs
     at a rung's steps, the walk, and the cells of runs at steps no rung of the recorded ladder has (an earlier
     ladder's: other rungs), by (steps, width, config). A record from before rungs' steps were kept: the runs'
-    horizons in order."""
+    horizons in order; runs at scales the record lacks, the same."""
     cells = _cells(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
-    shown = _recorded(study, stage)
-    rungs = list(shown["steps"]) if shown and "steps" in shown else sorted({h for h, _, _ in cells})
+    shown, ran = _recorded(study, stage), {h for h, _, _ in cells}
+    at_scales = (shown or {}).get("steps") or {}  # scale -> the steps of each rung: the scale these runs are at
+    fits = [list(steps) for steps in at_scales.values() if ran & set(steps)]
+    rungs = max(fits, key=lambda steps: len(ran & set(steps)), default=None) or sorted(ran)
     data = {(rungs.index(h), d, c): v for (h, d, c), v in cells.items() if h in rungs}
-    if len(ran := sorted({rungs[k] for k, _, _ in data})) < 2:
-        raise AnalysisError(f"ladder stage {stage} has runs at one horizon of its ladder only ({ran} steps)")
+    if len(measured := sorted({rungs[k] for k, _, _ in data})) < 2:
+        raise AnalysisError(f"ladder stage {stage} has runs at one horizon of its ladder only ({measured} steps)")
     groups: dict = {}
     for _, d, config in (key for key in data if key[0] == 0):
         groups.setdefault(d, []).append(config)

@@ -232,22 +232,26 @@ def record(stage: Expanded, ledger: Ledger, state: Walk, say: Callable[[str], No
     shown |= {"alpha": d.alpha, "looks": d.looks}
     path = stage.sweep_dir / RECORD_FILE
     before = ledger.study.user_attrs.get(RECORD, [])
-    if (recorded := _recorded_design(path)) is not None and recorded != shown:
+    recorded, steps = _recorded_design(path)
+    if recorded is not None and recorded != shown:
         say(_new_ladder(stage, path, recorded, shown))
-        before = []  # the new ladder's records are all its own
+        before, steps = [], {}  # the new ladder's records are all its own
+    steps[stage.base.scale.name] = horizons(stage)
     ledger.study.set_user_attr(RECORD, rows)
-    payload = {"design": shown | {"steps": horizons(stage)}, "drift": drift, "records": rows}
+    payload = {"design": shown | {"steps": steps}, "drift": drift, "records": rows}
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n"))
     return [c for c, row in zip(state.calls, rows, strict=True) if row not in before]
 
 
-def _recorded_design(path: Path) -> dict[str, Any] | None:
-    """The design a ladder's record names, less the steps its rungs ran at (a reading of it, not its identity)."""
+def _recorded_design(path: Path) -> tuple[dict[str, Any] | None, dict[str, list[int]]]:
+    """The design a ladder's record names (None: no record), and apart, the steps its rungs train at each scale
+    launched (how its runs are read, not what the ladder is)."""
     try:
         shown = json.loads(path.read_text())["design"]
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return {k: v for k, v in shown.items() if k != "steps"}
+        return None, {}
+    steps = shown.get("steps")
+    return {k: v for k, v in shown.items() if k != "steps"}, dict(steps) if isinstance(steps, dict) else {}
 
 
 def _aside(path: Path, shown: dict[str, Any]) -> Path:
@@ -278,7 +282,8 @@ def _new_ladder(stage: Expanded, path: Path, recorded: dict[str, Any], shown: di
 
 
 def horizons(stage: Expanded) -> list[int]:
-    """The steps each rung's runs train at the stage's scale (the analysis finds a run's rung by its own steps)."""
+    """The steps each rung's runs train at the stage's scale (the analysis finds a run's rung by its own steps; a
+    record keeps them per scale, as a runs root may hold a ladder's runs at two)."""
     first = stage.runs[0].params
     return [int(stage.run({**first, STEPS: h}).config.cfg.trainer.steps) for h in stage.spec.rungs]
 
