@@ -61,28 +61,25 @@ def _rows(study: Study, stage: str, metric: str) -> pd.DataFrame:
     return rows
 
 
-def _data(rows: pd.DataFrame, width: str, keys: list[str], metric: str) -> tuple[list[int], dict, dict]:
-    """(rungs, groups: width -> configurations, data: (rung, width, config) -> seed -> value), as walk reads."""
-    rungs = sorted(int(h) for h in rows[STEPS].unique())
-    data: dict = {}
-    groups: dict = {}
+def _cells(rows: pd.DataFrame, width: str, keys: list[str], metric: str) -> dict:
+    """(steps, width, config) -> seed -> value: each run by its own horizon (the steps it trained)."""
+    cells: dict = {}
     for _, row in rows.iterrows():
         config = tuple((k, row[k]) for k in keys)
-        d = int(row[width])
-        k = rungs.index(int(row[STEPS]))
-        data.setdefault((k, d, config), {})[int(row[SEED])] = float(row[metric])
-        if k == 0 and config not in groups.setdefault(d, []):
-            groups[d].append(config)
-    return rungs, groups, data
+        cells.setdefault((int(row[STEPS]), int(row[width]), config), {})[int(row[SEED])] = float(row[metric])
+    return cells
 
 
-def _design(study: Study, stage: str, rungs: list[int], data: dict, metric: str, alpha: float) -> Design:
-    """The ladder as the stage ran it: the design its driver recorded (RECORD_FILE in the stage folder), else,
-    from a CSV, inferred: the seeds every cell has as the grid's, as many at most as any cell has, the default
-    drift prior and `alpha`."""
+def _recorded(study: Study, stage: str) -> dict | None:
+    """The design the stage's driver recorded for its newest ladder (RECORD_FILE in the stage folder)."""
     path = Path(study.source) / stage / RECORD_FILE
-    if path.is_file():
-        shown = json.loads(path.read_text())["design"]
+    return json.loads(path.read_text())["design"] if path.is_file() else None
+
+
+def _design(shown: dict | None, rungs: list[int], data: dict, metric: str, alpha: float) -> Design:
+    """The ladder as the stage ran it: the design its driver recorded, else, from a CSV, inferred: the seeds every
+    cell has as the grid's, as many at most as any cell has, the default drift prior and `alpha`."""
+    if shown is not None:
         seeds = tuple(shown["seeds"])
         return Design(tuple(shown["rungs"]), seeds, shown["grid_seeds"], len(seeds), require(metric), shown["prior"],
                       shown["alpha"], equivalence=shown.get("equivalence"))  # fmt: skip
@@ -92,41 +89,62 @@ def _design(study: Study, stage: str, rungs: list[int], data: dict, metric: str,
     return Design(tuple(rungs), tuple(order), len(grid), max(map(len, cells)), require(metric), DRIFT_PRIOR, alpha)
 
 
-def _walked(study: Study, stage: str, metric: str, alpha: float, least: int = 2) -> tuple[list[int], dict, Walk]:
-    """The ladder recomputed on the stage's runs; `least`: the horizons the table needs (the rungs table: one,
-    where stage.equivalence ended every width at the first rung)."""
-    rungs, groups, data = _data(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
-    if len(rungs) < least:
-        raise AnalysisError(f"ladder stage {stage} has runs at one horizon only ({rungs[0]} steps)")
-    return rungs, data, walk(_design(study, stage, rungs, data, metric, alpha), groups, data)
+def _walked(study: Study, stage: str, metric: str, alpha: float, least: int = 2) -> tuple[list[int], dict, Walk, dict]:
+    """The ladder recomputed on the runs: each rung's steps, data: (rung, width, config) -> seed -> value of the runs
+    at a rung's steps, the walk, and the cells of runs at steps no rung of the recorded ladder has (an earlier
+    ladder's: other rungs), by (steps, width, config). A record from before rungs' steps were kept: the runs'
+    horizons in order; runs at scales the record lacks, the same. `least`: the horizons the table needs (the rungs
+    table: one, where stage.equivalence ended every width at the first rung)."""
+    cells = _cells(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
+    shown, ran = _recorded(study, stage), {h for h, _, _ in cells}
+    at_scales = (shown or {}).get("steps") or {}  # scale -> the steps of each rung: the scale these runs are at
+    fits = [list(steps) for steps in at_scales.values() if ran & set(steps)]
+    rungs = max(fits, key=lambda steps: len(ran & set(steps)), default=None) or sorted(ran)
+    data = {(rungs.index(h), d, c): v for (h, d, c), v in cells.items() if h in rungs}
+    if len(measured := sorted({rungs[k] for k, _, _ in data})) < least:
+        raise AnalysisError(f"ladder stage {stage} has runs at one horizon of its ladder only ({measured} steps)")
+    groups: dict = {}
+    for _, d, config in (key for key in data if key[0] == 0):
+        groups.setdefault(d, []).append(config)
+    off = {key: v for key, v in cells.items() if key[0] not in rungs}
+    return rungs, data, walk(_design(shown, rungs, data, metric, alpha), groups, data), off
 
 
 def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, state = _walked(study, stage, metric, alpha, least=1)
+    """Each configuration at each rung with what the ladder did there and why, read by the steps its runs trained:
+    a rung's runs carry the decision made at that rung's horizon; a configuration this ladder stopped earlier, or a
+    run at no rung of it (an earlier ladder's), is `not in this ladder`."""
+    rungs, data, state, off = _walked(study, stage, metric, alpha, least=1)
     said = {(c.rung, c.group, c.config): c for c in state.calls}
+    stopped = {(c.group, c.config): c for c in state.calls if c.action != "promoted"}
     out = []
     for (k, d, config), seeds in sorted(data.items(), key=lambda item: (item[0][0], str(item[0][1]))):
-        call = said.get((k, d, config))
-        out.append(
-            {
-                "rung": k + 1,
-                "steps": rungs[k],
-                "d": d,
-                "config": name(config),
-                metric: float(np.mean(list(seeds.values()))),
-                "seeds": len(seeds),
-                "action": call.action if call else "pending",
-                "reason": call.reason if call else "",
-            }  # fmt: skip
-        )
-    table = pd.DataFrame(out)
+        call, ended = said.get((k, d, config)), stopped.get((d, config))
+        if call is None and ended is not None and ended.rung < k:
+            action, reason = OUTSIDE, f"an earlier ladder's run: this one stopped it at rung {ended.rung + 1}"
+        else:
+            action, reason = (call.action, call.reason) if call else ("pending", "")
+        out.append(_row(k + 1, rungs[k], d, config, seeds, metric, action, reason))
+    for (h, d, config), seeds in off.items():
+        reason = f"at {h} steps, no rung of this ladder ({'/'.join(map(str, rungs))} steps): an earlier ladder's run"
+        out.append(_row(pd.NA, h, d, config, seeds, metric, OUTSIDE, reason))
+    table = pd.DataFrame(out).astype({"rung": "Int64"})
     sign = require(metric).sign
-    table["rank"] = table.groupby(["rung", "d"])[metric].rank(method="min", ascending=sign > 0).astype(int)
-    return table.sort_values(["rung", "d", "rank"], kind="stable").reset_index(drop=True)
+    inside = table[table["action"] != OUTSIDE]
+    table["rank"] = inside.groupby(["rung", "d"])[metric].rank(method="min", ascending=sign > 0).astype("Int64")
+    return table.sort_values(["rung", "steps", "d", "rank"], kind="stable").reset_index(drop=True)
+
+
+OUTSIDE = "not in this ladder"
+
+
+def _row(rung: object, steps: int, d: int, config: tuple, seeds: dict, metric: str, action: str, reason: str) -> dict:
+    return {"rung": rung, "steps": steps, "d": d, "config": name(config), metric: float(np.mean(list(seeds.values()))),
+            "seeds": len(seeds), "action": action, "reason": reason}  # fmt: skip
 
 
 def agreement_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, _ = _walked(study, stage, metric, alpha)
+    rungs, data, _, _ = _walked(study, stage, metric, alpha)
     sign = require(metric).sign
 
     def at(k: int) -> dict[tuple, np.ndarray]:
@@ -134,16 +152,17 @@ def agreement_table(study: Study, stage: str, metric: str, alpha: float) -> pd.D
         return {(d, *[v for _, v in c]): sign * np.array(list(s.values())) for (r, d, c), s in data.items() if r == k}
 
     rng = np.random.default_rng(0)  # the same interval each time
+    last = max(k for k, _, _ in data)  # the longest rung run so far
     out = []
-    for k in range(len(rungs) - 1):
-        pairs, share, low, high = agreement(at(k), at(len(rungs) - 1), rng)
-        out.append({"rung": k + 1, "steps": rungs[k], "final_steps": rungs[-1], "pairs": pairs, "agreement": share,
+    for k in range(last):
+        pairs, share, low, high = agreement(at(k), at(last), rng)
+        out.append({"rung": k + 1, "steps": rungs[k], "final_steps": rungs[last], "pairs": pairs, "agreement": share,
                     "ci_low": low, "ci_high": high})  # fmt: skip
     return pd.DataFrame(out)
 
 
 def drift_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, state = _walked(study, stage, metric, alpha)
+    rungs, data, _, _ = _walked(study, stage, metric, alpha)
     m = require(metric)
     score = {key: float(np.mean([m.scaled(v) for v in s.values()])) for key, s in data.items()}
     widths = sorted({d for (_, d, _) in data}, key=str)

@@ -8,8 +8,10 @@ rung's run of its configuration and seed where its stable phase ends, and comput
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -81,16 +83,28 @@ class LadderRule(StageRule):
         return super().looks() * len(self.stage.spec.rungs)
 
     def added_here(self) -> Callable[[dict[str, Any]], bool] | None:
-        stage = self.stage
-        configs = {(g, c) for g, cs in groups(stage).items() for c in cs}
-        return lambda params: split(stage, params) in configs and params.get(STEPS) in stage.spec.rungs
+        """A run an earlier launch added belongs to this one where this ladder's walk reached its cell or wants it
+        now: a cut-off run of a configuration it dropped, or of a rung it has yet to reach (an earlier ladder's,
+        with other rungs or drift), waits, untrained."""
+        stage, state = self.stage, current(self.stage)
+        rung_of = {h: k for k, h in enumerate(stage.spec.rungs)}
+        judged = {(k, g, o.level) for (k, g), j in state.judged.items() for o in j.options}
+        wanted = {(w.rung, w.group, w.config, w.seed) for w in state.wants}
+
+        def ours(params: dict[str, Any]) -> bool:
+            if params.get(STEPS) not in rung_of:
+                return False
+            cell = (rung_of[params[STEPS]], *split(stage, params))
+            return cell in judged or (*cell, params.get(SEED)) in wanted
+
+        return ours
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
         """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are
         written to the ledger and the stage folder."""
         stage = self.stage
         state = current(stage)
-        new = record(stage, ledger, state)
+        new = record(stage, ledger, state, say)
         for call in new:
             if call.action != "promoted":
                 say(f"stage {stage.name}: {call.action}: {call.reason}")
@@ -217,23 +231,75 @@ def params_of(stage: Expanded, rung: int, group: Any, config: Cell, seed: int) -
     return {**({D: group} if D in stage.axes else {}), **dict(config), STEPS: stage.spec.rungs[rung], SEED: seed}
 
 
-def record(stage: Expanded, ledger: Ledger, state: Walk) -> list[Call]:
-    """Write the ladder's records (ledger and RECORD_FILE); the ones not written before."""
+def record(stage: Expanded, ledger: Ledger, state: Walk, say: Callable[[str], None]) -> list[Call]:
+    """Write the ladder's records (ledger and RECORD_FILE); the ones not written before. A ladder of another
+    design than the recorded one (other rungs, drift, seeds) is a new ladder: the recorded one's file is kept
+    beside it (`ladder~<digest>.json`), said in one line."""
     rows = [as_row(c) for c in state.calls]
-    before = ledger.study.user_attrs.get(RECORD, [])
-    ledger.study.set_user_attr(RECORD, rows)
     d = design(stage)
     drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
     shown = {"rungs": list(d.rungs), "seeds": list(d.seeds[: d.most]), "grid_seeds": d.first, "prior": d.prior}
-    payload = {
-        "design": shown | {"alpha": d.alpha, "looks": d.looks, "equivalence": d.equivalence},
-        "drift": drift,
-        "records": rows,
-    }
-    atomic_write(
-        stage.sweep_dir / RECORD_FILE, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    )
+    shown |= {"alpha": d.alpha, "looks": d.looks, "equivalence": d.equivalence}
+    path = stage.sweep_dir / RECORD_FILE
+    before = ledger.study.user_attrs.get(RECORD, [])
+    recorded, steps = _recorded_design(path)
+    if recorded is not None and recorded != shown:
+        say(_new_ladder(stage, path, recorded, shown))
+        before, steps = [], {}  # the new ladder's records are all its own
+    steps[stage.base.scale.name] = horizons(stage)
+    ledger.study.set_user_attr(RECORD, rows)
+    payload = {"design": shown | {"steps": steps}, "drift": drift, "records": rows}
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n"))
     return [c for c, row in zip(state.calls, rows, strict=True) if row not in before]
+
+
+def _recorded_design(path: Path) -> tuple[dict[str, Any] | None, dict[str, list[int]]]:
+    """The design a ladder's record names (None: no record), and apart, the steps its rungs train at each scale
+    launched (how its runs are read, not what the ladder is)."""
+    try:
+        shown = json.loads(path.read_text())["design"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, {}
+    steps = shown.get("steps")
+    return {k: v for k, v in shown.items() if k != "steps"}, dict(steps) if isinstance(steps, dict) else {}
+
+
+def _aside(path: Path, shown: dict[str, Any]) -> Path:
+    """Where the record of the ladder of design `shown` is kept while another is the stage's newest."""
+    digest = hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()[:8]
+    return path.with_name(f"{path.stem}~{digest}{path.suffix}")
+
+
+SETTINGS = {
+    "rungs": "stage.rungs",
+    "prior": "stage.drift",
+    "equivalence": "stage.equivalence",
+}  # design entries a launch sets by these names
+
+
+def _new_ladder(stage: Expanded, path: Path, recorded: dict[str, Any], shown: dict[str, Any]) -> str:
+    """Set the recorded ladder's file aside (a ladder of this design recorded before comes back) and say so."""
+    text = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    changed = [
+        f"{SETTINGS.get(k, k)}={text(v)} (recorded: {text(recorded.get(k))})"
+        for k, v in shown.items()
+        if v != recorded.get(k) and k != "looks"  # the looks follow from the rungs and seeds
+    ]
+    aside, back = _aside(path, recorded), _aside(path, shown)
+    os.replace(path, aside)
+    which = f"back to the ladder kept as {back.name}" if back.exists() else "a new ladder"
+    back.unlink(missing_ok=True)
+    return (
+        f"stage {stage.name}: {which}: {'; '.join(changed)}; the recorded one is kept beside it as {aside.name}; "
+        "runs the two share are trained once"
+    )
+
+
+def horizons(stage: Expanded) -> list[int]:
+    """The steps each rung's runs train at the stage's scale (the analysis finds a run's rung by its own steps; a
+    record keeps them per scale, as a runs root may hold a ladder's runs at two)."""
+    first = stage.runs[0].params
+    return [int(stage.run({**first, STEPS: h}).config.cfg.trainer.steps) for h in stage.spec.rungs]
 
 
 def as_row(call: Call) -> dict[str, Any]:

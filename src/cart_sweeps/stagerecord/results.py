@@ -80,7 +80,16 @@ class Results:
             self.occupants[run.run_id] = other
         if trials and not status_of(trials[-1]).is_result:  # running or to retry: its own to train
             return None
-        return next((h for f in self._elsewhere(run) if (h := _held(run, f, scanned=True))), None) or self._moved(run)
+        return self._trained_elsewhere(run) or self._moved(run)
+
+    def trained_since(self, run: Placed) -> Held | None:
+        """The run's result in another stage's folder, looked for afresh: one that stage trained during this
+        launch (it held the run's claim, sweep/claims.py)."""
+        self._by_id8.pop(run.run_dir.parent.parent, None)
+        return self._trained_elsewhere(run)
+
+    def _trained_elsewhere(self, run: Placed) -> Held | None:
+        return next((h for f in self._elsewhere(run) if (h := _held(run, f, scanned=True))), None)
 
     def _elsewhere(self, run: Placed) -> list[Path]:
         """Other stages' folders named for the run's id (`<root>/<stage>/<label>-<id8>`), in path order."""

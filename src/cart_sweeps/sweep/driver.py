@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from cart_sweeps.stagerecord.results import LOCK, Held, Results, standing
 from cart_sweeps.stagerecord.runset import OWNER, SCALE_ATTR, StageRecord, stage_ledgers
 from cart_sweeps.stagerecord.standing import Standing
 from cart_sweeps.status import RunStatus
+from cart_sweeps.sweep.claims import Claims
 from cart_sweeps.sweep.cost import launch_set
 from cart_sweeps.sweep.dataprep import prepare_for
 from cart_sweeps.sweep.expand import Run, Stage
@@ -109,6 +111,8 @@ class StageDriver:
         self.recovered = 0
         self.referenced: list[tuple[Run, Held]] = []
         self.misplaced: list[tuple[Run, str]] = []  # moved or occupied: trained once its folder is put right
+        self.claims = Claims(stage.sweep_dir.parent, stage.name)  # runs this launch trains: no other stage does
+        self.claimed: list[Attempt] = []  # runs another stage's driver trains now: referenced once it ends
         self.results = Results()
         self.outcomes: dict[str, RunSummary] = {}  # run id -> how it ended, where known in this launch
         self.in_flight: set[str] = set()  # run ids taken to run now
@@ -144,6 +148,7 @@ class StageDriver:
             elif job := (self.pool.attach(job_id) if job_id else None):
                 self.attached.append((Attempt(run, trial, reported=reported), job))
                 self.in_flight.add(run.run_id)
+                self.claims.take(run.run_id)  # its job runs already: claimed where no other stage took it meanwhile
             else:
                 self.queue.append(Attempt(run, trial, reported=reported))
         elif where == Standing.DONE:
@@ -157,9 +162,7 @@ class StageDriver:
             self.queue.append(Attempt(run))
         elif where in (Standing.RECOVERED, Standing.REFERENCED):
             assert held is not None
-            attrs = self._attrs(run) | ({"run_dir": str(held.folder), OWNER: held.owner} if held.owner else {})
-            trial = self.ledger.start(run.params, self.rule.dists(run.params), attrs)
-            self.ledger.finish(trial, held.summary, self.objectives)
+            self._record_held(run, held)
             if where == Standing.REFERENCED:
                 self.referenced.append((run, held))
             else:
@@ -167,6 +170,17 @@ class StageDriver:
             self.skipped += 1
         else:  # new, or tried before without a result: this launch tries again
             self.queue.append(Attempt(run))
+
+    def _record_held(self, run: Run, held: Held, trial: Trial | None = None) -> None:
+        """Record a result this launch did not train (its folder's, or another stage's: `owner`) as the run's
+        trial: `trial`, one it started or resumed, else a new one."""
+        where = {"run_dir": str(held.folder), OWNER: held.owner} if held.owner else {}
+        if trial is None:
+            trial = self.ledger.start(run.params, self.rule.dists(run.params), self._attrs(run) | where)
+        else:
+            for key, value in where.items():
+                trial.set_user_attr(key, value)
+        self.ledger.finish(trial, held.summary, self.objectives)
 
     def _attrs(self, run: Run) -> dict[str, Any]:
         """A trial's attributes: who the run is, and why it exists where the stage's seed rule added it (a run
@@ -199,8 +213,8 @@ class StageDriver:
         return None
 
     def _open(self, run_id: str) -> bool:
-        """Whether the run is to run in this launch: queued, or running now."""
-        return run_id in self.in_flight or any(a.run.run_id == run_id for a in self.queue)
+        """Whether the run is to run in this launch: queued, running now, or waited for (another stage trains it)."""
+        return run_id in self.in_flight or any(a.run.run_id == run_id for a in (*self.queue, *self.claimed))
 
     def _outcome(self, run_id: str, label: str) -> RunSummary:
         """How a run ended, for a repeat of it; a run this launch does not run (its folder to put right) failed."""
@@ -225,20 +239,70 @@ class StageDriver:
             self.ledger.finish(trial, summary, self.objectives)
 
     def take(self, n: int) -> list[Attempt]:
+        """Up to `n` runs to start now, each claimed (sweep/claims.py); with nothing running and only runs another
+        stage trains left, it waits for one of them to end."""
         interrupt.raise_if_received()  # a SIGINT/SIGTERM the collector swallowed
+        self._settle_claimed()
         out: list[Attempt] = []
         while len(out) < n:
-            if not self.queue and not out and n >= self.pool.capacity:  # nothing running: a round's results are in
+            idle = not out and n >= self.pool.capacity  # nothing running
+            if not self.queue and idle and not self.claimed:  # a round's results are in
                 self._add_round()
             attempt = self.queue.popleft() if self.queue else self._sampled_attempt()
             if attempt is None:
-                break
+                if not (idle and self.claimed):
+                    break
+                self._wait_for_claimed()
+                continue
+            if not self._claim(attempt):
+                continue
             self.in_flight.add(attempt.run.run_id)
             if attempt.trial is None:
                 run = attempt.run
                 attempt.trial = self.ledger.start(run.params, self.rule.dists(run.params), self._attrs(run))
             out.append(attempt)
         return out
+
+    def _claim(self, attempt: Attempt) -> bool:
+        """Whether this launch trains the run now, claimed (sweep/claims.py); else another stage's driver trains it
+        now (waited for), or trained it since this launch began (referenced)."""
+        run = attempt.run
+        if (holder := self.claims.take(run.run_id)) is not None:
+            self.claimed.append(attempt)
+            print(
+                f"stage {self.stage.name}: {run.label}: {holder} trains it now, waiting for its result "
+                "(referenced, not trained again)",
+                flush=True,
+            )
+            return False
+        if run.run_id not in self.claims.reclaimed or (held := self.results.trained_since(run)) is None:
+            return True
+        self.claims.release(run.run_id)
+        self._record_held(run, held, attempt.trial)
+        self.skipped += 1
+        self._ended(run.run_id, held.summary)
+        print(
+            f"stage {self.stage.name}: {run.label}: done in stage {held.owner}, referenced, not trained again "
+            f"({held.folder})",
+            flush=True,
+        )
+        return False
+
+    def _settle_claimed(self) -> None:
+        """Runs another stage's driver trained whose claim is free now: queued first, so `take` claims each and
+        references what that stage left (it may have failed, or its driver died: then it trains here)."""
+        for attempt in list(self.claimed):
+            if self.claims.take(attempt.run.run_id) is None:
+                self.claimed.remove(attempt)
+                self.queue.appendleft(attempt)
+
+    def _wait_for_claimed(self) -> None:
+        """Nothing runs here: wait until a run another stage trains ends (or its driver dies)."""
+        waiting = len(self.claimed)
+        while len(self.claimed) == waiting:
+            time.sleep(self.pool.poll_s)
+            interrupt.raise_if_received()
+            self._settle_claimed()
 
     def _add_round(self) -> None:
         """Queue the runs the stage's rule adds now (cart_sweeps.rules), each with why; none after a run failed for
@@ -294,6 +358,7 @@ class StageDriver:
         if retry:  # queued before the progress line, which counts it as left
             self.queue.appendleft(Attempt(attempt.run, tries=attempt.tries + 1))
         else:
+            self.claims.release(attempt.run.run_id)
             self._ended(attempt.run.run_id, summary)
         self.progress.finished(attempt.run.label, status, summary, not retry, run_log(attempt.run.run_dir))
         if not retry and not status.is_result:
@@ -305,11 +370,13 @@ class StageDriver:
         refused = RunSummary(RunStatus.REJECTED, error=error)
         self.ledger.finish(attempt.trial, refused, self.objectives)
         self.in_flight.discard(attempt.run.run_id)
+        self.claims.release(attempt.run.run_id)
         self._ended(attempt.run.run_id, refused)
 
     def left(self) -> int:
-        """Runs still to start: those queued, and the new runs a search may still sample (a repeat trains none)."""
-        return len(self.queue) + (self.search.new_runs_left() if self.search else 0)
+        """Runs still to start: those queued or waited for, and the new runs a search may still sample (a repeat
+        trains none)."""
+        return len(self.queue) + len(self.claimed) + (self.search.new_runs_left() if self.search else 0)
 
     def recipes(self) -> list[DictConfig]:
         """The data recipes the runs left read: the stage's own, unless a grid axis varies it (one per
@@ -366,6 +433,8 @@ class StageDriver:
                 )
             except KeyboardInterrupt:
                 interrupted = True
+            finally:
+                self.claims.release_all()
             where = ledger_path(s.sweep_dir, self.sweep.storage) or self.sweep.storage
             self.progress.close(self.skipped, str(where), interrupted)
         if self.repeated:
