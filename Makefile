@@ -8,6 +8,9 @@ TORCH_VERSION ?= 2.13.0
 # the quick demo's readers and the SLURM tests each keep to one worker (tests/conftest.py).
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+# The slow tier's tests wait more (on SLURM's queue, on runs they kill, on stages of several processes): a third
+# worker fills the core a SLURM test leaves idle.
+SLOW_WORKERS ?= 3
 
 .PHONY: help setup demo test test-full pins fuzz lint tables clean gpu-check
 
@@ -29,8 +32,10 @@ demo: setup ## the tiny study end to end on the embedded corpus, ending in table
 test: setup ## the fast tier (~2 min on 2 cores): units, and narrowed stages through the real entry points
 	$(PYTEST) -m "not slow"
 
-test-full: test ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)
-	$(PYTEST) -m slow --durations=20
+# test-full: both tiers read one data cache (tests/conftest.py `data_cache`), so the corpus is tokenized once.
+test-full: setup ## all tests: the fast tier, then the slow one (demo, faults in real stages, SLURM: tests/slurm)
+	export CART_TEST_DATA_CACHE=$$(mktemp -d) && $(PYTEST) -m "not slow" && \
+		$(PY) -m pytest -q -n $(SLOW_WORKERS) --dist loadgroup -m slow --durations=20
 
 pins: ## the third-party ranges at both ends: fresh venvs of the lowest and highest releases run the adapters' tests
 	bash tests/pins/check.sh

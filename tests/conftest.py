@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from stages import run_quick_demo
@@ -53,8 +54,12 @@ def compose():
 
 @pytest.fixture(scope="session")
 def data_cache(tmp_path_factory):
-    """One embedded-corpus cache for the whole session, so its bins are prepared once."""
-    path = tmp_path_factory.mktemp("data-cache")
+    """One embedded-corpus cache, so its bins are prepared once (under the preparer's lock, which makes the others
+    wait): $CART_TEST_DATA_CACHE where set (`make test-full`: both tiers), else the session's, its workers' one."""
+    shared = os.environ.get("CART_TEST_DATA_CACHE")
+    base = tmp_path_factory.getbasetemp()  # a worker's is inside the session's (pytest-xdist)
+    path = Path(shared) if shared else (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "data-cache"
+    path.mkdir(parents=True, exist_ok=True)
     os.environ["CART_SWEEPS_CACHE"] = str(path)
     return path
 
