@@ -353,7 +353,7 @@ def test_a_multirun_without_a_stage_runs_as_an_anonymous_stage_over_the_swept_ke
         cwd=REPO,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    (stage,) = [p.name for p in runs.iterdir()]
+    (stage,) = [p.name for p in runs.iterdir() if not p.name.startswith(".")]  # beside the runs' claims (.claims)
     assert re.fullmatch(r"adhoc-[0-9a-f]{8}", stage) and (runs / stage / "ledger.db").is_file()
     analysis(runs, tmp_path / "out")
     assert sorted(pd.read_csv(tmp_path / "out" / f"runs_{stage}.csv")["R"]) == [2, 4]

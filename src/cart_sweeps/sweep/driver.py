@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from cart_sweeps import interrupt
 from cart_sweeps.collector import long_lived
 from cart_sweeps.config import ConfigError
+from cart_sweeps.options import StageKind
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.rules.rule import WHY
 from cart_sweeps.stagerecord.ledger import REPEAT, Ledger, check_storage, last_number, ledger_path, writing
@@ -414,8 +415,8 @@ class StageDriver:
             lines.append(f"{run.label}: {fix}{others}")
         for line in lines:
             print(f"stage {s.name}: {line}", flush=True)
-        if self.left():  # before the ETA's clock starts
-            prepare_for(s.name, self.recipes())
+        if self.left() and StageKind.of(s.base).trains:  # before the ETA's clock starts; an evaluation reads its
+            prepare_for(s.name, self.recipes())  # source's data, which that source's training prepared
         interrupted = False
         with Progress(s.name, self.left() + len(self.attached), self.sweep.metric, left=self.left) as self.progress:
             for _ in self.attached:
