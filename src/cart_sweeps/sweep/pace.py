@@ -13,7 +13,6 @@ import math
 import os
 import re
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -24,7 +23,11 @@ from statistics import median
 from typing import Any
 
 from omegaconf import DictConfig
+from optuna.trial import TrialState
+from sqlalchemy import create_engine, select
+from sqlalchemy.exc import SQLAlchemyError
 
+from cart_sweeps.adapters.optuna import optuna_tables
 from cart_sweeps.config import ModelConfig
 from cart_sweeps.data.manifest import MANIFEST
 from cart_sweeps.data.recipe import LOCAL_BUILDERS, as_config, recipe_dir, recipe_hash
@@ -146,17 +149,25 @@ def finished_here(runs_root: Path, host: str | None = None) -> list[Finished]:
 
 
 def _completed_trials(ledger: Path) -> list[tuple[str, str, str]]:
-    """(end, launch, run folder) of each completed trial of an Optuna SQLite ledger, read-only."""
+    """(end, launch, run folder) of each completed trial of an Optuna SQLite ledger, read-only, through the tables
+    the ledger reads (adapters/optuna.py)."""
+    trials, attrs = optuna_tables.TrialModel.__table__, optuna_tables.TrialUserAttributeModel.__table__
     query = (
-        "SELECT t.datetime_complete, t.datetime_start, a.value_json FROM trials t JOIN trial_user_attributes a "
-        "ON a.trial_id = t.trial_id AND a.key = 'run_dir' WHERE t.state = 'COMPLETE' "
-        f"ORDER BY t.datetime_complete DESC LIMIT {CALIBRATION_RUNS}"
+        select(trials.c.datetime_complete, trials.c.datetime_start, attrs.c.value_json)
+        .join(attrs, (attrs.c.trial_id == trials.c.trial_id) & (attrs.c.key == "run_dir"))
+        .where(trials.c.state == TrialState.COMPLETE)
+        .order_by(trials.c.datetime_complete.desc())
+        .limit(CALIBRATION_RUNS)
     )
+    engine = create_engine(f"sqlite:///file:{ledger}?mode=ro&uri=true")
     try:
-        with sqlite3.connect(f"{ledger.as_uri()}?mode=ro", uri=True) as db:
-            return [(end, start, json.loads(folder)) for end, start, folder in db.execute(query) if end and start]
-    except (sqlite3.Error, ValueError):
+        with engine.connect() as db:
+            rows = db.execute(query).all()
+    except (SQLAlchemyError, ValueError):
         return []  # not a ledger (yet), or one another version wrote: it calibrates nothing
+    finally:
+        engine.dispose()
+    return [(str(end), str(start), json.loads(folder)) for end, start, folder in rows if end and start]
 
 
 def _finished(run_dir: Path, start: str, complete: str, host: str) -> Finished | None:
