@@ -138,9 +138,11 @@ def p_better(better: Option, worse: Option, noise: Noise, allowance: float = 0.0
     diff, se = gap(better, worse, noise)
     if not noise.measurable or se <= 0:
         return 1.0
-    from scipy import stats  # 2 s to import: only where a decision is computed, not in every driver start
+    # Student's t survival function, the ufunc that scipy.stats.t.sf calls (the same values) without its argument
+    # checks, ~50x its speed: the simulator calls this millions of times. 2 s to import scipy: not at driver start.
+    from scipy.special import stdtr
 
-    return float(stats.t.sf((diff - allowance) / se, noise.df))
+    return float(stdtr(noise.df, -(diff - allowance) / se))
 
 
 def two_sided(opts: Sequence[Option], noise: Noise, allowance: float = 0.0) -> np.ndarray:
@@ -161,9 +163,9 @@ def p_within(better: Option, worse: Option, noise: Noise, margin: float) -> floa
     diff, se = gap(better, worse, noise)
     if not noise.measurable or se <= 0 or margin <= 0:
         return 1.0
-    from scipy import stats  # see p_better
+    from scipy.special import stdtr  # see p_better
 
-    return float(max(stats.t.sf((diff + margin) / se, noise.df), stats.t.cdf((diff - margin) / se, noise.df)))
+    return float(max(stdtr(noise.df, -(diff + margin) / se), stdtr(noise.df, (diff - margin) / se)))
 
 
 @dataclass(frozen=True)
