@@ -85,7 +85,7 @@ LAUNCH_S = 240  # every command ends within this (a search that never ends fails
 CLOSING = re.compile(r"stage (\S+): (\d+) completed, (\d+) failed")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not a module's own: its tests then spread over the workers (tests/conftest.py)
 def corpus(request) -> None:
     """The embedded corpus's cache: the one CART_SWEEPS_CACHE names, else the session's (tokenized once)."""
     if not os.environ.get("CART_SWEEPS_CACHE"):
