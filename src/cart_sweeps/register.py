@@ -38,3 +38,14 @@ def stage_paths(config_dirs: Sequence[Path] = ()) -> list[Path]:
     for folder in config_dirs:
         paths += sorted((folder / "stage").glob("*.yaml"))
     return list(dict.fromkeys(p.resolve() for p in paths))
+
+
+def refuse_shadowing(path: Path) -> None:
+    """A user's stage file named as a shipped one: Hydra would merge it onto the shipped stage stored under that
+    name (automatic schema matching), so the shipped settings would leak into it."""
+    if (SWEEPS_DIR / path.name).is_file():
+        raise ConfigError(
+            f"{path}: a shipped stage is named {path.stem} too (sweeps/{path.name}); rename your file and its name: "
+            f"(stage/my_{path.stem}.yaml, run as stage=my_{path.stem}); `defaults: [{path.stem}, _self_]` in it "
+            "starts from the shipped one"
+        )
