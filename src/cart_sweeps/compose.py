@@ -23,8 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cart_sweeps import collector, stagefile
 from cart_sweeps.config import CONF_DIR, ConfigError
-from cart_sweeps.config_errors import file_mistake
-from cart_sweeps.register import refuse_shadowing, register_configs
+from cart_sweeps.register import file_mistake, refuse_shadowing, register_configs
 from cart_sweeps.text import first_line
 
 T = TypeVar("T")
