@@ -18,7 +18,7 @@ from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_folder, run_label
 from cart_sweeps.options import StageKind
 from cart_sweeps.record.metrics import read_metrics
-from cart_sweeps.record.runfolder import METRICS, RunFolderBusy, owned, read_summary
+from cart_sweeps.record.runfolder import CONFIG, METRICS, RunFolderBusy, owned, read_summary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train.logger import Logged, Logger, wandb_id
 
@@ -47,9 +47,9 @@ def training_runs(stage_dir: Path) -> list[tuple[Path, DictConfig]]:
     """The stage's own training run folders and their configs (not a copy `RUN.bak`, nor an evaluation)."""
     runs = []
     for run_dir in sorted(p for p in stage_dir.iterdir() if p.is_dir()):
-        if not ((run_dir / "config.yaml").is_file() and (run_dir / METRICS).is_file()):
+        if not ((run_dir / CONFIG).is_file() and (run_dir / METRICS).is_file()):
             continue
-        cfg = cast(DictConfig, OmegaConf.load(run_dir / "config.yaml"))
+        cfg = cast(DictConfig, OmegaConf.load(run_dir / CONFIG))
         if StageKind.of(cfg).trains and run_dir == run_folder(stage_dir, run_label(cfg), run_id(cfg)):
             runs.append((run_dir, cfg))
     return runs

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import AFTER_BRANCH, ConfigError, TrainerConfig, keys_with
 from cart_sweeps.data.hashes import stored_sha256
 from cart_sweeps.identity import GROUPS, group_identity, run_id
-from cart_sweeps.record.runfolder import checkpoint_path, read_meta
+from cart_sweeps.record.runfolder import CONFIG, checkpoint_path, read_meta
 from cart_sweeps.schedule import Schedule, schedule_problem, stable_steps
 
 
@@ -34,7 +34,7 @@ def branch_parent(cfg: DictConfig) -> Parent | None:
     folder = Path(t.branch_from)
     key = f"trainer.branch_from={folder}"
     try:
-        saved = cast(DictConfig, OmegaConf.load(folder / "config.yaml"))
+        saved = cast(DictConfig, OmegaConf.load(folder / CONFIG))
     except (OSError, ValueError) as err:
         why = type(err).__name__
         raise ConfigError(f"{key} holds no readable config.yaml ({why}); name a trained run's folder") from None
