@@ -1,5 +1,5 @@
 """What Hydra and OmegaConf must know before composing (the schema, the shipped stages, a resolver): registered
-by whatever composes, never at import."""
+by whatever composes, never at import; and a config file's mistake as the one line a user reads."""
 
 from __future__ import annotations
 
