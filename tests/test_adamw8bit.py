@@ -14,7 +14,7 @@ from cart_sweeps.model import build_model
 from cart_sweeps.run import Trainer, execute
 from cart_sweeps.train import checkpoint as ckpt
 from cart_sweeps.train.eightbit import adamw8bit_problem
-from cart_sweeps.train.optim import build_optimizer
+from cart_sweeps.train.setup import build_optimizer
 
 bnb = pytest.importorskip("bitsandbytes")
 CPU = torch.device("cpu")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from optuna.trial import TrialState
-from stages import env, trials, with_fault
+from stages import env, trials, user_stage, with_fault
 
 from cart_sweeps.compose import CONFIG_NAME_ENV, SEARCHPATH_ENV, compose_config, parse_overrides, use_config_sources
 from cart_sweeps.config import ConfigError
@@ -413,3 +413,29 @@ def test_what_configs_and_code_point_at_lies_inside_the_repository():
         if not (REPO / p).parent.joinpath(r).resolve().is_relative_to(REPO)
         or not ((REPO / r).is_file() or (REPO / p).parent.joinpath(r).is_file())
     ] == []
+
+
+def test_a_stage_file_named_as_a_shipped_stage_is_refused_in_one_line(tmp_path):
+    """DIR/stage/lr.yaml was merged onto the shipped sweeps/lr.yaml (Hydra's automatic schema matching): the
+    shipped search range leaked into the user's grid stage, which then trained runs it never asked for."""
+    cfg = user_stage(tmp_path, "name: lr\ngrid:\n  model.n_loops: [1, 2]\nrecipe:\n  model.d_model: 32\n")
+    args = ["--config-dir", str(cfg), "stage=lr", "scale=tiny", "model.n_prelude=1", "trainer.steps=2"]
+    proc = cli("cart_sweeps", *args, "launcher.slots=2", runs=tmp_path, timeout=300)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr[-3000:]
+    assert proc.stderr == (
+        f"error: {cfg / 'stage' / 'lr.yaml'}: a shipped stage is named lr too (sweeps/lr.yaml); rename your file "
+        "and its name: (stage/my_lr.yaml, run as stage=my_lr); `defaults: [lr, _self_]` in it starts from the "
+        "shipped one\n"
+    )
+    assert not (tmp_path / "lr").exists()
+
+
+def test_a_stage_file_may_start_from_a_shipped_stage(monkeypatch, tmp_path):
+    """docs/commands.md: `defaults: [lr, _self_]` in DIR/stage/mine.yaml is the shipped lr with mine's settings."""
+    cfg = user_stage(tmp_path, "name: mine\ndefaults: [lr, _self_]\nrecipe:\n  model.d_model: 256\n")
+    monkeypatch.setenv(SEARCHPATH_ENV, "[]")
+    use_config_sources(str(cfg), None, [])
+    stage = compose_config(["stage=mine"]).stage
+    shipped = yaml.safe_load((Path(__file__).parents[1] / "sweeps" / "lr.yaml").read_text())
+    assert stage.name == "mine" and stage.search == shipped["search"]
+    assert stage.recipe == {**shipped["recipe"], "model.d_model": 256}

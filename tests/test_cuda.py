@@ -13,7 +13,7 @@ import torch
 from cart_sweeps.bench import bench
 from cart_sweeps.compose import compose_config
 from cart_sweeps.model import build_model
-from cart_sweeps.train.optim import build_optimizer
+from cart_sweeps.train.setup import build_optimizer
 
 
 def needs_gpu(test):

@@ -26,7 +26,7 @@ from cart_sweeps.compose import compose_config
 from cart_sweeps.model import build_model
 from cart_sweeps.run import execute
 from cart_sweeps.train.loop import train_step
-from cart_sweeps.train.optim import build_optimizer
+from cart_sweeps.train.setup import build_optimizer
 
 _spec = importlib.util.spec_from_file_location("golden_make", Path(__file__).parent / "fixtures/golden/make.py")
 golden = importlib.util.module_from_spec(_spec)

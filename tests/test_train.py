@@ -26,7 +26,7 @@ from cart_sweeps.model import build_model
 from cart_sweeps.run import execute
 from cart_sweeps.schedule import Schedule
 from cart_sweeps.train.logger import NOT_RECORDED, check_credentials, wandb_id
-from cart_sweeps.train.optim import build_optimizer
+from cart_sweeps.train.setup import build_optimizer
 
 TINY = ["scale=tiny", "trainer.steps=40", "trainer.eval_every=20", "trainer.ckpt_every=10", "trainer.log_every=5"]
 # Timing fields differ between two runs of the same config; everything else must not.

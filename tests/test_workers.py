@@ -175,7 +175,7 @@ def test_a_worker_preloads_what_its_stages_runs_import():
     assert preloads(compose_config(["stage=variable_r", "scale=tiny", "harness.tasks=[]"])) == ()
     code = (
         "import sys, torch; from cart_sweeps.compose import compose_config; from cart_sweeps.model import build_model\n"
-        "from cart_sweeps.train.optim import build_optimizer\n"
+        "from cart_sweeps.train.setup import build_optimizer\n"
         "cfg = compose_config(['scale=tiny']); model = build_model(cfg.model)\n"
         "with torch.no_grad(): model(torch.zeros(1, 8, dtype=torch.long))\n"
         "evaluated = 'torch._dynamo' in sys.modules\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import re
 import shlex
 import sys
@@ -19,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override, ValueType
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps import collector, completion, interrupt
+from cart_sweeps import collector, interrupt
 from cart_sweeps.adapters.hydra import hydra_args_parser, run_app
 from cart_sweeps.compose import compose_config, parse_overrides, quote_stage, use_config_sources
 from cart_sweeps.composer import Composer
@@ -33,6 +34,45 @@ from cart_sweeps.validate import check_interpolations, check_settings
 
 PLUGINS = "cart_sweeps"  # the name of the project's sweeper and launcher in hydra/sweeper, hydra/launcher
 HYDRA_PLUGIN_GROUPS = ("hydra/sweeper", "hydra/launcher")
+
+# Shell completion (`-sc install=bash`): Hydra's own script completes `python FILE.py` only, so this one
+# recognises `python -m cart_sweeps` and `cart-sweeps` alike and asks Hydra's query (`-sc query=bash`).
+COMPLETE_FUNCTION = "_cart_sweeps_complete"
+COMPLETED_COMMANDS = "python python3 cart-sweeps"
+
+COMPLETION_INSTALL = f"""\
+{COMPLETE_FUNCTION}() {{
+    local words=($COMP_LINE) helper
+    if [[ "${{words[0]}}" == *cart-sweeps ]]; then
+        helper="${{words[0]}}"
+    elif [[ "${{words[0]}}" == *python* && "${{words[1]}}" == -m && "${{words[2]}}" == cart_sweeps ]]; then
+        helper="${{words[0]}} -m cart_sweeps"
+    else
+        return  # any other python command: the shell's default completion
+    fi
+    local choices
+    choices=$(COMP_POINT=$COMP_POINT COMP_LINE=$COMP_LINE $helper -sc query=bash 2>/dev/null)
+    COMPREPLY=($(compgen -o nospace -o default -W "$choices" -- "${{words[$COMP_CWORD]}}"))
+}}
+COMP_WORDBREAKS=${{COMP_WORDBREAKS//=}}
+complete -o nospace -o default -F {COMPLETE_FUNCTION} {COMPLETED_COMMANDS}"""
+COMPLETION_UNINSTALL = f"complete -r {COMPLETED_COMMANDS} 2>/dev/null; unset -f {COMPLETE_FUNCTION}"
+
+_MODULE_LINE = re.compile(r"^\s*\S*python[\d.]*\s+-m\s+cart_sweeps(?=\s|$)")
+
+
+def completion_script(overrides: list[str]) -> str | None:
+    """The script for `-sc install=bash|zsh` or `uninstall=...`; None for what Hydra answers itself (queries)."""
+    scripts = {"install": COMPLETION_INSTALL, "uninstall": COMPLETION_UNINSTALL}
+    return next((scripts[a] for a in (o.partition("=")[0] for o in overrides) if a in scripts), None)
+
+
+def name_the_program_once() -> None:
+    """`python -m cart_sweeps ARGS` -> `cart_sweeps ARGS` in COMP_LINE: Hydra's query strips one word as the
+    program (or `python FILE`), and would read `-m cart_sweeps` as overrides."""
+    line = os.environ.get("COMP_LINE", "")
+    if _MODULE_LINE.match(line):
+        os.environ["COMP_LINE"] = _MODULE_LINE.sub("cart_sweeps", line, count=1)
 
 
 def train(cfg: DictConfig) -> None:
@@ -189,10 +229,10 @@ def main() -> None:
         register_configs()  # before Hydra's own flags read the config store; a stage file's mistake is one line
         ns = parse(sys.argv[1:])  # the command's one argparse pass: its overrides as typed
         if ns.shell_completion:
-            if (script := completion.script(ns.overrides)) is not None:
+            if (script := completion_script(ns.overrides)) is not None:
                 print(script)
                 return
-            completion.name_the_program_once()
+            name_the_program_once()
         parsed = parse_overrides(ns.overrides)  # each override through the grammar once: every reader shares it
         use_config_sources(ns.config_dir, ns.config_name, parsed)
         stage = named_stage(parsed)

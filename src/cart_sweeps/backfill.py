@@ -17,8 +17,10 @@ from cart_sweeps.compose import run_cli
 from cart_sweeps.identity import run_id
 from cart_sweeps.naming import run_folder, run_label
 from cart_sweeps.options import StageKind
-from cart_sweeps.record.runfolder import METRICS, RunFolderBusy, owned, read_summary
+from cart_sweeps.record.metrics import read_metrics
+from cart_sweeps.record.runfolder import CONFIG, METRICS, RunFolderBusy, owned, read_summary
 from cart_sweeps.status import RunStatus
+from cart_sweeps.train.logger import Logged, Logger, wandb_id
 
 CLAIM = ".backfill.lock"  # a run folder's backfill claim (its training holds the folder's own lock)
 
@@ -45,9 +47,9 @@ def training_runs(stage_dir: Path) -> list[tuple[Path, DictConfig]]:
     """The stage's own training run folders and their configs (not a copy `RUN.bak`, nor an evaluation)."""
     runs = []
     for run_dir in sorted(p for p in stage_dir.iterdir() if p.is_dir()):
-        if not ((run_dir / "config.yaml").is_file() and (run_dir / METRICS).is_file()):
+        if not ((run_dir / CONFIG).is_file() and (run_dir / METRICS).is_file()):
             continue
-        cfg = cast(DictConfig, OmegaConf.load(run_dir / "config.yaml"))
+        cfg = cast(DictConfig, OmegaConf.load(run_dir / CONFIG))
         if StageKind.of(cfg).trains and run_dir == run_folder(stage_dir, run_label(cfg), run_id(cfg)):
             runs.append((run_dir, cfg))
     return runs
@@ -109,6 +111,32 @@ def logged_at(run_dir: Path, rows: list[dict[str, Any]], cfg: DictConfig) -> lis
     else:
         since = (run_dir / METRICS).stat().st_mtime - elapsed
     return [since + t for t in times]
+
+
+Rows = list[tuple[dict[str, Any], float]]  # metrics.jsonl rows, each with when it was logged (Unix time)
+
+
+def missing(run_dir: Path, cfg: DictConfig, where: Path) -> tuple[Logged | None, Rows, str] | None:
+    """What the dashboard recording itself at `where` in the run folder lacks of it: its record (None: nothing of
+    this run), the rows past it and how the run ended; None where it holds them all."""
+    rows, status = read_metrics(run_dir / METRICS), run_status(run_dir)
+    before = Logged.read(run_dir, where)
+    if before is not None and before.id != wandb_id(cfg):
+        before = None  # another config's record (the folder was reused): it holds nothing of this run yet
+    if before is not None and before.writing is None and before.status == status:
+        if before.step >= max((row["step"] for row in rows), default=0):
+            return None
+    done = before.step if before is not None else 0
+    at = logged_at(run_dir, rows, cfg)
+    return before, [(row, t) for row, t in zip(rows, at, strict=True) if row["step"] > done], status
+
+
+def write_rows(logger: Logger, rows: Rows, status: str) -> int:
+    """Log `rows` at their own times, then the run's ending; how many rows."""
+    for row, at in rows:
+        logger.log(row, row["step"], at)
+    logger.finish(status)
+    return len(rows)
 
 
 def main_of(module: str, backfill: Callable[[list[str]], Backfill], usage: str, argv: list[str] | None) -> None:

@@ -23,8 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cart_sweeps import collector, stagefile
 from cart_sweeps.config import CONF_DIR, ConfigError
-from cart_sweeps.config_errors import file_mistake
-from cart_sweeps.register import register_configs
+from cart_sweeps.register import file_mistake, refuse_shadowing, register_configs
 from cart_sweeps.text import first_line
 
 T = TypeVar("T")
@@ -107,6 +106,7 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
     register_configs()
     for path in user_stage_files(overrides):
         stagefile.check(path)  # a FIFO, an alias bomb, a YAML mistake: one line, before Hydra reads it
+        refuse_shadowing(path)
     GlobalHydra.instance().clear()
     name = os.environ.get(CONFIG_NAME_ENV, "config")  # the user's folders: hydra_plugins/.../searchpath.py
     try:

@@ -1,5 +1,5 @@
 """One run: train (or resume, or skip) a composed config in its run folder, or evaluate one (an evaluate
-stage's run, cart_sweeps.evaluate), and record how it ended: a divergence as status diverged, an error as
+stage's run: variable-R inference), and record how it ended: a divergence as status diverged, an error as
 status failed with error.log (then raised); only a config problem (ConfigError) raises before anything is written.
 """
 
@@ -15,8 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps import interrupt
 from cart_sweeps.config import ConfigError
+from cart_sweeps.data.hashes import file_sha256
 from cart_sweeps.data.loader import load_prepared, train_batch
-from cart_sweeps.evaluate import evaluate_run
 from cart_sweeps.identity import run_id
 from cart_sweeps.model import train_flops_per_token
 from cart_sweeps.naming import run_label
@@ -27,7 +27,9 @@ from cart_sweeps.record.runfolder import (
     METRICS,
     atomic_write,
     base_summary,
+    checkpoint_path,
     owned,
+    read_meta,
     read_summary,
     with_source,
     write_summary,
@@ -36,11 +38,12 @@ from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.schedule import Schedule
 from cart_sweeps.status import RunStatus
 from cart_sweeps.train import checkpoint as ckpt
+from cart_sweeps.train.checkpoint import load_trained
 from cart_sweeps.train.logger import Logger, make_logger
 from cart_sweeps.train.loop import Diverged, evaluate_sets, raise_if_diverged, train_step
 from cart_sweeps.train.metrics import MetricsLog, environment, mfu, peak_mem_mb
 from cart_sweeps.train.progress import RunProgress
-from cart_sweeps.train.setup import build_state, configure_torch
+from cart_sweeps.train.setup import build_state, configure_torch, pick_device
 from cart_sweeps.validate import validate
 
 
@@ -94,7 +97,7 @@ def _held_run(run_dir: Path) -> RunSummary | None:
         pass
     for path in reversed(ckpt.list_checkpoints(run_dir)):
         try:
-            meta = ckpt.read_meta(path)
+            meta = read_meta(path)
             return RunSummary(RunStatus.RUNNING, run_id=meta.get("run_id"), label=meta.get("label"))
         except (OSError, ValueError):
             continue
@@ -319,3 +322,45 @@ class Trainer:
             self.logger.finish(status)
             self.progress.close()
         return self.summary
+
+
+def evaluate_run(cfg: DictConfig, run_dir: Path) -> RunSummary:
+    """Evaluate the checkpoint `evaluated` names at R = stage.eval_n_loops (perplexity, and `harness.tasks`)."""
+    started = time.perf_counter()
+    device = pick_device(cfg.trainer.device)
+    source, step = Path(cfg.stage.source), cfg.evaluated.step
+    path = checkpoint_path(source, step)
+    if file_sha256(path) != cfg.evaluated.sha256:  # the bytes themselves: a damaged copy, a file replaced
+        raise ConfigError(
+            f"stage.source: {path} is not the checkpoint its run saved (its sha256 differs); relaunch the source "
+            "run so it rewrites it (remove its summary.json first)"
+        )
+    model, _ = load_trained(source, cfg.model, device, "stage.source", step)
+    r, summary, data = cfg.stage.eval_n_loops, base_summary(cfg), load_prepared(cfg.data)
+    metrics = evaluate_sets(model, data, cfg.trainer, device, n_loops=r)
+    summary.update(
+        {
+            "status": RunStatus.COMPLETED,
+            "step": step,
+            "eval_n_loops": r,
+            "trained_n_loops": cfg.model.n_loops,
+            "source": str(source),
+            "evaluated": OmegaConf.to_container(cfg.evaluated),
+            "data_sha256": data.digests,
+            "rho": model.rho(),
+            **metrics,
+        }
+    )
+    try:
+        raise_if_diverged(metrics, f"at R={r}")
+    except Diverged as err:
+        summary.status, summary.error = RunStatus.DIVERGED, str(err)
+    if cfg.harness.tasks and summary.status == RunStatus.COMPLETED:
+        from cart_sweeps.harness.bench import run_benchmarks  # lm-eval takes seconds to import: only when asked
+
+        h, shots = cfg.harness, cfg.stage.num_fewshot
+        summary.details["num_fewshot"] = shots
+        summary.update(run_benchmarks(source, r, list(h.tasks), run_dir, shots, h.limit, h.batch_size, step))
+    summary.wall_time_s = time.perf_counter() - started  # its own time, as a training run records it
+    write_summary(run_dir, summary)
+    return summary

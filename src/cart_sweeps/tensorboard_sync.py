@@ -11,12 +11,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from cart_sweeps.backfill import Backfill, backfill_stage, logged_at, main_of, run_status
+from cart_sweeps.backfill import Backfill, backfill_stage, main_of, missing, write_rows
 from cart_sweeps.compose import compose_config
 from cart_sweeps.naming import runs_of_named_stage
-from cart_sweeps.record.metrics import read_metrics
-from cart_sweeps.record.runfolder import METRICS
-from cart_sweeps.train.logger import TB_LOGGED, Logged, wandb_id
+from cart_sweeps.train.logger import TB_LOGGED
 from cart_sweeps.train.tensorboard import TensorBoardLogger
 
 USAGE = """usage: python -m cart_sweeps.tensorboard_sync backfill stage=<name> [OVERRIDE ...]
@@ -31,20 +29,10 @@ time: it writes only what the event files do not hold yet. Then view the stage:
 
 def backfill_run(run_dir: Path, cfg: DictConfig) -> int | None:
     """Write what the run's event files lack of its folder; the rows written, or None where they hold them all."""
-    rows, status, id_ = read_metrics(run_dir / METRICS), run_status(run_dir), wandb_id(cfg)
-    last = max((row["step"] for row in rows), default=0)
-    before = Logged.read(run_dir, TB_LOGGED)
-    if before is not None and before.id != id_:
-        before = None  # another config's record (the folder was reused): its events hold nothing of this run
-    if before is not None and before.step >= last and before.status == status:
+    if (todo := missing(run_dir, cfg, TB_LOGGED)) is None:
         return None
-    done = before.step if before is not None else 0
-    logger = TensorBoardLogger(cfg, run_dir)
-    new = [(row, at) for row, at in zip(rows, logged_at(run_dir, rows, cfg), strict=True) if row["step"] > done]
-    for row, at in new:
-        logger.log(row, row["step"], at)
-    logger.finish(status)
-    return len(new)
+    _, rows, status = todo
+    return write_rows(TensorBoardLogger(cfg, run_dir), rows, status)
 
 
 def backfill(overrides: list[str]) -> Backfill:

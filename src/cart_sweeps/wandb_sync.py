@@ -13,13 +13,11 @@ from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from cart_sweeps.backfill import Backfill, backfill_stage, logged_at, main_of, run_status
+from cart_sweeps.backfill import Backfill, backfill_stage, main_of, missing, write_rows
 from cart_sweeps.compose import compose_config
 from cart_sweeps.config import ConfigError
 from cart_sweeps.naming import runs_of_named_stage
-from cart_sweeps.record.metrics import read_metrics
-from cart_sweeps.record.runfolder import METRICS
-from cart_sweeps.train.logger import Logged, WandbLogger, wandb_id
+from cart_sweeps.train.logger import LOGGED, Logged, WandbLogger
 
 USAGE = """usage: python -m cart_sweeps.wandb_sync backfill stage=<name> [OVERRIDE ...]
 
@@ -38,31 +36,23 @@ NEEDS_FREE = 1024 * 1024  # bytes free to start a run's W&B run (a 6-step tiny r
 def backfill_run(run_dir: Path, cfg: DictConfig, logger_cfg: DictConfig) -> int | None:
     """Write what the run's W&B run lacks of its folder; the rows written, or None where it holds them all."""
     cfg.logger = logger_cfg
-    rows, status, id_ = read_metrics(run_dir / METRICS), run_status(run_dir), wandb_id(cfg)
-    last = max((row["step"] for row in rows), default=0)
-    before = Logged.read(run_dir)
-    if before is not None and before.id != id_:
-        before = None  # another config's record (the folder was reused): this run's W&B run holds nothing yet
+    if (todo := missing(run_dir, cfg, LOGGED)) is None:
+        return None
+    before, rows, status = todo
     if before is not None and before.writing is not None:  # a backfill cut off while writing it
         shutil.rmtree(before.writing, ignore_errors=True)
-    if before is not None and before.writing is None and before.step >= last and before.status == status:
-        return None
-    done = before.step if before is not None else 0
     if (free := shutil.disk_usage(run_dir).free) < NEEDS_FREE:
         raise ConfigError(_full(run_dir, f"{free // 1024} KB free"))
     logger = WandbLogger(cfg, run_dir)
     try:
-        Logged(id_, done, before.status if before else "", writing=str(logger.folder)).write(run_dir)
-        new = [(row, at) for row, at in zip(rows, logged_at(run_dir, rows, cfg), strict=True) if row["step"] > done]
-        for row, at in new:
-            logger.log(row, row["step"], at)
-        logger.finish(status)
+        done, was = (before.step, before.status) if before else (0, "")
+        Logged(logger.id, done, was, writing=str(logger.folder)).write(run_dir)
+        return write_rows(logger, rows, status)
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         shutil.rmtree(logger.folder, ignore_errors=True)  # no half-written offline run is left behind
         raise ConfigError(_full(run_dir, err.strerror)) from err
-    return len(new)
 
 
 def _full(run_dir: Path, why: str | None) -> str:

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from cart_sweeps.config import ConfigError
-from cart_sweeps.data.errors import DataError
 
 USAGE = """\
 Score a trained run on lm-eval tasks: lm-eval's own command line, with --model cart the default.
@@ -68,7 +67,7 @@ def main() -> None:
         if "include_path" in args:  # run, ls and validate: ours first, the user's after (theirs win a name clash)
             args.include_path = [str(TASKS_DIR), *([args.include_path] if args.include_path else [])]
         parser.execute(args)
-    except (ConfigError, DataError) as err:  # a user mistake: one line, no traceback
+    except ConfigError as err:  # a user mistake (a DataError among them): one line, no traceback
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
 

@@ -12,9 +12,9 @@ from lm_eval.tasks import TaskManager
 
 from cart_sweeps.harness import TASKS_DIR
 from cart_sweeps.harness.model import CartLM
+from cart_sweeps.metric import BENCH
 
 RESULTS_DIR = "lm_eval"  # in the evaluating run's folder: lm-eval's own results_<time>.json
-PREFIX = "bench_"
 
 
 def summary_metrics(results: dict[str, Any]) -> dict[str, float]:
@@ -26,7 +26,7 @@ def summary_metrics(results: dict[str, Any]) -> dict[str, float]:
             metric, _, filt = key.partition(",")
             if not filt or metric.endswith("_stderr") or not isinstance(value, int | float):
                 continue
-            out[f"{PREFIX}{task}_{metric}" + ("" if filt == "none" else f"_{filt}")] = float(value)
+            out[f"{BENCH}_{task}_{metric}" + ("" if filt == "none" else f"_{filt}")] = float(value)
     return out
 
 
@@ -47,9 +47,6 @@ def run_benchmarks(
     limit: int | None = None,
     batch_size: int = 8,
     step: int | None = None,
-    # 0: no standard errors. lm-eval bootstraps perplexity's in a multiprocessing.Pool whose exit SIGTERMs its
-    # forked workers, and a submitit job's workers inherit its SIGTERM bypass: the run would hang there.
-    bootstrap_iters: int = 0,
 ) -> dict[str, float]:
     """`source`'s checkpoint at `step` (None: its newest) at R = `n_loops` on `tasks`, into `out_dir`/lm_eval."""
     lm = CartLM(run_dir=str(source), n_loops=n_loops, batch_size=batch_size, step=step)
@@ -61,7 +58,9 @@ def run_benchmarks(
         limit=limit,
         task_manager=task_manager(tasks),
         evaluation_tracker=tracker,
-        bootstrap_iters=bootstrap_iters,
+        # 0: no standard errors. lm-eval bootstraps perplexity's in a multiprocessing.Pool whose exit SIGTERMs its
+        # forked workers, and a submitit job's workers inherit its SIGTERM bypass: the run would hang there.
+        bootstrap_iters=0,
     )
     tracker.save_results_aggregated(results=results, samples=None)
     return summary_metrics(results)

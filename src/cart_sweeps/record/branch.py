@@ -5,7 +5,6 @@ to the branch step (docs/wsd.md), differing only in what shapes the decay after 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -15,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from cart_sweeps.config import AFTER_BRANCH, ConfigError, TrainerConfig, keys_with
 from cart_sweeps.data.hashes import stored_sha256
 from cart_sweeps.identity import GROUPS, group_identity, run_id
-from cart_sweeps.record.runfolder import checkpoint_path
+from cart_sweeps.record.runfolder import CONFIG, checkpoint_path, read_meta
 from cart_sweeps.schedule import Schedule, schedule_problem, stable_steps
 
 
@@ -35,7 +34,7 @@ def branch_parent(cfg: DictConfig) -> Parent | None:
     folder = Path(t.branch_from)
     key = f"trainer.branch_from={folder}"
     try:
-        saved = cast(DictConfig, OmegaConf.load(folder / "config.yaml"))
+        saved = cast(DictConfig, OmegaConf.load(folder / CONFIG))
     except (OSError, ValueError) as err:
         why = type(err).__name__
         raise ConfigError(f"{key} holds no readable config.yaml ({why}); name a trained run's folder") from None
@@ -69,7 +68,7 @@ def checkpoint_problem(folder: Path, step: int, parent_id: str) -> str | None:
     that no longer match the sha256 its meta recorded), checked as a resume checks its own."""
     path = checkpoint_path(folder, step)
     try:
-        meta = json.loads(path.with_suffix(".json").read_text())
+        meta = read_meta(path)
         digest = stored_sha256(path)
     except (OSError, ValueError):
         kept = sorted(int(p.stem.removeprefix("step_")) for p in path.parent.glob("step_*.json"))

@@ -72,10 +72,15 @@ def checkpoint_path(run_dir: Path, step: int) -> Path:
     return run_dir / CKPT_DIR / f"step_{step:07d}.pt"
 
 
+def read_meta(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON meta (its run, step and sha256), readable without torch."""
+    return json.loads(path.with_suffix(".json").read_text())
+
+
 def checkpoint_digest(path: Path) -> str:
     """The checkpoint's sha256: its meta's (written at save time), else hashed once per file version."""
     with contextlib.suppress(OSError, ValueError, KeyError):
-        return str(json.loads(path.with_suffix(".json").read_text())["sha256"])
+        return str(read_meta(path)["sha256"])
     return stored_sha256(path)
 
 

@@ -18,7 +18,7 @@ from cart_sweeps.data.hashes import file_sha256
 from cart_sweeps.model import build_model
 from cart_sweeps.model.cart import CART
 from cart_sweeps.model.dense import Dense
-from cart_sweeps.record.runfolder import CKPT_DIR, atomic_write, checkpoint_path
+from cart_sweeps.record.runfolder import CKPT_DIR, atomic_write, checkpoint_path, read_meta
 
 CORRUPT = ".corrupt"
 
@@ -72,10 +72,6 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoints (a .pt with its .json meta), oldest first."""
     folder = run_dir / CKPT_DIR
     return sorted(p for p in folder.glob("step_*.pt") if p.with_suffix(".json").exists())
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    return json.loads(path.with_suffix(".json").read_text())
 
 
 def _kept(path: Path) -> bool:

@@ -1,17 +1,19 @@
 """What training needs before its first step, built one way for the trainer and the bench (so a bench figure
-is a figure of the real run): torch settings, device, precision, the seeded step-0 model, optimizer, schedule."""
+is a figure of the real run): torch settings, device, precision, the seeded step-0 model, the paper's optimizer
+(AdamW, or bitsandbytes AdamW8bit) and its schedule (`schedule.Schedule`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from cart_sweeps.config import ConfigError
+from cart_sweeps.config import ConfigError, TrainerConfig
 from cart_sweeps.model import build_model
-from cart_sweeps.train.optim import build_optimizer, build_scheduler
+from cart_sweeps.schedule import Schedule
+from cart_sweeps.train.eightbit import adamw8bit_problem
 
 if TYPE_CHECKING:
     from cart_sweeps.model import LanguageModel
@@ -57,6 +59,37 @@ COMPILE_MIN_STEPS = 1000
 def compiles(cfg: DictConfig, device: torch.device) -> bool:
     """trainer.compile, where null means: when the run has at least COMPILE_MIN_STEPS steps."""
     return cfg.trainer.steps >= COMPILE_MIN_STEPS if cfg.trainer.compile is None else cfg.trainer.compile
+
+
+def param_groups(model: LanguageModel, t: TrainerConfig) -> list[dict]:
+    """Weight decay on every parameter (the paper), or all but the model's no-decay set (corrected)."""
+    params = dict(model.named_parameters())
+    if t.decay_all:
+        return [{"params": list(params.values()), "weight_decay": t.weight_decay, "names": list(params)}]
+    spared = model.no_decay_names()
+    decayed = [n for n in params if n not in spared]
+    kept = [n for n in params if n in spared]
+    return [
+        {"params": [params[n] for n in decayed], "weight_decay": t.weight_decay, "names": decayed},
+        {"params": [params[n] for n in kept], "weight_decay": 0.0, "names": kept},
+    ]
+
+
+def build_optimizer(model: LanguageModel, t: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:
+    groups = param_groups(model, t)
+    kwargs: dict[str, Any] = {"lr": t.lr, "betas": tuple(t.betas)}
+    if t.optimizer == "adamw8bit":
+        if problem := adamw8bit_problem(cuda=device.type == "cuda"):
+            raise ConfigError(problem)
+        import bitsandbytes as bnb
+
+        return bnb.optim.AdamW8bit(groups, **kwargs)
+    return torch.optim.AdamW(groups, fused=True, **kwargs)  # one kernel per step, on CUDA and (torch >= 2.4) the CPU
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, t: TrainerConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    schedule = Schedule.of(t)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.lr_at(step) / schedule.lr)
 
 
 class TrainState(NamedTuple):

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 from cart_sweeps.compose import compose_config, run_cli
-from cart_sweeps.data.errors import DataError
 from cart_sweeps.data.manifest import MANIFEST
 from cart_sweeps.data.prepare import prepare
 
@@ -30,12 +28,7 @@ examples:
 
 def _main(args: list[str]) -> Path:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = compose_config(args)
-    try:
-        folder = prepare(cfg.data)
-    except DataError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    folder = prepare(compose_config(args).data)  # a DataError is a ConfigError: run_cli's one line, exit 2
     manifest = json.loads((folder / MANIFEST).read_text())
     val = ", ".join(f"{k} {v['tokens']:,}" for k, v in manifest["validation"].items())
     print(
