@@ -285,21 +285,11 @@ def simulate(reps: int, sd: float = 0.005, seed: int = 0, designs: dict[str, Des
             Row(kind, "bound", nan, nan, nan, nan, floor_cost / base, 1.0 if math.isfinite(floor_cost) else nan)
         )
         for label in ["fixed (equal)", "fixed (zoom)", "fixed (paper)", "seeds", *chosen]:
-            outcomes = runs[label]
-            n = len(outcomes)
-            cost = float(np.mean([o.cost for o in outcomes]))
-            rows.append(
-                Row(
-                    kind,
-                    label,
-                    sum(o.right for o in outcomes) / n,
-                    sum(o.equivalent and not o.false for o in outcomes) / n,
-                    sum(not o.decided for o in outcomes) / n,
-                    sum(o.false for o in outcomes) / n,
-                    cost / base,
-                    cost / floor_cost if math.isfinite(floor_cost) else math.nan,
-                )
-            )
+            got = runs[label]
+            shares = np.mean([[o.right, o.equivalent and not o.false, not o.decided, o.false] for o in got], axis=0)
+            cost = float(np.mean([o.cost for o in got]))
+            over = cost / floor_cost if math.isfinite(floor_cost) else nan
+            rows.append(Row(kind, label, *map(float, shares), cost / base, over))
     return rows
 
 
