@@ -262,13 +262,7 @@ def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Wal
         live = {g: m for g, m in members[k].items() if g not in out.ended}
         if not live:
             break
-        out.wants += [
-            Want(k, g, c, s, f"rung {k + 1} ({horizon} steps): grid seed")
-            for g, m in live.items()
-            for c in m
-            for s in design.seeds[: design.first]
-            if s not in data.get((k, g, c), {})
-        ]
+        out.wants += _grid_seeds(design, k, live, data, "grid seed")
         if out.wants:
             return out
         drift = out.drift[k] = _drift(design, k, members, data)
@@ -291,17 +285,18 @@ def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Wal
                 out.ended[g] = (k, j)
             else:
                 members[k + 1][g] = list(j.kept)
-        promoted = [
-            Want(k + 1, g, c, s, f"rung {k + 2} ({design.rungs[k + 1]} steps): promoted from rung {k + 1}")
-            for g, m in members[k + 1].items()
-            for c in m
-            for s in design.seeds[: design.first]
-            if s not in data.get((k + 1, g, c), {})
-        ] if k < last else []  # fmt: skip
+        promoted = _grid_seeds(design, k + 1, members[k + 1], data, f"promoted from rung {k + 1}") if k < last else []
         if seeding:
             out.wants += seeding + promoted
             return out
     return out
+
+
+def _grid_seeds(design: Design, k: int, groups: Mapping[Any, Sequence[Any]], data: Data, why: str) -> list[Want]:
+    """The grid's seeds rung k lacks of each configuration in `groups`."""
+    lacking = [(g, c, s) for g, m in groups.items() for c in m for s in design.seeds[: design.first]]
+    where = f"rung {k + 1} ({design.rungs[k]} steps)"
+    return [Want(k, g, c, s, f"{where}: {why}") for g, c, s in lacking if s not in data.get((k, g, c), {})]
 
 
 def _open(j: Judged) -> str:
