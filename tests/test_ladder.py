@@ -111,13 +111,13 @@ def test_the_ladder_decides_a_clear_reversal(few):
 
 @pytest.mark.slow
 def test_the_ladder_against_the_fixed_design_over_many_studies():
-    """The full table's error rate (every truth) and its power on the clear reversal; the compute goal (30% less
-    than the fixed design) is reported by `python -m cart_sweeps.simulate`, not asserted: it is not met
-    at the paper's grid (docs/ladder.md)."""
-    rows = {(r.truth, r.design): r for r in simulate(reps=50)}  # 200 studies per truth: ~50 s on 2 cores
-    for truth in ("paper", "ties", "flat_r", "clear"):
-        for ladder in ("ladder", "ladder (branch)"):
-            assert rows[(truth, ladder)].false <= bound(200), (truth, ladder)
+    """The full table's error rate, every truth and every design (zoom, whose claims are over the candidates it
+    ran, included: issue 46 item 3), and the ladder's power on the clear reversal; the compute goals are reported
+    by `python -m cart_sweeps.simulate`, not asserted (docs/ladder.md)."""
+    rows = {(r.truth, r.design): r for r in simulate(reps=50)}  # 200 studies per truth
+    for (truth, label), row in rows.items():
+        if label != "bound":
+            assert row.false <= bound(200), (truth, label)
     assert rows[("clear", "ladder")].right >= 0.7
 
 
