@@ -249,10 +249,6 @@ def _drift(design: Design, k: int, members: Mapping[int, Mapping[Any, list[Any]]
     return measured_rate([g.closed for g in found], noise) if found else Drift(design.prior, "prior")
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.2f}%"
-
-
 def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Walk:
     """The ladder over `groups` on the values so far: the same data, the same walk (a relaunch's)."""
     out = Walk()
@@ -312,21 +308,21 @@ def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drif
         basis = "no measurable seed spread: nothing dropped"
     else:
         basis = (
-            f"alpha/looks {j.level:.4g}, drift allowance {_pct(j.allowance)} ({drift.source} rate "
-            f"{_pct(drift.rate)} per ln-horizon), seed s.d. {_pct(j.noise.sd)}"
+            f"alpha/looks {j.level:.4g}, drift allowance {j.allowance:.2%} ({drift.source} rate "
+            f"{drift.rate:.2%} per ln-horizon), seed s.d. {j.noise.sd:.2%}"
         )
     best = j.options[0] if j.options else None
     out = []
     for o in j.options:
         c = o.level
-        worse = f"{_pct(o.score_mean - best.score_mean)} worse than {name(j.best)}" if best is not None else ""
+        worse = f"{o.score_mean - best.score_mean:.2%} worse than {name(j.best)}" if best is not None else ""
         if c == j.best:
             if final or not j.open:
                 action = "decided" if len(j.kept) == 1 else "equivalent" if not j.open else "undecided"
                 others = ", ".join(name(c) for c in j.kept[1:])
                 text = {
                     "decided": "every other option dropped",
-                    "equivalent": f"best, equivalent within {_pct(j.margin)} to {others}",
+                    "equivalent": f"best, equivalent within {j.margin:.2%} to {others}",
                     "undecided": f"best, not told from {others}",
                 }[action]
             else:
@@ -335,7 +331,7 @@ def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drif
             action, text = "dropped", f"{worse} by more than the allowance, p={j.p[c]:.3g}"
         elif c in j.equivalent:
             action = "equivalent"
-            text = f"{worse}, within {_pct(j.margin)} of it beyond the allowance, p={j.p[c]:.3g}"
+            text = f"{worse}, within {j.margin:.2%} of it beyond the allowance, p={j.p[c]:.3g}"
         else:
             p = j.p.get(c)
             action = "undecided" if final else "promoted"
