@@ -289,7 +289,8 @@ def simulate(reps: int, sd: float = 0.005, seed: int = 0, designs: dict[str, Des
             shares = np.mean([[o.right, o.equivalent and not o.false, not o.decided, o.false] for o in got], axis=0)
             cost = float(np.mean([o.cost for o in got]))
             over = cost / floor_cost if math.isfinite(floor_cost) else nan
-            rows.append(Row(kind, label, *map(float, shares), cost / base, over))
+            right, equivalent, undecided, false = (float(x) for x in shares)
+            rows.append(Row(kind, label, right, equivalent, undecided, false, cost / base, over))
     return rows
 
 
