@@ -19,7 +19,7 @@ from cart_sweeps.metric import require
 from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.rules.decide import ALPHA, best_level
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, Design, judge, walk
-from cart_sweeps.simulate import TRUTHS, design, simulate
+from cart_sweeps.simulate import design, simulate
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.scale import steps_at
 
@@ -111,13 +111,13 @@ def test_the_ladder_decides_a_clear_reversal(few):
 
 @pytest.mark.slow
 def test_the_ladder_against_the_fixed_design_over_many_studies():
-    """The full table's error rate (every truth) and its power on the clear reversal; the compute goal (30% less
-    than the fixed design) is reported by `python -m cart_sweeps.simulate`, not asserted: it is not met
-    at the paper's grid (docs/ladder.md)."""
-    rows = {(r.truth, r.design): r for r in simulate(reps=50)}  # 200 studies per truth: ~1 min on 2 cores
-    for truth in TRUTHS:
-        for ladder in ("ladder", "ladder (branch)"):
-            assert rows[(truth, ladder)].false <= bound(200), (truth, ladder)
+    """The full table's error rate, every truth and every design (zoom, whose claims are over the candidates it
+    ran, included: issue 46 item 3), and the ladder's power on the clear reversal; the compute goals are reported
+    by `python -m cart_sweeps.simulate`, not asserted (docs/ladder.md)."""
+    rows = {(r.truth, r.design): r for r in simulate(reps=50)}  # 200 studies per truth
+    for (truth, label), row in rows.items():
+        if label != "bound":
+            assert row.false <= bound(200), (truth, label)
     assert rows[("clear", "ladder")].right >= 0.7
 
 

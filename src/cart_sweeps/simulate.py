@@ -1,11 +1,6 @@
-"""The ladder and sequential seeds against the paper's fixed design and the floor, on studies with a known truth:
-`python -m cart_sweeps.simulate [--reps 200] [--sd 0.005] [--seed 0] [--equivalence E]` prints the table.
-
-The truths (`TRUTHS`: paper, ties, flat_r, clear, and the 64-configuration screens screen and screen_ties), the
-designs (bound, fixed (equal), fixed (zoom), fixed (paper), seeds, ladder, ladder (branch)) and how a decision
-is scored: docs/ladder.md, "The simulation". The paper publishes no seed spread: `--sd` 0.5% and 1% of
-log-perplexity bracket what the project's tests assume.
-"""
+"""The ladder and sequential seeds against the paper's fixed design and the floor, on studies with a known truth
+(`python -m cart_sweeps.simulate`; truths, designs and scoring: docs/ladder.md, "The simulation"). The paper
+publishes no seed spread: `--sd` 0.5% and 1% of log-perplexity bracket what the project's tests assume."""
 
 from __future__ import annotations
 
@@ -87,8 +82,7 @@ def _clear(d: int) -> tuple[dict[int, float], dict[int, float]]:
 
 
 def _screen(d: int) -> tuple[dict[int, float], dict[int, float]]:
-    """The paper's Stage-1 table kept to the last horizon: R's gaps as the screen measured them (up to 5% behind
-    at d=1024), nothing reversing."""
+    """The paper's Stage-1 table kept to the last horizon (up to 5% behind at d=1024), nothing reversing."""
     early, _ = _paper_r(d)
     return early, dict(early)
 
@@ -132,8 +126,7 @@ def _paper_model() -> ModelConfig:
 
 @cache
 def flops(d: int, r: int, p: int, seq_len: int) -> float:
-    """Training FLOPs per token of a CART model at the paper's head size and vocabulary (conf/model/cart.yaml,
-    composed as a paper-scale run has it)."""
+    """Training FLOPs per token of a CART model at the paper's head size and vocabulary (a paper-scale run's)."""
     return train_flops_per_token(replace(_paper_model(), d_model=d, n_loops=r, n_prelude=p), seq_len)
 
 
@@ -165,9 +158,8 @@ def _outcome(
     cost: float,
     margin: float | None,
 ) -> Outcome:
-    """A decision over the configurations `ran`: `choice` best, `within` equivalent to it, every other one worse.
-    False: an equivalent one truly more than the margin from the choice, or another one truly no worse than the
-    choice (a best that is not the unique true best is false; a tie has none)."""
+    """A decision over the configurations `ran` (`choice` best, `within` equivalent, the rest worse); false where
+    an equivalent one is truly past the margin or a worse one truly no worse (a tie has no best)."""
     if not decided or choice is None:
         return Outcome(False, False, False, cost)
     near = any(abs(final[c] - final[choice]) > (margin or 0.0) for c in within)
@@ -190,9 +182,8 @@ def fixed(
     most: int | None = None,
     margin: float | None = None,
 ) -> Outcome:
-    """The paper's two stages on width d: the one-seed screen, then the confirm (zoom or the paper's fixed R)
-    with `seeds` seeds per candidate; `most`: sequential seeds, one more per candidate while undecided up to
-    `most`, each look at its spent alpha (decide.look_level). Its claims are over the candidates it ran."""
+    """The paper's two stages on width d: the one-seed screen, then `seeds` per candidate (zoom's, or the paper's
+    R); `most`: one more while undecided up to it, each look at its spent alpha. Claims: over what it ran."""
     early, final = truth(kind, d, RUNGS[0]), truth(kind, d, RUNGS[-1])
     screen = {config(r, p): _draw(rng, early[config(r, p)], sd, 1)[0] for r in GRID_R for p in GRID_P}
     cost = sum(run_cost(d, c, RUNGS[0], SCREEN_RECIPE) for c in screen)
@@ -255,8 +246,7 @@ class Row:
 
 def design(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, branch: float | None = None,
            equivalence: float | None = None) -> Design:  # fmt: skip
-    """A ladder the simulation runs: `rungs`, `first` grid seeds, up to `most` where open, the prior drift;
-    `branch`: the decay fraction of a branched (wsd) ladder, None for fresh runs; `equivalence`: its margin."""
+    """A ladder the simulation runs (`branch`: a branched ladder's decay fraction; None: fresh runs)."""
     return Design(tuple(rungs), tuple(SEEDS), first, most, METRIC, branch=branch, equivalence=equivalence)
 
 
@@ -275,8 +265,7 @@ EQUAL_MOST = 16  # fixed (equal) raises the zoom's seeds per candidate up to thi
 
 def simulate(reps: int, sd: float = 0.005, seed: int = 0, designs: dict[str, Design] | None = None,
              truths: Sequence[str] = tuple(TRUTHS), equivalence: float | None = None) -> list[Row]:  # fmt: skip
-    """Every truth x design (bound, fixed (equal), the fixed ones, seeds, and `designs` by label) over `reps`
-    studies of four widths each; `equivalence`: the margin every design decides with (and the floor counts)."""
+    """Every truth x design over `reps` studies of four widths; `equivalence`: every design's margin."""
     chosen = designs if designs is not None else ladders(equivalence=equivalence)
     rows = []
     for i, kind in enumerate(truths):
@@ -296,29 +285,19 @@ def simulate(reps: int, sd: float = 0.005, seed: int = 0, designs: dict[str, Des
             Row(kind, "bound", nan, nan, nan, nan, floor_cost / base, 1.0 if math.isfinite(floor_cost) else nan)
         )
         for label in ["fixed (equal)", "fixed (zoom)", "fixed (paper)", "seeds", *chosen]:
-            outcomes = runs[label]
-            n = len(outcomes)
-            cost = float(np.mean([o.cost for o in outcomes]))
-            rows.append(
-                Row(
-                    kind,
-                    label,
-                    sum(o.right for o in outcomes) / n,
-                    sum(o.equivalent and not o.false for o in outcomes) / n,
-                    sum(not o.decided for o in outcomes) / n,
-                    sum(o.false for o in outcomes) / n,
-                    cost / base,
-                    cost / floor_cost if math.isfinite(floor_cost) else math.nan,
-                )
-            )
+            got = runs[label]
+            shares = np.mean([[o.right, o.equivalent and not o.false, not o.decided, o.false] for o in got], axis=0)
+            cost = float(np.mean([o.cost for o in got]))
+            over = cost / floor_cost if math.isfinite(floor_cost) else nan
+            right, equivalent, undecided, false = (float(x) for x in shares)
+            rows.append(Row(kind, label, right, equivalent, undecided, false, cost / base, over))
     return rows
 
 
 def _equal(kind: str, sd: float, seed: int, i: int, reps: int, runs: dict[str, list[Outcome]],
            margin: float | None) -> list[Outcome]:  # fmt: skip
-    """fixed (equal): the zoom's fixed design with its seeds per candidate raised (3, 4, ... EQUAL_MOST) until it
-    decides (right or equivalent) as often as the sequential seeds on the same candidates (`seeds`); the last
-    tried where none does."""
+    """fixed (equal): fixed (zoom) with its seeds raised (3 ... EQUAL_MOST) until it decides rightly as often as
+    `seeds` (the last tried where none does)."""
     target = sum(o.decided and not o.false for o in runs["seeds"]) / len(runs["seeds"])
     for n in range(3, EQUAL_MOST + 1):
         rng = np.random.default_rng([seed, i, n])

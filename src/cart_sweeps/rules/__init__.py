@@ -1,9 +1,5 @@
-"""What decides what a stage runs next and what it concludes: the statistics (decide), the seed rule (seeds),
-the ladder (ladder, ladder_walk), zoom, and the axes they read; docs/extending.md adds a stage kind here.
-
-A stage's rule is chosen once, from its spec (`for_stage`): the first `StageConfig` field with `metadata=
-rule(...)` the stage sets names its class (the ladder's `rungs`), else the seed rule.
-"""
+"""What decides what a stage runs next and what it concludes: the statistics, the seed rule, the ladder, zoom
+and the axes they read (docs/extending.md adds a stage kind here)."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ KINDS = tuple((f.name, f.metadata["rule"]) for f in fields(StageConfig) if "rule
 
 
 def for_stage(stage: Expanded) -> StageRule:
-    """The stage's rule: the kind its spec sets (KINDS), else the seed rule (stage.max_seeds, stage.replicates)."""
+    """The stage's rule: the first `StageConfig` field with `metadata=rule(...)` it sets names its class (the
+    ladder's `rungs`), else the seed rule."""
     chosen = next((path for key, path in KINDS if stage.spec[key]), None)
     return (load(chosen, "stage rule") if chosen else SeedRule)(stage)

@@ -1,10 +1,6 @@
-"""The statistics a decision rests on, in one place for the analysis (which words its findings) and the
-sweep (which adds seeds where a decision is open): no torch, no Optuna, no analysis imports. The tests, the
-tested scale and the looks: docs/statistics.md.
-
-What a decision cannot know it does not decide: a seed spread no larger than rounding to the values' step
-makes is no measured noise, and values not finite or not in the metric's range are no measurements.
-"""
+"""The statistics a decision rests on, one place for the analysis and the sweep (docs/statistics.md). What a
+decision cannot know it does not decide: a spread no larger than rounding makes is no noise, and a value not
+finite or out of the metric's range is no measurement."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ MOST_SEEDS = 1000  # past this, `seeds_for_power` says the margin is out of reac
 
 @dataclass(frozen=True)
 class Noise:
-    """Seed noise on the tested scale: a pooled s.d., its degrees of freedom, where it was measured, and the
-    resolution of the values it was measured on (`resolution`)."""
+    """Seed noise on the tested scale: a pooled s.d., its degrees of freedom, where, and the values' resolution."""
 
     sd: float
     df: int
@@ -42,8 +37,7 @@ class Noise:
 
 @dataclass(frozen=True)
 class Option:
-    """One option's runs: the mean metric (what the tables show), its rank value (the mean oriented so that
-    lower ranks first, as the tables rank), and the mean and variance on the tested scale (what is tested)."""
+    """One option's runs: the mean (shown), its rank value (lower first), and the tested scale's mean and var."""
 
     level: Any
     mean: float
@@ -99,8 +93,7 @@ def resolution(values: Sequence[float], metric: Metric) -> float:
 
 
 def option(level: Any, values: Sequence[float], metric: Metric, at: float | None = None) -> Option:
-    """An option from its seeds' metric values (each a valid measurement of `metric`); `at`: the resolution of
-    the whole comparison's values, which is this option's own where not given."""
+    """An option from its seeds' valid values; `at`: the whole comparison's resolution (default: its own)."""
     scores = np.array([metric.scaled(v) for v in values])
     var = float(scores.var(ddof=1)) if len(scores) > 1 else math.nan
     mean = float(np.mean(values))
@@ -152,8 +145,7 @@ def two_sided(opts: Sequence[Option], noise: Noise, allowance: float = 0.0) -> n
 
 
 def tested_margin(equivalence: float, metric: Metric, best: Option) -> float:
-    """A relative margin on the metric's tested scale: itself on a log scale (a ratio), else that share of the
-    best option's mean."""
+    """A relative margin on the tested scale: itself on a log scale (a ratio), else that share of the best's mean."""
     return equivalence if metric.kind.log_scale else equivalence * abs(best.mean)
 
 
@@ -170,19 +162,16 @@ def p_within(better: Option, worse: Option, noise: Noise, margin: float) -> floa
 
 @dataclass(frozen=True)
 class Settled:
-    """The choice (opts[0]) against each other option, in their order: the Holm-adjusted p of the claim each
-    pair makes, and whether that claim is "within the margin" (else "worse")."""
+    """Per other option, in order: the Holm-adjusted p of its claim, and whether it is "within" (else "worse")."""
 
     adjusted: np.ndarray
     within: np.ndarray
 
 
 def settle(opts: Sequence[Option], noise: Noise, allowance: float = 0.0, margin: float | None = None) -> Settled:
-    """Per other option, its claim: worse than the choice by more than `allowance` (two-sided, `two_sided`), or,
-    with a margin, equivalent to it within `margin - allowance` (`p_within`: the interval widened by the
-    allowance still inside the margin). With a margin both hypotheses of every pair are one Holm family (2 (k - 1)
-    tests), so a false claim of either kind is made at most at alpha (docs/statistics.md). Each pair says the claim
-    with the smaller adjusted p (both may hold: a gap in (0, E)), and that p."""
+    """Per other option, its claim: worse than the choice by more than `allowance`, or with a margin within
+    `margin - allowance` of it. Both claims of every pair are one Holm family (2 (k - 1) tests): Holm over the
+    pairs alone is false above alpha on a three-way tie (docs/floor.py). Each pair says its smaller-p claim."""
     worse = two_sided(opts, noise, allowance)
     if margin is None or margin <= allowance:  # no room inside the margin: equivalence is not tested at all
         return Settled(holm(worse), np.zeros(len(worse), dtype=bool))
@@ -208,11 +197,9 @@ def best_level(
     equivalence: float | None = None,
     level: float | None = None,
 ) -> Verdict:
-    """The best-of-k decision over each option's seed values of `metric`, at alpha / looks (or at `level`, a
-    look's spent alpha): what a stage with `stage.max_seeds` decides after each round, and what the analysis
-    says of its final data. With a relative `equivalence` margin an option may be decided equivalent to the
-    choice instead of worse (`settle`). One option, no measurable seed spread, or a value that is no measurement
-    of `metric` decides nothing."""
+    """The best-of-k decision over each option's seed values, at alpha / looks (or a look's spent `level`): a
+    `stage.max_seeds` round's and the analysis's; with `equivalence` an option may be equivalent instead of worse.
+    One option, no measurable spread, or a value that is no measurement decides nothing."""
     opts = options(values, metric)
     noise = pool(opts, "the options' seeds")
     if len(opts) < 2 or len(opts) < len(values) or noise is None or not noise.measurable:
@@ -226,8 +213,7 @@ def best_level(
 
 
 def looks(grid_seeds: int, max_seeds: int | None) -> int:
-    """How often a stage adding one seed per round until `max_seeds` may decide: after its grid's seeds,
-    and after each added seed."""
+    """How often a stage adding a seed per round up to `max_seeds` decides: after the grid, and each seed."""
     return 1 if max_seeds is None else max(1, max_seeds - grid_seeds + 1)
 
 
@@ -240,18 +226,16 @@ def spent(alpha: float, t: float) -> float:
 
 
 def look_level(alpha: float, look: int, looks: int) -> float:
-    """The level of look `look` (1 = the first) of `looks` equally spaced ones: the alpha spent since the one
-    before. The levels sum to alpha, so a false decision at any look stays under alpha (a union bound: no
-    correlation between looks assumed, so conservative)."""
+    """The level of look `look` (from 1) of `looks`: the alpha spent since the one before. The levels sum to
+    alpha, so a false decision at any look stays under it (a union bound: conservative)."""
     if looks <= 1:
         return alpha
     return spent(alpha, look / looks) - (spent(alpha, (look - 1) / looks) if look > 1 else 0.0)
 
 
 def power(seeds: int, margin: float, sd: float, alpha: float, k: int) -> float:
-    """The chance that `seeds` seeds per option decide a true margin `margin` (on the tested scale) between the
-    best of `k` options and its runner-up: a two-sided t-test at Holm's strictest step, alpha / (k - 1), on the noise
-    pooled over the k options (conservative: Holm's later steps are less strict)."""
+    """The chance that `seeds` per option decide a true `margin` between the best of `k` and its runner-up: a
+    two-sided t at Holm's strictest step, alpha / (k - 1), on the pooled noise (conservative)."""
     df = k * (seeds - 1)
     if df < 1 or sd <= 0:
         return 0.0
@@ -264,8 +248,7 @@ def power(seeds: int, margin: float, sd: float, alpha: float, k: int) -> float:
 
 
 def seeds_for_power(margin: float, sd: float, alpha: float, k: int, target: float = POWER) -> int | None:
-    """The fewest seeds per option that decide a true margin `margin` (on the tested scale) with chance `target`
-    (see `power`); None when no seed count up to MOST_SEEDS does (a margin of zero never is decided)."""
+    """The fewest seeds per option that decide `margin` with chance `target` (`power`); None: none up to MOST_SEEDS."""
     if margin == 0 or sd <= 0:
         return None if margin == 0 else 2
     low, high = 2, MOST_SEEDS
@@ -292,11 +275,9 @@ def seed_mean(values: Sequence[float]) -> float:
 
 
 def ranked(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Ranked]:
-    """The options best first: the one "best" of the study, for zoom, the tables, the promotion audit and the
-    benchmarks stage alike. Best is the best seed mean of `metric` in its direction (`seed_mean`); options whose
-    means are exactly equal are in the options' own ascending order (the smallest R, then P, first), so the first
-    of a tie stands for it (`best` names the others). A value that is not finite is no measurement; an option
-    without one is no candidate."""
+    """The options best first by seed mean in the metric's direction: the one "best" of zoom, the tables and the
+    benchmarks stage. Exactly equal means keep the options' own order (the smallest R, then P, first); a value
+    not finite is no measurement, and an option without one no candidate."""
     finite = {option: [x for x in v if math.isfinite(x)] for option, v in values.items()}
     means = [Ranked(option, seed_mean(v), len(v)) for option, v in finite.items() if v]
     return sorted(means, key=lambda r: (metric.sign * r.mean, _order(r.option)))
@@ -304,8 +285,7 @@ def ranked(values: Mapping[Any, Sequence[float]], metric: Metric) -> list[Ranked
 
 @dataclass(frozen=True)
 class Best:
-    """The best option by `ranked`'s rule, and the options whose seed mean equals its mean exactly (a full tie:
-    every other option), which a table or sentence then says are tied rather than naming a pick."""
+    """The best option by `ranked`, and those whose mean equals its exactly (said tied rather than a pick)."""
 
     choice: Any
     mean: float
@@ -324,8 +304,7 @@ def best(values: Mapping[Any, Sequence[float]], metric: Metric) -> Best | None:
 
 
 def best_per(rows: Iterable[tuple[Any, Any, float]], metric: Metric) -> dict[Any, Best]:
-    """Per group (a width), the best option by `ranked`'s rule, from (group, option, value) rows: one value per
-    run, each run once. Groups in ascending order."""
+    """Per group (a width), ascending, the best by `ranked` from (group, option, value) rows, one per run."""
     grouped: dict[Any, dict[Any, list[float]]] = {}
     for group, option, value in rows:
         grouped.setdefault(group, {}).setdefault(option, []).append(value)

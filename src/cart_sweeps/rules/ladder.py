@@ -1,10 +1,6 @@
-"""A ladder stage (`stage.rungs=[3000, 10000, 30500]`, docs/ladder.md): its grid runs at the first horizon,
-and each later rung's runs are fresh runs of the configurations the walk (rules/ladder_walk.py) keeps.
-
-What to run next follows from the run set alone (runset.stage_runs), so a relaunch recomputes the same ladder.
-`stage.branch=true` (`LadderRule.launch_overrides`, docs/wsd.md): a promoted run starts from the previous
-rung's run of its configuration and seed where its stable phase ends, and computes what the fresh run would.
-"""
+"""A ladder stage (`stage.rungs`, docs/ladder.md): its grid runs at the first horizon, each later rung's runs are
+of the configurations the walk (rules/ladder_walk.py) keeps, and what runs next follows from the run set alone,
+so a relaunch recomputes the same ladder; `stage.branch=true` branches them (docs/wsd.md)."""
 
 from __future__ import annotations
 
@@ -83,9 +79,8 @@ class LadderRule(StageRule):
         return super().looks() * len(self.stage.spec.rungs)
 
     def added_here(self) -> Callable[[dict[str, Any]], bool] | None:
-        """A run an earlier launch added belongs to this one where this ladder's walk reached its cell or wants it
-        now: a cut-off run of a configuration it dropped, or of a rung it has yet to reach (an earlier ladder's,
-        with other rungs or drift), waits, untrained."""
+        """An added run is this launch's where this ladder's walk reached its cell or wants it now; another (a
+        dropped configuration's, or an earlier ladder's) waits, untrained."""
         stage, state = self.stage, current(self.stage)
         rung_of = {h: k for k, h in enumerate(stage.spec.rungs)}
         judged = {(k, g, o.level) for (k, g), j in state.judged.items() for o in j.options}
@@ -100,8 +95,7 @@ class LadderRule(StageRule):
         return ours
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
-        """The runs the ladder adds now (not the grid's own), each with why; its records, new ones said, are
-        written to the ledger and the stage folder."""
+        """The runs the ladder adds now, each with why; its records go to the ledger and the stage folder."""
         stage = self.stage
         state = current(stage)
         new = record(stage, ledger, state, say)
@@ -113,13 +107,8 @@ class LadderRule(StageRule):
         return [a for a in wanted if a.run.run_id not in grid]
 
     def plan_lines(self, hours: dict[str, float]) -> list[str]:
-        """What `plan` says of a ladder: per rung, its runs and time (`hours`: each run's, on this machine where the
-        stage runs here, else GPU-hours; in the unit that reads) at most (every configuration, at most
-        seeds) and as expected from what the ladder has measured (the configurations its records promoted to the
-        rung, at the grid's seeds; for rungs past the last settled one, the configurations still in; before any
-        run, every configuration: no drop is assumed without a measurement), and the paper's fixed design on the
-        same grid at this stage's recipe (one seed per configuration at the first rung, the zoom's candidates
-        with three seeds at the last)."""
+        """What `plan` says of a ladder: per rung its runs and time at most and as expected from what it has
+        measured (no drop assumed without a measurement), the paper's fixed design on the grid, and the floor."""
         stage = self.stage
         d, state = design(stage), current(stage)
         per, mapped = _hours_per_config(stage, hours), _mapped(stage)
@@ -165,11 +154,9 @@ class LadderRule(StageRule):
         return lines
 
     def launch_overrides(self, run: Any) -> list[str]:
-        """`stage.branch=true`: the overrides that make a ladder's run part of a branch, added as it launches (none
-        otherwise). A run below the last rung keeps its checkpoint at its decay start, the last step every longer
-        run of its configuration and seed shares; a run above the first starts from the previous rung's run of its
-        configuration and seed there, where that run holds it (a seed first run at this rung trains fresh). These
-        keys are no part of a run's identity, so a relaunch resumes or skips it as the same run either way."""
+        """`stage.branch=true`: a run below the last rung keeps its checkpoint at its decay start (the last step
+        every longer run of it shares), one above the first starts from the previous rung's there where held. No
+        part of a run's identity, so a relaunch resumes or skips it as the same run either way."""
         stage = self.stage
         rungs = list(stage.spec.rungs)
         if not stage.spec.branch:
@@ -197,8 +184,8 @@ def design(stage: Expanded) -> Design:
 
 
 def split(stage: Expanded, params: dict[str, Any]) -> tuple[Any, Cell]:
-    """A run's (decision group, configuration): its width (the grid's; else the recipe's, the stage's one group;
-    None where neither sets it), and its params less width, seed and horizon."""
+    """A run's (decision group, configuration): its width (the grid's, else the recipe's, else None), and its
+    params less width, seed and horizon."""
     config = tuple(sorted((k, v) for k, v in params.items() if k not in (D, SEED, STEPS)))
     return params.get(D, stage.recipe.get(D)), config
 
@@ -232,9 +219,8 @@ def params_of(stage: Expanded, rung: int, group: Any, config: Cell, seed: int) -
 
 
 def record(stage: Expanded, ledger: Ledger, state: Walk, say: Callable[[str], None]) -> list[Call]:
-    """Write the ladder's records (ledger and RECORD_FILE); the ones not written before. A ladder of another
-    design than the recorded one (other rungs, drift, seeds) is a new ladder: the recorded one's file is kept
-    beside it (`ladder~<digest>.json`), said in one line."""
+    """Write the ladder's records (ledger, RECORD_FILE); returns the new ones. A ladder of another design is a new
+    ladder: the recorded one's file is kept beside it (`ladder~<digest>.json`), said in one line."""
     rows = [as_row(c) for c in state.calls]
     d = design(stage)
     drift = {str(k): {"rate": v.rate, "source": v.source, "interval": v.interval} for k, v in state.drift.items()}
@@ -254,8 +240,7 @@ def record(stage: Expanded, ledger: Ledger, state: Walk, say: Callable[[str], No
 
 
 def _recorded_design(path: Path) -> tuple[dict[str, Any] | None, dict[str, list[int]]]:
-    """The design a ladder's record names (None: no record), and apart, the steps its rungs train at each scale
-    launched (how its runs are read, not what the ladder is)."""
+    """The design a ladder's record names (None: none), and apart, its rungs' steps per scale launched."""
     try:
         shown = json.loads(path.read_text())["design"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -270,11 +255,7 @@ def _aside(path: Path, shown: dict[str, Any]) -> Path:
     return path.with_name(f"{path.stem}~{digest}{path.suffix}")
 
 
-SETTINGS = {
-    "rungs": "stage.rungs",
-    "prior": "stage.drift",
-    "equivalence": "stage.equivalence",
-}  # design entries a launch sets by these names
+SETTINGS = {"rungs": "stage.rungs", "prior": "stage.drift", "equivalence": "stage.equivalence"}  # as a launch sets
 
 
 def _new_ladder(stage: Expanded, path: Path, recorded: dict[str, Any], shown: dict[str, Any]) -> str:
@@ -296,8 +277,7 @@ def _new_ladder(stage: Expanded, path: Path, recorded: dict[str, Any], shown: di
 
 
 def horizons(stage: Expanded) -> list[int]:
-    """The steps each rung's runs train at the stage's scale (the analysis finds a run's rung by its own steps; a
-    record keeps them per scale, as a runs root may hold a ladder's runs at two)."""
+    """The steps each rung's runs train at the stage's scale (the analysis finds a run's rung by them)."""
     first = stage.runs[0].params
     return [int(stage.run({**first, STEPS: h}).config.cfg.trainer.steps) for h in stage.spec.rungs]
 
@@ -314,9 +294,8 @@ def as_row(call: Call) -> dict[str, Any]:
 
 
 def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: Design, last: float) -> float:
-    """GPU-hours of the paper's two stages on the ladder's grid: the screen, and per width the zoom's cross
-    (rules/zoom.py: over two axes, as Stage 2 promotes; otherwise the best three) by the first rung's ranking
-    where measured (the grid's order before), 3 seeds each; `last`: the last rung's `_mapped`."""
+    """GPU-hours of the paper's two stages on the grid: the screen, and per width the zoom's cross (two axes; else
+    the best three) by the first rung's ranking where measured, 3 seeds each; `last`: the last rung's `_mapped`."""
     hours = sum(per.values()) * d.rungs[0]
     for g, cs in groups(stage).items():
         j = state.judged.get((0, g))
@@ -332,10 +311,8 @@ def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: 
 
 
 def _mapped(stage: Expanded) -> list[float]:
-    """Each rung's steps as its runs train them (the scale maps the paper's: 1000, 4000 -> 10, 22 at tiny), per
-    paper step, relative to the first rung's: what turns the first rung's hours per step into each rung's."""
-    rungs, first = list(stage.spec.rungs), stage.runs[0].params
-    trained = [stage.run({**first, STEPS: r}).config.cfg.trainer.steps / r for r in rungs]
+    """Each rung's trained steps per paper step, relative to the first rung's (the scale maps them unevenly)."""
+    trained = [t / r for t, r in zip(horizons(stage), stage.spec.rungs, strict=True)]
     return [t / trained[0] for t in trained]
 
 

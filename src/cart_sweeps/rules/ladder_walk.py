@@ -1,11 +1,6 @@
-"""The ladder's decisions, from values alone: what a ladder stage (rules/ladder.py) acts on and what its
-simulation (`python -m cart_sweeps.simulate`) tests, through this one entry point, `walk`. The rule (drops at
-alpha / looks beyond the drift allowance `rate x ln(last / this)`) and the prior's derivation: docs/ladder.md.
-
-The prior, DRIFT_PRIOR: the root mean square of the paper's own screen-to-confirm changes of the R=8 - R=6 gap
-(`PAPER_R6_R8`, REFERENCE.md section 5) per unit of ln(horizon). It errs towards keeping: the two stages also
-differ in sequence length and batch, and Stage 1 is one seed, so part of each change is recipe and noise.
-"""
+"""The ladder's decisions from values alone, through one entry point, `walk`: what a ladder stage acts on and the
+simulator tests (docs/ladder.md). DRIFT_PRIOR errs towards keeping: the paper's two stages also differ in
+sequence length and batch, and Stage 1 is one seed, so part of each change it measures is recipe and noise."""
 
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ DRIFT_PRIOR = round(paper_rate(), 4)
 
 
 def name(config: Any) -> str:
-    """A configuration as text: a cell's `n_loops=8 n_prelude=6` (a ladder varying nothing but the width: its one
-    configuration), else its repr."""
+    """A configuration as text: a cell's `n_loops=8 n_prelude=6`, else its repr."""
     if config == ():
         return "the one configuration"
     if isinstance(config, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in config):
@@ -55,16 +49,14 @@ def name(config: Any) -> str:
 
 
 def group_name(group: Any) -> str:
-    """A decision group as text: its width (`d_model=256`, from the grid or the recipe), else the stage (one group:
-    no width set)."""
+    """A decision group as text: its width (`d_model=256`), else the stage."""
     return "the stage" if group is None else f"d_model={group}"
 
 
 @dataclass(frozen=True)
 class Judged:
-    """One group at one rung: the best, each other option's Holm-adjusted p of its claim (worse by more than
-    the allowance, or with a margin equivalent within it), which are dropped, which equivalent, and whether the
-    group is open (an option neither best, dropped nor equivalent)."""
+    """One group at one rung: the best, each other option's adjusted p of its claim, the dropped and equivalent,
+    and whether it is open (an option neither best, dropped nor equivalent)."""
 
     best: Any
     options: list[Option]  # best first
@@ -91,10 +83,8 @@ def judge(
     noise: Noise | None = None,
     equivalence: float | None = None,
 ) -> Judged:
-    """The rung's decision over each configuration's seed values (see the module's docstring); `noise`: the
-    rung's, pooled over every group (None: this group's own); `equivalence`: the stage's relative margin, inside
-    which a configuration is equivalent to the best where its gap's interval, widened by the allowance to the
-    last rung, lies (rules/decide.settle)."""
+    """The rung's decision over each configuration's seed values (rules/decide.settle, beyond `allowance`);
+    `noise`: the rung's, pooled over every group (None: this group's own)."""
     opts = options(values, metric)
     noise = noise or pool(opts, "the group's seeds")
     level = alpha / looks
@@ -122,9 +112,8 @@ class Drift:
 
 
 def measured_rate(closures: Sequence[float], noise: Sequence[float]) -> Drift:
-    """The root mean square of the true changes per unit of ln(horizon), from the measured ones (`closures`)
-    and the variance each owes to seed noise (`noise`, same units): its 90% interval (chi-square on the
-    measured sum of squares, less the noise's share), and as the rate the interval's upper end."""
+    """The root mean square of the true changes (`closures` less the variance seed noise owes each, `noise`): its
+    90% chi-square interval, and as the rate the interval's upper end."""
     from scipy import stats
 
     n, total, own = len(closures), float(sum(c * c for c in closures)), float(np.mean(noise))
@@ -134,8 +123,7 @@ def measured_rate(closures: Sequence[float], noise: Sequence[float]) -> Drift:
 
 @dataclass(frozen=True)
 class Design:
-    """A ladder: its horizons, its seeds in order (the grid's first), the grid's seed count and the most
-    per cell, the metric, the prior drift rate and alpha."""
+    """A ladder: its horizons, seeds in order, the grid's seed count and the most, metric, prior drift, alpha."""
 
     rungs: tuple[int, ...]
     seeds: tuple[int, ...]
@@ -152,8 +140,7 @@ class Design:
         return len(self.rungs) * (self.most - self.first + 1)
 
     def steps(self, k: int, branched: bool) -> int:
-        """The steps a run at rung k trains: its horizon, or, branched from the previous rung's run of its
-        configuration and seed, what follows that run's stable phase (rules/ladder.py)."""
+        """The steps a run at rung k trains: its horizon, or branched, what follows the previous rung's stable phase."""
         if not (branched and k and self.branch is not None):
             return self.rungs[k]
         return self.rungs[k] - stable_steps(self.rungs[k - 1], self.branch)
@@ -187,8 +174,7 @@ class Call:
 
 @dataclass
 class Walk:
-    """Where the ladder stands on the data so far: the runs it wants now, its records, each group's verdict
-    where it ended (rung, judged), and the drift each judged rung used."""
+    """Where the ladder stands: the runs it wants now, its records, each group's end, and each rung's drift."""
 
     wants: list[Want] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
@@ -206,8 +192,7 @@ Data = Mapping[tuple[int, Any, Any], Mapping[int, float]]  # (rung, group, confi
 
 @dataclass(frozen=True)
 class Gap:
-    """One configuration's gap to its group's best at the later of two consecutive rungs, at both (on the
-    metric's tested scale), among the configurations run at both (`shared`)."""
+    """A configuration's gap to its group's best at the later of two rungs, at both, among those run at both."""
 
     rung: int  # the earlier rung
     group: Any
@@ -227,9 +212,8 @@ class Gap:
 def gaps(
     rungs: Sequence[int], members: Sequence[Mapping[Any, Sequence[Any]]], score: Callable[[int, Any, Any], float]
 ) -> list[Gap]:
-    """Each gap between consecutive rungs of `members` (per rung: group -> its configurations), from each cell's
-    mean on the tested scale (`score(rung, group, config)`): the ladder's drift and the analysis's drift table
-    alike."""
+    """Each gap between consecutive rungs of `members` (per rung: group -> configurations), by `score(rung, group,
+    config)`: the ladder's drift and the analysis's drift table alike."""
     out = []
     for j in range(len(members) - 1):
         span = math.log(rungs[j + 1] / rungs[j])
@@ -247,9 +231,7 @@ def gaps(
 
 
 def _drift(design: Design, k: int, members: Mapping[int, Mapping[Any, list[Any]]], data: Data) -> Drift:
-    """The drift rate rung k uses: the prior at the first rung, else measured on the grid's seeds of the
-    configurations run at both of each pair of consecutive rungs up to k (each group's gaps to its best at the
-    later rung), less the variance seed noise adds to each."""
+    """The drift rate rung k uses: the prior at the first rung, else measured on the grid's seeds up to rung k."""
     if k == 0:
         return Drift(design.prior, "prior")
     n, seeds = design.first, design.seeds[: design.first]
@@ -267,13 +249,8 @@ def _drift(design: Design, k: int, members: Mapping[int, Mapping[Any, list[Any]]
     return measured_rate([g.closed for g in found], noise) if found else Drift(design.prior, "prior")
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.2f}%"
-
-
 def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Walk:
-    """The ladder over `groups` (group -> its configurations) on the values so far: the same data gives the
-    same walk, so a relaunch recomputes the same ladder."""
+    """The ladder over `groups` on the values so far: the same data, the same walk (a relaunch's)."""
     out = Walk()
     members: dict[int, dict[Any, list[Any]]] = {0: {g: list(cs) for g, cs in groups.items()}}
     last = len(design.rungs) - 1
@@ -281,13 +258,7 @@ def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Wal
         live = {g: m for g, m in members[k].items() if g not in out.ended}
         if not live:
             break
-        out.wants += [
-            Want(k, g, c, s, f"rung {k + 1} ({horizon} steps): grid seed")
-            for g, m in live.items()
-            for c in m
-            for s in design.seeds[: design.first]
-            if s not in data.get((k, g, c), {})
-        ]
+        out.wants += _grid_seeds(design, k, live, data, "grid seed")
         if out.wants:
             return out
         drift = out.drift[k] = _drift(design, k, members, data)
@@ -310,17 +281,18 @@ def walk(design: Design, groups: Mapping[Any, Sequence[Any]], data: Data) -> Wal
                 out.ended[g] = (k, j)
             else:
                 members[k + 1][g] = list(j.kept)
-        promoted = [
-            Want(k + 1, g, c, s, f"rung {k + 2} ({design.rungs[k + 1]} steps): promoted from rung {k + 1}")
-            for g, m in members[k + 1].items()
-            for c in m
-            for s in design.seeds[: design.first]
-            if s not in data.get((k + 1, g, c), {})
-        ] if k < last else []  # fmt: skip
+        promoted = _grid_seeds(design, k + 1, members[k + 1], data, f"promoted from rung {k + 1}") if k < last else []
         if seeding:
             out.wants += seeding + promoted
             return out
     return out
+
+
+def _grid_seeds(design: Design, k: int, groups: Mapping[Any, Sequence[Any]], data: Data, why: str) -> list[Want]:
+    """The grid's seeds rung k lacks of each configuration in `groups`."""
+    lacking = [(g, c, s) for g, m in groups.items() for c in m for s in design.seeds[: design.first]]
+    where = f"rung {k + 1} ({design.rungs[k]} steps)"
+    return [Want(k, g, c, s, f"{where}: {why}") for g, c, s in lacking if s not in data.get((k, g, c), {})]
 
 
 def _open(j: Judged) -> str:
@@ -336,21 +308,21 @@ def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drif
         basis = "no measurable seed spread: nothing dropped"
     else:
         basis = (
-            f"alpha/looks {j.level:.4g}, drift allowance {_pct(j.allowance)} ({drift.source} rate "
-            f"{_pct(drift.rate)} per ln-horizon), seed s.d. {_pct(j.noise.sd)}"
+            f"alpha/looks {j.level:.4g}, drift allowance {j.allowance:.2%} ({drift.source} rate "
+            f"{drift.rate:.2%} per ln-horizon), seed s.d. {j.noise.sd:.2%}"
         )
     best = j.options[0] if j.options else None
     out = []
     for o in j.options:
         c = o.level
-        worse = f"{_pct(o.score_mean - best.score_mean)} worse than {name(j.best)}" if best is not None else ""
+        worse = f"{o.score_mean - best.score_mean:.2%} worse than {name(j.best)}" if best is not None else ""
         if c == j.best:
             if final or not j.open:
                 action = "decided" if len(j.kept) == 1 else "equivalent" if not j.open else "undecided"
                 others = ", ".join(name(c) for c in j.kept[1:])
                 text = {
                     "decided": "every other option dropped",
-                    "equivalent": f"best, equivalent within {_pct(j.margin)} to {others}",
+                    "equivalent": f"best, equivalent within {j.margin:.2%} to {others}",
                     "undecided": f"best, not told from {others}",
                 }[action]
             else:
@@ -359,7 +331,7 @@ def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drif
             action, text = "dropped", f"{worse} by more than the allowance, p={j.p[c]:.3g}"
         elif c in j.equivalent:
             action = "equivalent"
-            text = f"{worse}, within {_pct(j.margin)} of it beyond the allowance, p={j.p[c]:.3g}"
+            text = f"{worse}, within {j.margin:.2%} of it beyond the allowance, p={j.p[c]:.3g}"
         else:
             p = j.p.get(c)
             action = "undecided" if final else "promoted"

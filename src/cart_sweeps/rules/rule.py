@@ -1,9 +1,6 @@
-"""A stage's rule: what decides the runs a stage adds after its grid, and what `plan` says of them. One rule per
-stage, chosen from its spec (cart_sweeps.rules.for_stage); the expansion, the driver and `plan` each ask it, and
-nothing else tells the kinds apart. This base runs the grid and adds nothing; its checks refuse, in one line as a
-stage is expanded, the options that add or promote runs where they cannot (`stage.max_seeds`, `stage.replicates`,
-`stage.sentinels`), each kind adding its own (`check_own`).
-"""
+"""A stage's rule: the runs a stage adds after its grid and what `plan` says of them, chosen once per stage
+(rules.for_stage) so that nothing else tells the kinds apart. This base runs the grid, adds nothing, and
+refuses in one line the options that cannot add or promote runs here (each kind adds its own: `check_own`)."""
 
 from __future__ import annotations
 
@@ -54,8 +51,7 @@ class Added:
 
 
 class StageRule:
-    """A stage's rule (this base: a grid and nothing added). The expansion asks `grid`, `first` and `check`; the
-    driver `earlier`, `next_round`, `dists`, `recorded_looks` and `launch_overrides`; `plan` `plan_lines`."""
+    """A stage's rule (this base: a grid and nothing added)."""
 
     def __init__(self, stage: Expanded) -> None:
         self.stage = stage
@@ -104,13 +100,11 @@ class StageRule:
         return looks(len(self.stage.axes.get(SEED, [])), self.stage.spec.max_seeds)
 
     def spending_from(self) -> int | None:
-        """The grid's seeds where the rule spends alpha over seed looks (decide.look_level: look i tests at the
-        alpha spent since look i - 1), None where each look tests at alpha / looks."""
+        """The grid's seeds where the rule spends alpha over seed looks (decide.look_level), else None."""
         return None
 
     def recorded_looks(self) -> int:
-        """The looks the stage's record keeps: this launch's, or more where an earlier launch added seeds (its
-        runs stay in the run set, so a plain relaunch must not test them at the full alpha)."""
+        """The looks the record keeps: this launch's, or an earlier's more (its added runs stay in the run set)."""
         earlier = StageRecord.read(self.stage.sweep_dir, self.stage.base.scale.name)
         return max(self.looks(), earlier.looks if earlier else 1)
 

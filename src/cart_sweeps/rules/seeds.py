@@ -1,10 +1,6 @@
-"""The seed rule: seeds a stage adds after its grid, where a decision needs them (docs/statistics.md):
-`stage.replicates=K` re-runs a one-seed screen's K best configurations per width with REPLICATE_SEEDS more
-seeds; `stage.max_seeds=N` adds a seed to every cell of a width while its best-R decision is open.
-
-The seeds come from a fixed list (decide.seed_order), and what to add follows from the run set alone
-(runset.stage_runs), so a relaunch recomputes the same rounds; each added run's trial records why (WHY).
-"""
+"""The seeds a stage adds after its grid (docs/statistics.md): `stage.replicates=K` re-runs a screen's K best per
+width with REPLICATE_SEEDS more; `stage.max_seeds=N` adds a seed to a width's cells while its best R is open.
+From a fixed seed list and the run set alone, so a relaunch recomputes the same rounds."""
 
 from __future__ import annotations
 
@@ -28,6 +24,7 @@ from cart_sweeps.rules.decide import (
     seeds_for_power,
     seeds_in_every,
 )
+from cart_sweeps.rules.ladder_walk import name
 from cart_sweeps.rules.rule import Added, Expanded, StageRule
 from cart_sweeps.stagerecord.runset import Cell, StageRun, cell_of, stage_runs
 from cart_sweeps.text import count, duration
@@ -65,8 +62,7 @@ class SeedRule(StageRule):
         return (lambda params: cell_of(params) in cells) if self.adds() else None
 
     def next_round(self, ledger: Ledger, say: Callable[[str], None]) -> list[Added]:
-        """The runs the rule adds now, from the runs the stage's conclusions use (none while a cell of this
-        launch lacks a result it needs, or once nothing is open)."""
+        """The runs the rule adds now (none while a cell lacks a result it needs, or once nothing is open)."""
         stage = self.stage
         if not self.adds():
             return []
@@ -130,9 +126,8 @@ class SeedRule(StageRule):
         return out
 
     def plan_lines(self, hours: dict[str, float]) -> list[str]:
-        """What `plan` says of the seeds the stage adds: the replicates' cost; for a stage with seed and R axes
-        and results, each width's decision now and the seeds per cell for 80% power at the margin and noise
-        observed, with their cost."""
+        """What `plan` says of the seeds the stage adds: the replicates' cost, or per width its decision now and
+        the seeds for POWER at the observed margin and noise."""
         stage = self.stage
         grid = {cell_of(run.params): run for run in stage.runs}
         if stage.spec.replicates:
@@ -203,8 +198,7 @@ def _values(used: list[StageRun], grid: dict[Cell, Any], metric: str) -> dict[Ce
 
 
 def _needed(verdict: Verdict, have: int, n_looks: int, per_seed: float) -> str:
-    """The seeds per cell for POWER at the observed margin and noise, and the time of those to add
-    (`per_seed`: a seed of every cell)."""
+    """The seeds per cell for POWER, and the time of those to add (`per_seed`: a seed of every cell)."""
     if verdict.noise is None or len(verdict.options) < 2:
         return "no seed spread to size it from"
     best, runner = verdict.options[0], verdict.options[1]
@@ -216,7 +210,7 @@ def _needed(verdict: Verdict, have: int, n_looks: int, per_seed: float) -> str:
 
 
 def _where(key: Cell) -> str:
-    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in key) or "the stage"
+    return name(key) if key else "the stage"
 
 
 def _open(verdict: Verdict) -> str:

@@ -1,8 +1,6 @@
-"""Stage-2 candidates by the author's "zoom and confirm" rule, from the Stage-1 runs its conclusions use
-(runset: the same runs the analysis tables): per width, the best (R, P) by decide.ranked and its grid
-neighbours along each axis (a cross; past the grid's edge the last step repeats), and `stage.sentinels=K`
-configurations ranked just below that cutoff. A width whose runs mix recipes is refused in one line.
-"""
+"""Stage-2 candidates by the author's "zoom and confirm" rule, from the runs the Stage-1 tables use: per width
+the best (R, P) and its grid neighbours along each axis (past an edge the last step repeats), and
+`stage.sentinels=K` ranked just below; a width whose runs mix recipes is refused in one line."""
 
 from __future__ import annotations
 
@@ -42,8 +40,7 @@ def _scored(runs: RunSet, metric: str, keys: tuple[str, ...]) -> list[tuple[floa
 
 
 def _one_recipe(runs: RunSet, d: int, width: list[StageRun], select: str) -> None:
-    """Refuse a width whose runs differ in a recipe key (config.RECIPE_KEYS; `select`: the stage.select that
-    would rank them), naming each with its values: 'trainer.lr 0.003, 1e-06'."""
+    """Refuse a width whose runs differ in a recipe key, naming each with its values: 'trainer.lr 0.003, 1e-06'."""
     values: dict[str, set[str]] = defaultdict(set)
     for run in width:
         trainer = (run.summary.details.get("trainer") or {}) if run.summary else {}
@@ -58,10 +55,8 @@ def _one_recipe(runs: RunSet, d: int, width: list[StageRun], select: str) -> Non
 
 
 def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
-    """What the benchmarks stage evaluates per width (paper number): the width's best configuration by the one
-    rule the tables' `stage2_best` uses (cart_sweeps.rules.decide.best_per: the best seed mean, ties to the smallest
-    configuration), and of its seeds the run with the best `metric` (ties to the first folder by name), its R
-    and folder. One run, since one checkpoint is evaluated, of the configuration the tables name."""
+    """What the benchmarks stage evaluates per width: the configuration the tables' `stage2_best` names
+    (decide.best_per), and of its seeds the run with the best `metric` (ties: the first folder), its R and folder."""
     record, scored = require(metric), _scored(runs, metric, (D, R))
     cells = {(p[D], cell_of(p)): p for _, p, _ in scored}
     chosen = best_per(((p[D], cell_of(p), value) for value, p, _ in scored), record)
@@ -78,8 +73,7 @@ def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
 
 
 def promoted(order: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The (R, P) the rule promotes from one width's configurations ranked best first: the best and its
-    grid neighbours along each axis."""
+    """The (R, P) promoted from one width's configurations, best first: the best and its neighbours on each axis."""
     best_r, best_p = order[0]
     points = {(best_r, best_p)}
     points |= {(r, best_p) for r in neighbours([r for r, _ in order], best_r, _LOWEST[R])}
@@ -94,8 +88,7 @@ def sentinels(order: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
 
 
 def ranking(scored: list[tuple[float, dict[str, Any]]], metric: str) -> list[tuple[int, int]]:
-    """One width's (R, P) configurations best first, by the one rule (cart_sweeps.rules.decide.ranked: the best seed
-    mean; exact ties to the smaller R, then P)."""
+    """One width's (R, P) configurations best first (decide.ranked)."""
     values: dict[tuple[int, int], list[float]] = defaultdict(list)
     for value, params in scored:
         values[(params[R], params[P])].append(value)
@@ -103,8 +96,7 @@ def ranking(scored: list[tuple[float, dict[str, Any]]], metric: str) -> list[tup
 
 
 def zoom_candidates(runs: RunSet, metric: str, widths: list[int], k: int = 0) -> list[dict[str, Any]]:
-    """The (d, R, P) points to confirm, for each width in `widths`, from the runs the source's conclusions
-    use; `k` sentinels per width (stage.sentinels) beside them."""
+    """The (d, R, P) points to confirm per width in `widths`, with `k` sentinels (stage.sentinels) each."""
     by_width: dict[int, list[tuple[float, dict[str, Any], StageRun]]] = defaultdict(list)
     for value, params, run in _scored(runs, metric, ZOOM_AXES):
         by_width[params[D]].append((value, params, run))

@@ -160,7 +160,7 @@ def sqlite_url(path: Path) -> str:
 
 def _storage(path: Path | None, kind: str) -> BaseStorage:
     """The ledger's storage; a SQLite file is only ever opened once its schema is whole."""
-    if path is None:  # a database URL several stages share
+    if path is None:
         return RDBStorage(kind, engine_kwargs={"pool_pre_ping": True})
     if kind == "journal":
         return JournalStorage(JournalFileBackend(str(path)))
@@ -206,13 +206,10 @@ def _create(
 
 
 def check_direction(name: str, direction: str | None) -> Literal["minimize", "maximize"]:
-    """The direction of sweep.metric `name` as Optuna's study takes it: the metric's own (cart_sweeps.metric, the one
-    record every ranking reads: the ledger, zoom, the analysis's tables and decisions); `sweep.direction` may say it,
-    never contradict it (one line)."""
-    found = metric(name)
-    own: Literal["minimize", "maximize"] = (
-        found.direction if found else "minimize"
-    )  # a study from before objectives named the metric
+    """The direction of sweep.metric `name`: the metric's own, which every ranking reads; `sweep.direction` may
+    say it, never contradict it."""
+    found = metric(name)  # none: a study from before objectives named the metric
+    own: Literal["minimize", "maximize"] = found.direction if found else "minimize"
     if direction is not None and direction not in ("minimize", "maximize"):
         raise ConfigError(f"sweep.direction={direction}: use minimize or maximize (or leave it out: {name}'s own)")
     if direction is not None and direction != own:
@@ -224,10 +221,9 @@ def check_direction(name: str, direction: str | None) -> Literal["minimize", "ma
 
 
 def _study_name(storage: BaseStorage, stage: str, objective: dict[str, Any]) -> str:
-    """The stage's study whose values mean `objective`: the first (named `stage`) unless it means another
-    metric or recipe, then `<stage>~<digest>`, or an earlier `<stage>~...` that means it too (its command-line
-    settings recorded as typed: `trainer.lr=3e-3` for `trainer.lr=0.003`). A first study from before objectives
-    were recorded is taken as meaning `objective` when its named metric agrees."""
+    """The stage's study whose values mean `objective`: the first (named `stage`), else `<stage>~<digest>` or an
+    earlier `<stage>~...` meaning it too (`trainer.lr=3e-3` as `0.003`); a first study from before objectives
+    were recorded means it where its named metric agrees."""
     names = optuna.get_all_study_names(storage)  # names alone: no trial is read
     if not objective or stage not in names:
         return stage
@@ -250,8 +246,7 @@ def _objective_of(storage: BaseStorage, name: str) -> dict[str, Any] | None:
 
 
 def _meaning(objective: dict[str, Any]) -> dict[str, Any]:
-    """An objective with its command-line settings as values (`passed`: override lines, as typed in a ledger
-    of an earlier version), so that two spellings of one value mean one thing."""
+    """An objective with its command-line settings as values, so that two spellings of one value mean one thing."""
     settings = {o.key_or_group: o.value() for o in parse_overrides(objective.get("passed", []))}
     return {**objective, "passed": settings}
 
@@ -274,8 +269,7 @@ _unknown_said: set[tuple[int, str]] = set()  # (trial number, status) already na
 
 
 def status_of(trial: FrozenTrial) -> RunStatus:
-    """How the attempt stands; a trial that never recorded one is running (no result yet) or failed, and
-    one whose status this version does not know (a ledger edited by hand) is failed: its run runs again."""
+    """How the attempt stands: none recorded is running or failed; one this version does not know is failed."""
     fallback = RunStatus.RUNNING if trial.state == TrialState.RUNNING else RunStatus.FAILED
     status, unknown = RunStatus.read(trial.user_attrs.get("status", fallback.value), RunStatus.FAILED)
     if unknown and (said := (trial.number, repr(trial.user_attrs["status"]))) not in _unknown_said:
@@ -286,9 +280,8 @@ def status_of(trial: FrozenTrial) -> RunStatus:
 
 
 def _one_at_a_time(storage: RDBStorage) -> contextlib.AbstractContextManager[Any]:
-    """A SQLite file's launches recorded one at a time, by a lock file beside it: its deferred transaction still let
-    two drivers read the numbers taken before either wrote (a race test took one number twice in about 1 run of 3);
-    a database server locks the stage's first study's row (`_record_in`)."""
+    """A SQLite file's launches recorded one at a time, by a lock file: its deferred transaction let two drivers
+    read the numbers before either wrote (a race test: 1 run in 3); a server locks a row (`_record_in`)."""
     url = sqlalchemy.engine.make_url(storage.url)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         return FileLock(f"{url.database}.launch.lock")
@@ -317,12 +310,8 @@ class Ledger:
         pruner: optuna.pruners.BasePruner | None = None,
         objective: dict[str, Any] | None = None,
     ) -> Ledger:
-        """Create or reopen the ledger of `objective` (a driver adopts the trials a dead driver queued:
-        `adopt_queued`); `objective` None: the stage's first study, whatever it means.
-
-        A ledger that does not open (truncated, overwritten) is set aside, not deleted, and a fresh one
-        started: the driver then records every result its run folders hold; one line names the old file.
-        """
+        """Create or reopen the ledger of `objective` (None: the stage's first study). One that does not open is
+        set aside, not deleted, and a fresh one started (the driver records the run folders' results into it)."""
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         storage = check_storage(storage, sweep_dir.parent)
@@ -345,18 +334,12 @@ class Ledger:
 
     @classmethod
     def read(cls, sweep_dir: Path, stage: str, storage: str) -> Ledger | None:
-        """The stage's first study, or None when the stage was never launched (creates nothing).
-
-        Raises LedgerDamaged (one line) when the file does not open.
-        """
+        """The stage's first study, or None (never launched; creates nothing); LedgerDamaged: it does not open."""
         return next(iter(cls.read_all(sweep_dir, stage, storage)), None)
 
     @classmethod
     def read_all(cls, sweep_dir: Path, stage: str, storage: str) -> list[Ledger]:
-        """Every study of the stage in its ledger file, oldest first ([] when the stage was never launched).
-
-        Raises LedgerDamaged (one line) when the file does not open.
-        """
+        """Every study of the stage in its ledger file, oldest first; LedgerDamaged: the file does not open."""
         storage = check_storage(storage, sweep_dir.parent)
         path = ledger_path(sweep_dir, storage)
         if path is not None and not path.exists():
@@ -372,10 +355,8 @@ class Ledger:
             ) from err
 
     def adopt_queued(self, dists: Callable[[dict[str, Any]], dict[str, BaseDistribution]]) -> None:
-        """Start the trials a driver of an earlier version queued but died before starting (killed between
-        `enqueue_trial` and `ask`): each becomes its run's attempt, cut off before it ran, and is resumed like
-        any other, rather than left as a failed attempt beside the run's next one. `dists(params)`: its
-        distributions."""
+        """Start the trials an earlier version's driver queued and died before starting: each is then a cut-off
+        attempt, resumed like any other, not a failed one beside its run's next."""
         while waiting := all_trials(self.study, states=(TrialState.WAITING,)):
             self.study.ask(dists(waiting[0].system_attrs["fixed_params"]))  # Optuna pops the oldest first
 
@@ -386,14 +367,9 @@ class Ledger:
             self.study.set_metric_names(metrics)
 
     def record_launch(self, run_ids: list[str], args: list[str], after: int = 0) -> int:
-        """Remember the runs this launch of the stage stands for (its whole grid, done ones included); returns
-        the launch's number, which the trials it starts carry.
-
-        The analysis tables each cell from its newest launch, so runs of an earlier launch with other settings
-        (another trainer.lr, say) are never averaged in with it. The number is one more than any launch of the
-        stage's studies here and than `after` (the highest its other ledger files hold), taken with the record in
-        one transaction: two drivers sharing a storage never take one number. `at` is for people to read.
-        """
+        """Remember the runs this launch stands for (its whole grid), so the analysis tables each cell from its
+        newest launch; returns its number, one more than any of the stage's here and `after` (its other ledger
+        files'), taken with the record in one transaction: two drivers never take one number."""
         launch = {"at": datetime.now(UTC).isoformat(timespec="seconds"), "args": list(args), "run_ids": list(run_ids)}
         if (storage := database_of(self.study)) is None:  # a journal file: the stage's own, which its driver locks
             stored = {s.study_name: s.user_attrs.get(LAUNCHES, []) for s in study_storage(self.study).get_all_studies()}
@@ -405,7 +381,7 @@ class Ledger:
         return number
 
     def _record_in(self, storage: RDBStorage, launch: dict[str, Any], after: int) -> int:
-        """`record_launch` in a database: its number taken and the launch stored in one transaction."""
+        """`record_launch` in a database, in one transaction."""
         attr = optuna_tables.StudyUserAttributeModel
         with _one_at_a_time(storage), transaction(storage) as session:
             # a write first: SQLite takes its write lock here, a database server locks the stage's first study's
@@ -437,8 +413,7 @@ class Ledger:
         self.study.set_user_attr(LAUNCHES, _compact(launches))
 
     def launches(self) -> list[dict[str, Any]]:
-        """Every launch of this study, oldest first: {"number": N, "at": ISO time, "args": [...], "run_ids": [...]}
-        (no number: recorded before launches were numbered)."""
+        """Every launch of this study, oldest first: {"number", "at", "args", "run_ids"} (no number: an old one)."""
         return _expanded(self.study.user_attrs.get(LAUNCHES, []))
 
     def repeats(self) -> list[FrozenTrial]:
@@ -454,9 +429,7 @@ class Ledger:
         return dict(out)
 
     def start(self, params: dict[str, Any], dists: dict[str, BaseDistribution], attrs: dict[str, Any]) -> Trial:
-        """A new running trial for a run at fixed params (a grid point, or a retry of a sampled one), written
-        whole in one transaction (queueing then asking took six): the storage's `create_new_trial` with a template,
-        as `Study.add_trial` does, which returns no trial."""
+        """A new running trial at fixed params, written whole in one transaction (queueing then asking took six)."""
         user_attrs = {**attrs, **self._launch_attr(), "status": RunStatus.RUNNING.value}
         template = create_trial(state=TrialState.RUNNING, params=params, distributions=dists, user_attrs=user_attrs)
         return Trial(self.study, study_storage(self.study).create_new_trial(self.study_id, template_trial=template))
@@ -474,15 +447,13 @@ class Ledger:
         return {LAUNCH: self.number} if self.number is not None else {}
 
     def resume(self, trial: FrozenTrial) -> Trial:
-        """The live handle of a trial a previous driver left RUNNING (a Trial takes the storage's key, found by its
-        number)."""
+        """The live handle of a trial a previous driver left RUNNING."""
         trial_id = study_storage(self.study).get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
         return Trial(self.study, trial_id)
 
     def finish(self, trial: Trial, summary: RunSummary, metrics: str | list[str]) -> RunStatus:
-        """Record how a run ended, now; returns its status. Its values: one per objective (`metrics`, the sweep
-        metric or sweep.metrics). A completed run without a finite value of each is recorded as failed: the
-        ledger never holds a result it cannot rank."""
+        """Record how a run ended, now, one value per objective; a completed run without a finite value of each is
+        failed: the ledger never holds a result it cannot rank."""
         metrics = [metrics] if isinstance(metrics, str) else metrics
         status, error = summary.status, summary.error
         values = [summary.value(m) for m in metrics]
@@ -526,12 +497,8 @@ def _expanded(stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _compact(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`launches` to store, a launch that stands for the same runs as the one before it without its run ids.
-
-    The study's attributes are read whole (by Optuna) and rewritten whole at each launch: with each launch's
-    run ids written out, a stage of 1,024 runs grew them by 16 KB a relaunch (3 MB after 181 relaunches,
-    0.27 s of each), which a relaunch that changes nothing now leaves at ~150 bytes.
-    """
+    """`launches` to store, one standing for the same runs as the one before without its ids: the attributes are
+    rewritten whole at each launch (1,024 runs' ids grew them 16 KB a relaunch; now ~150 bytes)."""
     stored: list[dict[str, Any]] = []
     for i, launch in enumerate(launches):
         same = i > 0 and launch["run_ids"] == launches[i - 1]["run_ids"]
@@ -550,8 +517,7 @@ def last_number(ledgers: list[Ledger]) -> int:
 
 
 def _order(number: int | None, at: Any) -> tuple[int, Any]:
-    """Launches and trials in launch order: by number; what an old ledger recorded without one comes first, in
-    the order its times give across studies (each study's own stays in the order it was recorded)."""
+    """Launch order: by number; an old ledger's unnumbered ones first, by time."""
     return (number, 0) if number else (0, at)
 
 

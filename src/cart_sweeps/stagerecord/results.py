@@ -1,9 +1,5 @@
 """Where each run's result is, and so where it stands: its own folder, the one its ledger names, another stage's
-folder holding the same run, or a folder of another name. The driver acts on it; `plan` shows it.
-
-A run here is what names its place (`Placed`: its id and folder), so readers need none of the engine's
-expansion to ask.
-"""
+folder holding the same run, or a folder of another name; a run is what names its place (`Placed`)."""
 
 from __future__ import annotations
 
@@ -37,10 +33,8 @@ class Placed(Protocol):
 
 @dataclass(frozen=True)
 class Held:
-    """A run's result and the folder holding it. `owner` names the other stage whose folder that is (a run is
-    trained once, by whichever stage needs it first: its id leaves out the stage); `scanned`: found by
-    `Results`' scan of the other stages, so the ledger does not name that folder yet; `moved`: found in a folder
-    of its stage or of the runs root under another name (renamed, misplaced), where it is to be put back from."""
+    """A run's result and its folder: `owner`, the other stage's whose it is (a run is trained once, its id has no
+    stage); `scanned`, not named by the ledger yet; `moved`, under another name, to be put back from."""
 
     summary: RunSummary
     folder: Path
@@ -58,10 +52,8 @@ def _held(run: Placed, folder: Path, scanned: bool = False, moved: bool = False)
 
 
 class Results:
-    """Where runs' results are: a run's own folder, the one its newest trial names, else (no trial, or its
-    result's folder is gone) another stage's folder holding the same run id, else a folder of its stage or of
-    the runs root under another name. Other folders are read once, at the first run that needs them: a
-    relaunch of a finished stage reads none of them."""
+    """Where runs' results are (see the module); other folders are read once, at the first run that needs them:
+    a relaunch of a finished stage reads none."""
 
     def __init__(self) -> None:
         self._by_id8: dict[Path, dict[str, list[Path]]] = {}  # per runs root: id[:8] -> run folders
@@ -69,8 +61,7 @@ class Results:
         self.occupants: dict[str, RunSummary] = {}  # run id -> another run's summary, in the run's own folder
 
     def held(self, run: Placed, trials: Sequence[FrozenTrial] = ()) -> Held | None:
-        """The run's result, where it is (the ledger alone is not the result); None when no folder holds it.
-        A run labelled before its stage's labels showed every key the stage varies keeps its folder."""
+        """The run's result, where it is (the ledger alone is not the result); None when no folder holds it."""
         stage_dir = run.run_dir.parent
         named = [recorded_folder(stage_dir.parent, stage_dir.name, t.user_attrs) for t in trials[-1:]]
         for folder in dict.fromkeys([run.run_dir, *named]):
@@ -125,7 +116,6 @@ def _folders_in(path: Path) -> list[Path]:
 def standing(
     run: Placed, trials: Sequence[FrozenTrial], held: Held | None, occupant: RunSummary | None = None
 ) -> Standing:
-    """Where `run` stands (stagerecord/standing.py), from its trials, `held`, where its result is (`Results.held`), and
-    `occupant`, another run's summary in its folder (`Results.occupants`)."""
+    """Where `run` stands, from its trials, `Results.held` and `Results.occupants`."""
     scanned, moved = (held.scanned, held.moved) if held is not None else (False, False)
     return stand(trials[-1] if trials else None, held is not None, scanned, moved, occupant is not None)

@@ -1,15 +1,7 @@
-"""The runs a stage's conclusions use: one definition for the analysis, `plan`, zoom/best and the dashboard.
-The rule (per table cell, the newest configuration launched for it; superseded, copied, moved and by-hand
-runs listed, never counted): docs/results.md.
-
-Without a readable ledger every completed run folder counts once (a copy of a run's canonical folder,
-`<label>-<id8>`, aside), and the basis says so.
-
-Runs of different scales never share a cell, and a reading is of one scale: cells are keyed by the paper's
-numbers, so a paper-scale launch into a folder holding a finished tiny study would otherwise supersede it.
-Reading apart keeps every run id, folder and ledger as it was. A reading names its scale (a launch, `plan`
-and zoom: the stage's own), else it is of the newest launch with results; other scales are listed, never tabled.
-"""
+"""The runs a stage's conclusions use, one definition for the analysis, `plan`, zoom and the dashboard: per cell
+the newest configuration launched for it, the rest listed, never counted (docs/results.md); without a readable
+ledger every run folder once. A reading is of one scale (cells are keyed by the paper's numbers, so a paper-scale
+launch would otherwise supersede a tiny study): the one named, else the newest launch's with results."""
 
 from __future__ import annotations
 
@@ -70,9 +62,7 @@ class StageRecord:
     metrics: list[str] = field(default_factory=list)  # sweep.metrics where several: a multi-objective stage
 
     def write(self, sweep_dir: Path) -> None:
-        """The newest record on top, and the newest of each scale under `SCALES` (a launch at another scale
-        keeps this scale's metric and axes for its readers); a record from before scales were recorded is kept
-        as `UNRECORDED`'s."""
+        """The newest record on top, and the newest of each scale under `SCALES` (an old one as `UNRECORDED`'s)."""
         path = sweep_dir / RECORD
         earlier = _read_json(path)
         scales = dict(earlier.get(SCALES) or {})
@@ -83,8 +73,7 @@ class StageRecord:
 
     @classmethod
     def read(cls, sweep_dir: Path, scale: str | None = None) -> StageRecord | None:
-        """The newest launch's record; `scale`: the newest launch's at that scale (a record that names no
-        scale stands for any), None where no launch at that scale left one."""
+        """The newest launch's record (`scale`: at that scale; one naming none stands for any), else None."""
         data = _read_json(sweep_dir / RECORD)
         if scale is not None and "scale" in data:
             scales = data.get(SCALES) or {}
@@ -104,8 +93,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def run_scale(attrs: Mapping[str, Any]) -> str:
-    """A trial's scale: its `scale` attr, else (a ledger from before it was recorded) the `scale=` among its
-    overrides (a command line's choice), else the paper's."""
+    """A trial's scale: its `scale` attr, else (an old ledger) the `scale=` of its overrides, else the paper's."""
     if SCALE_ATTR in attrs:
         return str(attrs[SCALE_ATTR])
     chosen = [o.partition("=")[2] for o in attrs.get("overrides", []) if str(o).startswith("scale=")]
@@ -155,12 +143,8 @@ class RunSet:
 
 
 def stage_runs(root: Path, stage: str, launch: int | None = None, scale: str | None = None) -> RunSet:
-    """The runs the conclusions of `stage` under `root` use (see the module's rule); `launch` N (1 = the
-    first): only the runs launch N stood for, each cell still on one configuration; `scale`: the runs at that
-    scale (None: the scale of the newest launch with results).
-
-    Every ledger of the stage is read (`stage_ledgers`), its launches merged in the order of their numbers.
-    """
+    """The runs the conclusions of `stage` use, from every ledger of it; `launch` N (from 1): only those launch N
+    stood for; `scale`: at that scale (None: the newest launch's with results)."""
     sweep_dir = root / stage
     record = StageRecord.read(sweep_dir)
     ledgers, damaged = stage_ledgers(sweep_dir, stage, record)
@@ -178,9 +162,8 @@ def stage_runs(root: Path, stage: str, launch: int | None = None, scale: str | N
 def stage_ledgers(
     sweep_dir: Path, stage: str, record: StageRecord | None, skip: str | None = None
 ) -> tuple[list[Ledger], bool]:
-    """Every study of the stage in each of its ledgers: its own files (a stage moved to `sweep.storage=journal`
-    keeps the launches its SQLite ledger recorded) and the shared storage its newest launch recorded, but `skip`
-    (one the caller has open: opening a database costs 0.4 s); and whether one of them does not open."""
+    """Every study of the stage in its own ledger files and the shared storage its newest launch recorded, but
+    `skip` (open already: opening costs 0.4 s); and whether one does not open."""
     kinds = [*LEDGER_FILES, *([record.storage] if record and shared(record.storage) else [])]
     ledgers: list[Ledger] = []
     damaged = False
@@ -240,15 +223,13 @@ def _from_ledger(root: Path, stage: str, ledgers: list[Ledger], launch: int | No
 
 
 def _read_scale(runs: list[StageRun]) -> str:
-    """The scale a reading is of when none is named: that of the newest launch with a completed run (a launch
-    whose runs all failed supersedes no scale's results), else of the newest launch."""
+    """The scale read when none is named: the newest launch's with a completed run, else the newest's."""
     done = [r for r in runs if r.status == RunStatus.COMPLETED] or runs
     return max(done, key=lambda r: (r.launch, r.order)).scale if done else PAPER
 
 
 def recorded_folder(root: Path, stage: str, attrs: Mapping[str, Any]) -> Path:
-    """The folder a trial's attrs name for its run, under the runs root read now: in its stage's folder, or
-    in its `owner`'s."""
+    """The folder a trial's attrs name for its run under `root`: in its stage's folder, or its `owner`'s."""
     return root / str(attrs.get(OWNER, stage)) / Path(str(attrs.get("run_dir", attrs.get("run_id")))).name
 
 
@@ -283,8 +264,8 @@ def _stage_run(root: Path, stage: str, run_id: str, trials: list[FrozenTrial], n
 
 
 def _own_trial(trials: list[FrozenTrial], has_result: bool) -> FrozenTrial:
-    """The trial a run's row names: the newest that recorded its result, where it has one (a failed attempt after
-    it, as two drivers racing for one folder once left, lends no trial its value), else its newest."""
+    """The trial a run's row names: the newest that recorded its result (a later failed attempt lends none its
+    value), else its newest."""
     return next((t for t in reversed(trials) if status_of(t).is_result), trials[-1]) if has_result else trials[-1]
 
 
@@ -328,8 +309,7 @@ def _folders(root: Path, stage: str) -> list[tuple[Path, RunSummary | None]]:
 
 
 def _folders_only(root: Path, stage: str, basis: str) -> RunSet:
-    """Without a ledger: every folder's run once; a copy beside its run's canonical folder, and a run another
-    stage of the root trained (its summary names that stage) copied into this one, aside."""
+    """Without a ledger: every folder's run once; copies (of a canonical folder, or another stage's run) aside."""
     out = RunSet(stage, basis)
     folders = _folders(root, stage)
     canonical = {s.run_id for f, s in folders if s and s.run_id and f.name == f"{s.label}-{s.run_id[:8]}"}

@@ -1,8 +1,5 @@
-"""Where a run stands, from its newest trial in the ledger and what its folder holds: the one rule the driver
-acts on, `plan` shows and the run set tables by (sweep/driver.py, stagerecord/runset.py both read it from here).
-
-Below the driver and the run set alike (it reads only the ledger's statuses), so neither imports the other.
-"""
+"""Where a run stands, from its newest trial and what its folder holds: the one rule the driver acts on, `plan`
+shows and the run set tables by; below both, so neither imports the other."""
 
 from __future__ import annotations
 
@@ -36,9 +33,8 @@ def stand(
     moved: bool = False,
     occupied: bool = False,
 ) -> Standing:
-    """Where a run stands: `last`, its newest trial (None: none); `result`, whether a folder holds its result;
-    `scanned`, that folder is another stage's; `moved`, it is one of another name; `occupied`, its own folder
-    holds another run."""
+    """Where a run stands from its newest trial (or None) and whether a folder holds its result (`scanned`:
+    another stage's; `moved`: of another name); `occupied`: its own folder holds another run."""
     if result and scanned:
         return Standing.REFERENCED
     if result and moved:
@@ -55,8 +51,7 @@ def stand(
 
 
 def status_at(where: Standing, last: FrozenTrial | None, result: RunSummary | None) -> str:
-    """The status a reader tables for a run where it stands: its result's (a cut-off run that ended after its
-    driver did has one), `lost`, `new`, or its newest attempt's (one this version does not know: failed)."""
+    """The status a reader tables: its result's (a cut-off run may have one), `lost`, `new`, or its attempt's."""
     if result is not None and result.is_result:
         return str(result.status)
     if where == Standing.LOST:
