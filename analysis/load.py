@@ -30,6 +30,7 @@ from . import csv_input
 from .errors import AnalysisError
 from .select import NOT_FINITE, OUT_OF_RANGE, Chosen, StageSelection, choose
 from .stages import roles_of
+from .throughput import shared
 
 MODEL_KEYS = keys_with(ModelConfig, AXIS)
 INT_COLUMNS: tuple[str, ...] = (*MODEL_KEYS, "seed", "step", "eval_n_loops", "trained_n_loops", "steps")
@@ -267,6 +268,7 @@ def _run_meta(stage: str, summary: RunSummary, run: StageRun, root: Path) -> dic
         **{k: trainer.get(k) for k in RECIPE_KEYS},
         "run_dir": str(folder),
         FLOPS: _gflops(model, trainer),
+        **shared(env if isinstance(env := details.get("env"), dict) else {}),
     }
     if details.get("stage_variant"):  # the stage's name for the run's variant (its ledger's, where it has one)
         meta[VARIANT_AXIS] = details["stage_variant"]

@@ -229,13 +229,21 @@ def latex(table: pd.DataFrame, name: str, metric: str | None = None, caption: st
 
 
 def write_table(
-    table: pd.DataFrame, out: Path, name: str, runs: str = "", metric: str | None = None, caption: str | None = None
+    table: pd.DataFrame,
+    out: Path,
+    name: str,
+    runs: str = "",
+    metric: str | None = None,
+    caption: str | None = None,
+    under: str | None = None,
 ) -> list[Path]:
     """<out>/<name>.csv (every digit), .md and .tex (its `caption`, else its name), the ranking metric's columns
-    first; the Markdown opens with `runs` (which runs it used) when given. Returns the paths written."""
+    first; the Markdown opens with `runs` (which runs it used) when given and ends with `under`. Returns the paths
+    written."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
     ranked_first(table, metric).to_csv(paths[0], index=False)
-    paths[1].write_text(f"{runs}\n\n{markdown(table, metric)}" if runs else markdown(table, metric))
+    text = f"{runs}\n\n{markdown(table, metric)}" if runs else markdown(table, metric)
+    paths[1].write_text(text + (f"\n{under}.\n" if under else ""))
     paths[2].write_text(latex(table, name, metric, caption))
     return paths

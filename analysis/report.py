@@ -13,7 +13,7 @@ import pandas as pd
 
 from cart_sweeps.stagerecord.runset import LeftOut
 
-from . import ladder, pareto, recipe, search, stage_decisions, stage_tables
+from . import ladder, pareto, recipe, search, stage_decisions, stage_tables, throughput
 from .csv_input import ROW
 from .decisions import ALPHA, Decision
 from .figures import figure_jobs
@@ -97,6 +97,7 @@ def run(
     ladders = study_tables(study)
     chosen, lost = _selected([*TABLES, *own, *ladders, *figures], only, study.unread)
     report, tables = Report(left_out=study.left_out, asked=[*lost]), {}
+    under: dict[str, str | None] = {}  # a table -> the line under it (analysis.throughput)
     if not only:  # a paper table whose roles no stage takes is not attempted: the study is one's own
         taken = set(final["role"].dropna())
         report.absent = [n for n, roles in _paper_reads().items() if not set(roles) & taken]
@@ -124,7 +125,11 @@ def run(
                             part.rows(every), stage, study.axes[stage], metric, alpha, decide_axes
                         )
                         made = [(replace(d, cell={**d.cell, **part.values}), edge) for d, edge in made]
-                        own_decisions.setdefault(stage, []).extend(stage_decisions.as_json(*pair) for pair in made)
+                        rows = part.rows(final).query("stage == @stage")
+                        noise = throughput.note(rows, [stage_tables.stage_metric(rows, study.axes[stage], metric)])
+                        own_decisions.setdefault(stage, []).extend(
+                            stage_decisions.as_json(*pair, noise) for pair in made
+                        )
                         return stage_decisions.mark(table, made)
                     table, claims = TABLES[name].decide(
                         TABLES[name].of(part.study(study), part.rows(final), metric), part.rows(every), metric, alpha
@@ -138,7 +143,10 @@ def run(
                     split[name] = list(pieces[0].values)
                 report.skipped.update({f"{name} ({label})": why for label, why in failed.items()})
                 caption = TABLES[name].caption if name in TABLES else None
-                report.written += write_table(tables[name], folder, name, runs_used(study, name), metric, caption)
+                under[name] = throughput.note(final[final["stage"].isin(stages_read(final, name))], tables[name])
+                report.written += write_table(
+                    tables[name], folder, name, runs_used(study, name), metric, caption, under[name]
+                )
             except Exception as error:  # noqa: BLE001 (one output that cannot be built is said, the others written)
                 report.skipped[name] = _why(study, final, name, error)
         report.asked += _asked_missing(study, report.skipped, only and chosen, decide_axes)
@@ -155,7 +163,9 @@ def run(
         report.summary = words(report.findings, notes, roles)
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
         listed_ = listed(report.findings, notes, roles)
-        (folder / "report.md").write_text(_markdown_report(tables, report, study, metric, _title(final), listed_))
+        (folder / "report.md").write_text(
+            _markdown_report(tables, under, report, study, metric, _title(final), listed_)
+        )
         report.written += [folder / "findings.json", folder / "report.md"]
     report.written = [out / p.name for p in report.written]
     return report
@@ -311,7 +321,13 @@ def _roles(final: pd.DataFrame) -> dict[str, str]:
 
 
 def _markdown_report(
-    tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str, title: str, findings_: str
+    tables: dict[str, pd.DataFrame],
+    under: dict[str, str | None],
+    report: Report,
+    study: Study,
+    metric: str,
+    title: str,
+    findings_: str,
 ) -> str:
     """The findings first, one per line under their stage (`findings_`), then the runs used and every table and
     figure on one page."""
@@ -322,7 +338,10 @@ def _markdown_report(
     if study.left_out:
         parts.append("## Left out\n\n" + "\n".join(f"- {left_line(o)}" for o in study.left_out) + "\n")
     parts += [
-        f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table, metric)
+        f"## {name}\n\n"
+        + (f"{used}\n\n" if (used := runs_used(study, name)) else "")
+        + markdown(table, metric)
+        + (f"\n{under[name]}.\n" if under.get(name) else "")
         for name, table in tables.items()
     ]
     parts += [f"![{p.stem}]({p.name})\n" for p in report.written if p.suffix == ".png"]

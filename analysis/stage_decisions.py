@@ -71,7 +71,7 @@ def name(axis: str, level: Any) -> str:
     return f"{column_name(axis)}={plain(level)}" if plain(level) is not None else f"no {column_name(axis)}"
 
 
-def sentence(decision: Decision, said_edge: str | None) -> str:
+def sentence(decision: Decision, said_edge: str | None, noise: str | None = None) -> str:
     """The decision in words: the decided best with its margin over the runner-up; undecided, each option the
     seeds cannot tell from the pick with its adjusted p (the closest first); or why nothing can be compared."""
     held = " ".join(name(k, v) for k, v in decision.cell.items())
@@ -105,7 +105,7 @@ def sentence(decision: Decision, said_edge: str | None) -> str:
         said = f"{place}: the best {column} is undecided among {tied} ({decision.why})"
     if decision.no_level:
         said += f"; {runs(decision.no_level)} no {column} (left out)"
-    return said + (f"; {said_edge}" if said_edge else "") + "."
+    return said + "".join(f"; {part}" for part in (said_edge, noise) if part) + "."
 
 
 def decide_stage(
@@ -129,9 +129,10 @@ def decide_stage(
     return out
 
 
-def as_json(decision: Decision, said_edge: str | None) -> dict[str, Any]:
-    """A decision as findings.json holds it: its record, the edge note, and its sentence."""
-    return {**decision.as_json(), "edge": said_edge, "said": sentence(decision, said_edge)}
+def as_json(decision: Decision, said_edge: str | None, noise: str | None = None) -> dict[str, Any]:
+    """A decision as findings.json holds it: its record, the edge note, and its sentence (`noise`: its metric's
+    unseen noise, analysis.throughput)."""
+    return {**decision.as_json(), "edge": said_edge, "said": sentence(decision, said_edge, noise)}
 
 
 def mark(table: pd.DataFrame, decisions: list[tuple[Decision, str | None]]) -> pd.DataFrame:
