@@ -106,12 +106,8 @@ def bench_sets(rows: pd.DataFrame) -> list[str]:
 
 
 def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | None]:
-    """The ranking metric and, when it is a fallback, a sentence saying so.
-
-    The paper ranks by ppl_wiki (cart_sweeps.metric.DEFAULT); corpora without a wiki set (the embedded one)
-    fall back to the first ppl_* column in sorted order. Any metric whose record says which way is better
-    may be asked for (a benchmark accuracy ranks highest first).
-    """
+    """The ranking metric and, when it is a fallback (a corpus without the paper's wiki set: the first ppl_*), a
+    sentence saying so. Any metric whose record says which way is better may be asked for."""
     if requested:
         if metric(requested) is None:
             raise AnalysisError(f"--metric {require_error(requested)}")
@@ -284,9 +280,8 @@ def _run_meta(stage: str, summary: RunSummary, run: StageRun, root: Path) -> dic
 
 
 def _gflops(model: dict[str, Any], trainer: dict[str, Any]) -> float | None:
-    """A run's training GFLOPs per token (cart_sweeps.model's formula, as `plan` costs runs), from the model and
-    sequence length it records, a setting an older record lacks at the schema's default (None where it records no
-    size: analysis/pareto.py costs it at the screen stage's recipe)."""
+    """A run's training GFLOPs per token (the model's formula, as `plan` costs runs) from what it records, an older
+    record's missing setting at the schema's default; None where it records no size (pareto.py costs it)."""
     if any(k not in model for k in ("d_model", "head_dim", "vocab_size")) or "seq_len" not in trainer:
         return None
     known = {k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__}

@@ -24,9 +24,8 @@ AT_FDCWD, RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
 
 @contextmanager
 def replacing(out: Path, keep: bool = False) -> Iterator[Path]:
-    """An empty folder to write the analysis into, which replaces `out` when the block ends without an error;
-    otherwise `out` is left as it was. `keep` (an --only analysis): what an earlier analysis wrote and this one
-    does not is kept, not removed. A file system's refusal (full, read-only) is one line: AnalysisError."""
+    """An empty folder that replaces `out` when the block ends without an error (`keep`, for --only: what an
+    earlier analysis wrote and this one does not is kept); a file system's refusal is one line: AnalysisError."""
     out = out.resolve()  # a symlinked OUT is replaced where it points
     with _refused(f"cannot write the analysis to {out}", "it is left as it was"):
         _check(out)

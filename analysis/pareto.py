@@ -143,7 +143,8 @@ def _with_flops(rows: pd.DataFrame) -> pd.DataFrame:
 
 @functools.cache
 def _screen_gflops(cell: tuple[int, ...]) -> float:
-    model = replace(PAPER_SCREEN_MODEL, **dict(zip(tables.CONFIG, cell, strict=True)))
+    d_model, n_prelude, n_loops = cell  # tables.CONFIG's order
+    model = replace(PAPER_SCREEN_MODEL, d_model=d_model, n_prelude=n_prelude, n_loops=n_loops)
     return train_flops_per_token(model, PAPER_SCREEN_SEQ_LEN) / 1e9
 
 

@@ -71,16 +71,9 @@ def run(
     alpha: float = ALPHA,
     decide_axes: list[str] | None = None,
 ) -> Report:
-    """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`, written whole or
-    not at all (analysis.output).
-
-    What cannot be built (the inputs lack it, or a stage's runs are not what its code can read) is skipped with
-    its reason and the rest written; with `only`, each of those is also a line in Report.asked, the other files
-    in `out` are kept, and where none of them is built it is an error.
-    A claim is decided at the error rate `alpha` (analysis.decisions). Runs without a measurement of the
-    ranking metric are left out and listed before any table is built. Each stage with a seed axis decides the
-    best level of each of its axes (of `decide_axes` where given; analysis.stage_decisions).
-    """
+    """Tables, figures, findings.json and report.md under `out`, written whole or not at all (analysis.output).
+    What cannot be built is skipped with its reason and the rest written (with `only`: also a line in
+    Report.asked, and an error where none is built); runs without a measurement of the metric are listed first."""
     check_roles()
     metric, note = pick_metric(_final(study), metric)
     every = study.final()  # claims see each run that exists, so an option without a valid value is said
@@ -182,7 +175,7 @@ def _why(study: Study, final: pd.DataFrame, name: str, error: Exception) -> str:
 
 def _stages_of(study: Study, final: pd.DataFrame, name: str) -> list[str]:
     """The stages whose runs an output reads (a figure of one stage's training log: that stage)."""
-    if name in TABLES or name.startswith(stage_tables.PREFIX) or ladder.stage_of(name) or pareto.stage_of(name):
+    if name in TABLES or _own_stage(name) is not None:
         return stages_read(final, name)
     kind, _, of = name.partition("_")
     return [s for s in study.axes if of in (s, f"stage{s}")] if kind in ("loss", "rho", "search") else []
@@ -243,22 +236,25 @@ def _measured(study: Study, metric: str) -> Study:
 
 def runs_used(study: Study, table: str) -> str:
     """The line saying which runs a table used (empty without a selection: a results CSV)."""
-    if (own := pareto.stage_of(table) or ladder.stage_of(table)) is not None or table.startswith(stage_tables.PREFIX):
-        stage = own if own is not None else stage_tables.stage_of(table)
-        chosen = [study.selection[s] for s in [stage] if s in study.selection]
+    if (own := _own_stage(table)) is not None:
+        chosen = [study.selection[own]] if own in study.selection else []
     else:
-        roles = TABLES[table].reads
-        chosen = [c for c in study.selection.values() if c.role in roles]
+        chosen = [c for c in study.selection.values() if c.role in TABLES[table].reads]
     lines = [c.line() for c in chosen]
     return f"Runs: {'; '.join(lines)}." if lines else ""
 
 
+def _own_stage(table: str) -> str | None:
+    """The one stage a stage's own table, a ladder's or a Pareto table is of (None: a paper table)."""
+    if table.startswith(stage_tables.PREFIX):
+        return stage_tables.stage_of(table)
+    return ladder.stage_of(table) or pareto.stage_of(table)
+
+
 def stages_read(final: pd.DataFrame, table: str) -> list[str]:
     """The stages whose runs `table` reads: its own stage's (a stage's table, a ladder's), else its roles'."""
-    if table.startswith(stage_tables.PREFIX):
-        return [stage_tables.stage_of(table)]
-    if (stage := ladder.stage_of(table) or pareto.stage_of(table)) is not None:
-        return [stage]
+    if (own := _own_stage(table)) is not None:
+        return [own]
     return sorted(final.loc[final["role"].isin(TABLES[table].reads), "stage"].unique()) if "role" in final else []
 
 

@@ -111,9 +111,8 @@ def sentence(decision: Decision, said_edge: str | None, noise: str | None = None
 def decide_stage(
     rows: pd.DataFrame, stage: str, axes: StageAxes, metric: str, alpha: float, asked: list[str] | None = None
 ) -> list[tuple[Decision, str | None]]:
-    """Per axis (of `asked`) and per combination of the stage's other axes, variant and model (where the axis does
-    not set them) and a ladder's rung: the best level and where it lies at the grid's edge. `rows`: every run's last
-    evaluation."""
+    """Per axis (of `asked`) and per combination of the stage's other axes, variant, model and ladder rung: the best
+    level, and whether it lies at the grid's edge."""
     rows = rows[rows["stage"] == stage]
     metric = stage_metric(rows, axes, metric)
     varied = decidable(rows, axes)
@@ -136,10 +135,8 @@ def as_json(decision: Decision, said_edge: str | None, noise: str | None = None)
 
 
 def mark(table: pd.DataFrame, decisions: list[tuple[Decision, str | None]]) -> pd.DataFrame:
-    """The stage's table with a `<axis>_best` column per decided axis: best (the decided choice), tied (the pick
-    and the levels the data cannot tell from it, where undecided), else empty: a cell that compared nothing (one
-    level, or none) marks nothing. A held column the table does not show (the model, where the variant sets it) is
-    matched through the columns it shows."""
+    """The stage's table with a `<axis>_best` column per decided axis: best, tied (undecided: the pick and the
+    levels not told from it), or empty where nothing was compared; matched through the columns the table shows."""
     decisions = [pair for pair in decisions if len(pair[0].seeds) > 1]
     for axis in dict.fromkeys(d.axis for d, _ in decisions):
         if column_name(axis) not in table:
