@@ -1,10 +1,5 @@
-"""Turn run folders or a results CSV into one tidy frame of evaluations (one row per run and step), so every
-table reads one shape.
-
-A row is a run as one stage reads it: a run that several stages share (one run id) has a row under each, and
-`run_id` says it is one run, so every table that reads several stages counts it once (analysis.tables.select).
-`config` names what a run's seeds share (its configuration), never a summary's free-text field.
-"""
+"""Run folders or a results CSV as one tidy frame of evaluations (a row per run, stage and step), so every table
+reads one shape; a run several stages share has a row under each, one `run_id` (tables.select counts it once)."""
 
 from __future__ import annotations
 

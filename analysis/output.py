@@ -1,8 +1,5 @@
-"""The analysis's output folder, written whole or not at all (docs/results.md says how).
-
-Built in a folder beside OUT (same parent, so a rename is atomic) and swapped in at the end; OUT/.analysis-files
-names what the analysis wrote, so the next one removes what it no longer writes and carries anything else over.
-"""
+"""The analysis's output folder, written whole or not at all (docs/results.md): built beside OUT and swapped in;
+OUT/.analysis-files names what it wrote, so the next one removes what it no longer writes and keeps the rest."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Any stage's own decision: the best level of each axis it varies, the others held fixed (docs/decisions.md).
-
-Per axis (of --decide) and per combination of the stage's other axes, the paper's best-of-k test
-(analysis.decisions.best), in findings.json (`stage_decisions`) and as a `<axis>_best` column of `runs_<stage>`.
-The named variant and the model are held fixed like any other axis, never pooled as seeds; so is a ladder's
-horizon (each rung decides on its own). A run without a value of the axis (a dense run's R) is no option.
-"""
+"""Any stage's own decision: the best level of each axis it varies, the others held fixed (docs/decisions.md),
+by the paper's best-of-k test; the variant, the model and a ladder's rung are held too, never pooled as seeds."""
 
 from __future__ import annotations
 
