@@ -225,22 +225,20 @@ def latex(table: pd.DataFrame, name: str, metric: str | None = None, caption: st
     return "\n".join(lines) + "\n"
 
 
+def framed(table: pd.DataFrame, metric: str | None, runs: str = "", under: str | None = None) -> str:
+    """The table in Markdown under the line saying which runs it used and over the line said under it (each where
+    given), as its .md file and report.md show it."""
+    return (f"{runs}\n\n" if runs else "") + markdown(table, metric) + (f"\n{under}.\n" if under else "")
+
+
 def write_table(
-    table: pd.DataFrame,
-    out: Path,
-    name: str,
-    runs: str = "",
-    metric: str | None = None,
-    caption: str | None = None,
-    under: str | None = None,
+    table: pd.DataFrame, out: Path, name: str, text: str, metric: str | None, caption: str | None
 ) -> list[Path]:
-    """<out>/<name>.csv (every digit), .md and .tex (its `caption`, else its name), the ranking metric's columns
-    first; the Markdown opens with `runs` (which runs it used) when given and ends with `under`. Returns the paths
-    written."""
+    """<out>/<name>.csv (every digit), .md (`text`: `framed`) and .tex (its `caption`, else its name), the ranking
+    metric's columns first. Returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
     ranked_first(table, metric).to_csv(paths[0], index=False)
-    text = f"{runs}\n\n{markdown(table, metric)}" if runs else markdown(table, metric)
-    paths[1].write_text(text + (f"\n{under}.\n" if under else ""))
+    paths[1].write_text(text)
     paths[2].write_text(latex(table, name, metric, caption))
     return paths

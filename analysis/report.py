@@ -21,7 +21,7 @@ from .findings import Findings, listed, words
 from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
-from .render import markdown, write_table
+from .render import framed, write_table
 from .select import left_line, unmeasured
 
 
@@ -90,7 +90,7 @@ def run(
     ladders = study_tables(study)
     chosen, lost = _selected([*TABLES, *own, *ladders, *figures], only, study.unread)
     report, tables = Report(left_out=study.left_out, asked=[*lost]), {}
-    under: dict[str, str | None] = {}  # a table -> the line under it (analysis.throughput)
+    shown: dict[str, str] = {}  # a table -> its Markdown, as its .md file and report.md show it
     if not only:  # a paper table whose roles no stage takes is not attempted: the study is one's own
         taken = set(final["role"].dropna())
         report.absent = [n for n, roles in _paper_reads().items() if not set(roles) & taken]
@@ -136,10 +136,9 @@ def run(
                     split[name] = list(pieces[0].values)
                 report.skipped.update({f"{name} ({label})": why for label, why in failed.items()})
                 caption = TABLES[name].caption if name in TABLES else None
-                under[name] = throughput.note(final[final["stage"].isin(stages_read(final, name))], tables[name])
-                report.written += write_table(
-                    tables[name], folder, name, runs_used(study, name), metric, caption, under[name]
-                )
+                under = throughput.note(final[final["stage"].isin(stages_read(final, name))], tables[name])
+                shown[name] = framed(tables[name], metric, runs_used(study, name), under)
+                report.written += write_table(tables[name], folder, name, shown[name], metric, caption)
             except Exception as error:  # noqa: BLE001 (one output that cannot be built is said, the others written)
                 report.skipped[name] = _why(study, final, name, error)
         report.asked += _asked_missing(study, report.skipped, only and chosen, decide_axes)
@@ -156,9 +155,7 @@ def run(
         report.summary = words(report.findings, notes, roles)
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
         listed_ = listed(report.findings, notes, roles)
-        (folder / "report.md").write_text(
-            _markdown_report(tables, under, report, study, metric, _title(final), listed_)
-        )
+        (folder / "report.md").write_text(_markdown_report(shown, report, study, _title(final), listed_))
         report.written += [folder / "findings.json", folder / "report.md"]
     report.written = [out / p.name for p in report.written]
     return report
@@ -316,15 +313,7 @@ def _roles(final: pd.DataFrame) -> dict[str, str]:
     return {r: s for r, s in zip(final["role"], final["stage"], strict=True) if isinstance(r, str)}
 
 
-def _markdown_report(
-    tables: dict[str, pd.DataFrame],
-    under: dict[str, str | None],
-    report: Report,
-    study: Study,
-    metric: str,
-    title: str,
-    findings_: str,
-) -> str:
+def _markdown_report(shown: dict[str, str], report: Report, study: Study, title: str, findings_: str) -> str:
     """The findings first, one per line under their stage (`findings_`), then the runs used and every table and
     figure on one page."""
     parts = [f"# {title}: regenerated tables\n", f"## Findings\n\n{findings_}"]
@@ -333,12 +322,6 @@ def _markdown_report(
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
     if study.left_out:
         parts.append("## Left out\n\n" + "\n".join(f"- {left_line(o)}" for o in study.left_out) + "\n")
-    parts += [
-        f"## {name}\n\n"
-        + (f"{used}\n\n" if (used := runs_used(study, name)) else "")
-        + markdown(table, metric)
-        + (f"\n{under[name]}.\n" if under.get(name) else "")
-        for name, table in tables.items()
-    ]
+    parts += [f"## {name}\n\n{text}" for name, text in shown.items()]
     parts += [f"![{p.stem}]({p.name})\n" for p in report.written if p.suffix == ".png"]
     return "\n".join(parts)
