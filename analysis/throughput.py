@@ -14,8 +14,8 @@ SHARED = "shared_with"  # load.py's column: "2 runs at once on 2 CPU cores" wher
 
 def shared(env: dict[str, Any]) -> dict[str, str]:
     """The column a run's recorded environment gives: where it ran beside others, if it did."""
-    n = env.get("runs_at_once") or 1
-    if n < 2:
+    n = env.get("runs_at_once")
+    if not isinstance(n, int) or n < 2:  # alone, or a record from before runs said it
         return {}
     on = "one GPU" if env.get("cuda_visible_devices") else f"{env.get('cpu_cores')} CPU cores"
     return {SHARED: f"{n} runs at once on {on}"}
