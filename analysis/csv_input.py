@@ -29,10 +29,8 @@ ROW = "csv_row"  # a column naming each row's place in the file ("results.csv li
 def read(
     path: Path, run_key: Sequence[str], whole: Collection[str], numbers: Collection[str]
 ) -> tuple[pd.DataFrame, list[LeftOut], dict[str, int]]:
-    """The completed rows of the CSV at `path`, typed; the rows left out (listed); and the rows not completed,
-    counted by status or reason (a copy is listed, not counted: its run is tabled). A run is its `run` column,
-    else its values of `run_key` (those not in `numbers` are names, kept as text); `numbers` and every metric
-    column hold numbers, `whole` whole ones."""
+    """The completed rows, typed; the rows left out (listed); the rows not completed, counted by status or reason.
+    A run is its `run` column, else its `run_key` values; `numbers` and every metric hold numbers, `whole` whole."""
     text = _fields(path)
     if "stage" not in text:
         raise AnalysisError(f"{path}: needs a 'stage' column (values 1, 2, parity, ablations, variable_r)")

@@ -93,9 +93,8 @@ class Decision:
         return self.cell.get("d_model")
 
     def as_json(self) -> dict[str, Any]:
-        """The record as findings.json holds it. A verdict word (hurts, reversed, holds, dense: VERDICTS) is its
-        `choice` only where decided; undecided, `choice` is None and `leaning` says where the point estimates
-        lean, so no reader takes it for a finding. A best-of-k choice is an option (R=4), its point pick."""
+        """The record as findings.json holds it: a verdict word (VERDICTS) is its `choice` only where decided, else
+        None with `leaning` saying where the estimates lean, so no reader takes it for a finding."""
         out = {"claim": self.claim, "stage": self.stage, "d": plain(self.d), **asdict(self)}
         out["cell"] = {k: plain(v) for k, v in self.cell.items()}
         out["choice"], out["tied"] = plain(self.choice), [plain(t) for t in self.tied]
@@ -219,11 +218,9 @@ def worse_by(pct: float, ci: tuple[float, float] | list[float], alpha: float, p:
 
 
 def look_alpha(rows: pd.DataFrame, alpha: float) -> Callable[[list[Option]], float]:
-    """The error rate a claim's final data were decided at, from its options: alpha where the stage looked once;
-    for a stage that added seeds while its best R was undecided (stage.max_seeds: the `looks` and `grid_seeds`
-    columns), the alpha the driver spent at the look its seeds end on (cart_sweeps.rules.decide.look_level:
-    look = seeds - grid seeds + 1), so the analysis says what the driver decided; alpha / looks where only
-    `looks` is known (a results CSV, a ladder)."""
+    """The error rate a claim was decided at, from its options: for a stage that added seeds while undecided
+    (`looks`, `grid_seeds`), the alpha the driver spent at the look its seeds end on (rules.decide.look_level),
+    so the analysis says what the driver decided; alpha / looks where only `looks` is known (a CSV, a ladder)."""
     looks = int(rows["looks"].max()) if "looks" in rows and rows["looks"].notna().any() else 1
     known = "grid_seeds" in rows and rows["grid_seeds"].notna().any()
     first = int(rows["grid_seeds"].max()) if known else None
@@ -268,15 +265,9 @@ def best(
     alpha: float = ALPHA,
     noise: Noise | None = None,
 ) -> list[Decision]:
-    """One best-of-k decision per cell of `rows` (a stage's final rows; `cell` the columns that define a
-    claim beside its options, `axis` the column whose levels are the options; best in the metric's direction).
-
-    The choice is the option with the best mean. It is decided when, for every other option, the test
-    that the two differ rejects at alpha after Holm's correction over the k - 1 comparisons; each test is
-    two-sided (the one-sided p doubled), since the data chose which option is on top. `noise` is used
-    only where neither the options nor the stage's other cells have several seeds. A cell's runs with no value of
-    the axis are no option: counted (`no_level`) and said; a cell of such runs only compares nothing.
-    """
+    """One best-of-k decision per cell of `rows` (`axis`: the options; `cell`: what else defines a claim), decided
+    where the best mean beats every other option at alpha, two-sided (the data chose which is on top), Holm over
+    the k - 1. `noise` only where no cell has several seeds; runs without a value of `axis` are counted, no option."""
     groups, gone = grouped_options(rows, metric, axis, cell), absent(rows, metric, axis, cell)
     equivalence, level = equivalence_of(rows), look_alpha(rows, alpha)
     stage_noise = pool([o for opts in groups.values() for o in opts], f"the seeds of stage {stage}") or noise
@@ -316,10 +307,8 @@ def best_of(
     missing: list[Any] | tuple[Any, ...] = (),
     equivalence: float | None = None,
 ) -> Decision:
-    """The best-of-k decision over `opts` (best first); see `best`. `missing`: options of the claim without a
-    valid value of the metric, which leave it undecided (the best of what was not measured cannot be told).
-    `equivalence`: a relative margin within which an option may be decided equivalent to the choice instead of
-    worse (two one-sided tests, Holm over the pairs with the others: rules/decide.settle)."""
+    """The best-of-k decision over `opts` (best first); see `best`. `missing` options leave it undecided;
+    within `equivalence` an option may be decided equivalent instead of worse (rules/decide.settle)."""
     choice, others = opts[0], opts[1:]
     base = Decision(claim, stage, cell, axis, choice.level, False, "", alpha=alpha, equivalence=equivalence)
     base = replace(
@@ -403,10 +392,8 @@ def decided_text(
 
 
 def not_told(name: str, compared: list[Comparison], alpha: float, named: Callable[[Any], str], seeds: str) -> str:
-    """An undecided best-of-k in words: each option the data cannot tell from the choice with its margin and
-    Holm-adjusted p, the closest to decided first (a near-decision is said, not hidden behind the largest p),
-    then the options it does beat: 'R=6 is not told from R=10 (0.49% worse, adjusted p=0.07) or R=8 (0.06% worse,
-    adjusted p=0.76) with 3 seeds each; it beats R=2 (1.20% worse, adjusted p=0.001)'."""
+    """An undecided best-of-k in words, the closest to decided first (a near-decision is said, not hidden behind
+    the largest p): 'R=6 is not told from R=10 (0.49% worse, adjusted p=0.07) with 3 seeds each; it beats R=2 (...)'."""
     close = sorted((c for c in compared if c.p_adjusted > alpha), key=lambda c: c.p_adjusted)
     told = [c for c in compared if c.p_adjusted <= alpha]
 

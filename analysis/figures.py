@@ -72,9 +72,8 @@ def _panels(widths: list, ylabel: str, title: str, sharey: bool = True) -> tuple
 
 
 def save(draw: Draw, stem: Path) -> list[Path]:
-    """`draw`'s figure with one legend (each label once, in natural order, below the panels: outside them, laid
-    out by the constrained engine, so it covers no label), as PNG and PDF, each sized to hold every artist: a
-    legend wider than the panels widens the picture instead of being cut off."""
+    """`draw`'s figure as PNG and PDF with one legend below the panels (each label once, in natural order), sized
+    to hold every artist: a wide legend widens the picture instead of being cut off."""
     fig = draw()
     labelled: dict[str, Artist] = {}
     for ax in fig.axes:
@@ -92,10 +91,8 @@ def save(draw: Draw, stem: Path) -> list[Path]:
 
 
 def stage1_ppl_vs_r(study: Study, metric: str) -> Figure:
-    """Stage-1 metric against R, one panel per width, one line per P (the paper's P-vs-R picture). Each width
-    has its own y axis: the widths' perplexities differ by factors, the R and P effects within one by percent.
-    Where cells' seed counts differ (a screen's replicates), a cell averaged over n seeds is ringed, "mean of n
-    seeds" in the legend; the others are one seed each."""
+    """Stage-1 metric against R, a panel per width (its own y axis: widths differ by factors, R and P by percent),
+    a line per P; where seed counts differ (a screen's replicates), a cell of several seeds is ringed."""
     cells = stage1_cells(study.final(), metric, "stage1_ppl_vs_R")
     widths = sorted(cells["d"].unique())
     fig, axes = _panels(widths, metric_label(metric), "Stage 1: the screen's metric at its last step", sharey=False)
@@ -112,10 +109,8 @@ def stage1_ppl_vs_r(study: Study, metric: str) -> Figure:
 
 
 def curves(study: Study, stage: str, column: str) -> Figure:
-    """A training-log column (loss, rho) against step for every run of a stage, one panel per width.
-
-    For rho, each run's recipe also draws the curve weight decay alone would give (dashed).
-    """
+    """A training-log column (loss, rho) against step for every run of a stage, one panel per width; for rho,
+    each recipe's weight-decay-only curve too (dashed)."""
     log = study.train
     if log.empty or column not in log:
         raise AnalysisError(f"figure of {column} needs training logs (metrics.jsonl in run folders)")

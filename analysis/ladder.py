@@ -90,11 +90,9 @@ def _design(shown: dict | None, rungs: list[int], data: dict, metric: str, alpha
 
 
 def _walked(study: Study, stage: str, metric: str, alpha: float, least: int = 2) -> tuple[list[int], dict, Walk, dict]:
-    """The ladder recomputed on the runs: each rung's steps, data: (rung, width, config) -> seed -> value of the runs
-    at a rung's steps, the walk, and the cells of runs at steps no rung of the recorded ladder has (an earlier
-    ladder's: other rungs), by (steps, width, config). A record from before rungs' steps were kept: the runs'
-    horizons in order; runs at scales the record lacks, the same. `least`: the horizons the table needs (the rungs
-    table: one, where stage.equivalence ended every width at the first rung)."""
+    """The ladder recomputed on the runs: the rungs' steps (the runs' horizons where the record has none for their
+    scale), (rung, width, config) -> seed -> value, the walk, and the runs at no rung of it (an earlier ladder's).
+    `least`: the horizons the table needs (the rungs table: one, where stage.equivalence ended at the first)."""
     cells = _cells(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
     shown, ran = _recorded(study, stage), {h for h, _, _ in cells}
     at_scales = (shown or {}).get("steps") or {}  # scale -> the steps of each rung: the scale these runs are at

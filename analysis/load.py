@@ -1,10 +1,5 @@
-"""Turn run folders or a results CSV into one tidy frame of evaluations (one row per run and step), so every
-table reads one shape.
-
-A row is a run as one stage reads it: a run that several stages share (one run id) has a row under each, and
-`run_id` says it is one run, so every table that reads several stages counts it once (analysis.tables.select).
-`config` names what a run's seeds share (its configuration), never a summary's free-text field.
-"""
+"""Run folders or a results CSV as one tidy frame of evaluations (a row per run, stage and step), so every table
+reads one shape; a run several stages share has a row under each, one `run_id` (tables.select counts it once)."""
 
 from __future__ import annotations
 
@@ -30,6 +25,7 @@ from . import csv_input
 from .errors import AnalysisError
 from .select import NOT_FINITE, OUT_OF_RANGE, Chosen, StageSelection, choose
 from .stages import roles_of
+from .throughput import shared
 
 MODEL_KEYS = keys_with(ModelConfig, AXIS)
 INT_COLUMNS: tuple[str, ...] = (*MODEL_KEYS, "seed", "step", "eval_n_loops", "trained_n_loops", "steps")
@@ -105,12 +101,8 @@ def bench_sets(rows: pd.DataFrame) -> list[str]:
 
 
 def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | None]:
-    """The ranking metric and, when it is a fallback, a sentence saying so.
-
-    The paper ranks by ppl_wiki (cart_sweeps.metric.DEFAULT); corpora without a wiki set (the embedded one)
-    fall back to the first ppl_* column in sorted order. Any metric whose record says which way is better
-    may be asked for (a benchmark accuracy ranks highest first).
-    """
+    """The ranking metric and, when it is a fallback (a corpus without the paper's wiki set: the first ppl_*), a
+    sentence saying so. Any metric whose record says which way is better may be asked for."""
     if requested:
         if metric(requested) is None:
             raise AnalysisError(f"--metric {require_error(requested)}")
@@ -267,6 +259,7 @@ def _run_meta(stage: str, summary: RunSummary, run: StageRun, root: Path) -> dic
         **{k: trainer.get(k) for k in RECIPE_KEYS},
         "run_dir": str(folder),
         FLOPS: _gflops(model, trainer),
+        **shared(env if isinstance(env := details.get("env"), dict) else {}),
     }
     if details.get("stage_variant"):  # the stage's name for the run's variant (its ledger's, where it has one)
         meta[VARIANT_AXIS] = details["stage_variant"]
@@ -282,9 +275,8 @@ def _run_meta(stage: str, summary: RunSummary, run: StageRun, root: Path) -> dic
 
 
 def _gflops(model: dict[str, Any], trainer: dict[str, Any]) -> float | None:
-    """A run's training GFLOPs per token (cart_sweeps.model's formula, as `plan` costs runs), from the model and
-    sequence length it records, a setting an older record lacks at the schema's default (None where it records no
-    size: analysis/pareto.py costs it at the screen stage's recipe)."""
+    """A run's training GFLOPs per token (the model's formula, as `plan` costs runs) from what it records, an older
+    record's missing setting at the schema's default; None where it records no size (pareto.py costs it)."""
     if any(k not in model for k in ("d_model", "head_dim", "vocab_size")) or "seq_len" not in trainer:
         return None
     known = {k: v for k, v in model.items() if k in ModelConfig.__dataclass_fields__}

@@ -1,8 +1,5 @@
-"""The analysis's output folder, written whole or not at all (docs/results.md says how).
-
-Built in a folder beside OUT (same parent, so a rename is atomic) and swapped in at the end; OUT/.analysis-files
-names what the analysis wrote, so the next one removes what it no longer writes and carries anything else over.
-"""
+"""The analysis's output folder, written whole or not at all (docs/results.md): built beside OUT and swapped in;
+OUT/.analysis-files names what it wrote, so the next one removes what it no longer writes and keeps the rest."""
 
 from __future__ import annotations
 
@@ -24,9 +21,8 @@ AT_FDCWD, RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
 
 @contextmanager
 def replacing(out: Path, keep: bool = False) -> Iterator[Path]:
-    """An empty folder to write the analysis into, which replaces `out` when the block ends without an error;
-    otherwise `out` is left as it was. `keep` (an --only analysis): what an earlier analysis wrote and this one
-    does not is kept, not removed. A file system's refusal (full, read-only) is one line: AnalysisError."""
+    """An empty folder that replaces `out` when the block ends without an error (`keep`, for --only: what an
+    earlier analysis wrote and this one does not is kept); a file system's refusal is one line: AnalysisError."""
     out = out.resolve()  # a symlinked OUT is replaced where it points
     with _refused(f"cannot write the analysis to {out}", "it is left as it was"):
         _check(out)

@@ -46,9 +46,8 @@ def _numeric(table: pd.DataFrame) -> list[bool]:
 
 
 def direction(column: str, ranking: str | None = None) -> int:
-    """-1 where lower is better, +1 where higher is, 0 for the rest (configuration, statistics, spreads, ranks): which
-    columns get a best value marked. A column is a metric (cart_sweeps.metric: ppl_wiki, bench_piqa_acc), a
-    metric's seed mean or stage value (ppl_wiki_mean, stage1_ppl_wiki), or `R=k`, a grid of the ranking metric."""
+    """-1 where lower is better, +1 where higher is, 0 for columns that get no best marked: a metric's column
+    (ppl_wiki, ppl_wiki_mean, stage1_ppl_wiki, or `R=k`: a grid of the ranking metric) has its metric's."""
     if column.endswith(("_std", "_pct", "_rank")) or column.startswith(("p_", "t_")):
         return 0
     name = ranking if column.startswith("R=") and ranking else column.removesuffix("_mean")
@@ -109,9 +108,8 @@ def _best(table: pd.DataFrame, column: str, ranking: str | None) -> pd.Series:
 
 
 def formatted(table: pd.DataFrame, ranking: str | None = None) -> list[tuple[list[str], list[bool], bool]]:
-    """Each column as text, with where its best values are (`ranking`: the ranking metric, which a grid's `R=k`
-    columns hold) and whether it holds numbers (math in LaTeX): a fixed number of decimals per column, set by its
-    largest value's significant digits."""
+    """Each column as text (decimals per column, set by its largest value), where its best values are, and whether
+    it holds numbers (math in LaTeX)."""
     columns = []
     for name, numeric in zip(table.columns, _numeric(table), strict=True):
         values, best = table[name], _best(table, str(name), ranking).tolist()
@@ -204,9 +202,8 @@ def _latex_cells(table: pd.DataFrame, ranking: str | None) -> list[list[str]]:
 
 
 def latex(table: pd.DataFrame, name: str, metric: str | None = None, caption: str | None = None) -> str:
-    """A booktabs table float with caption and label (needs booktabs and graphicx), the ranking metric's
-    columns first, each column's best in bold. A table wider than the text is scaled down to \\linewidth,
-    never up: \\resizebox with \\width inside its own width argument."""
+    """A booktabs table float (needs booktabs and graphicx), each column's best in bold; one wider than the text
+    is scaled down to \\linewidth, never up."""
     table = ranked_first(table, metric)
     spec = "".join("r" if n else "l" for n in _numeric(table))
     caption = caption or name.replace("_", " ").capitalize() + "."
@@ -228,14 +225,20 @@ def latex(table: pd.DataFrame, name: str, metric: str | None = None, caption: st
     return "\n".join(lines) + "\n"
 
 
+def framed(table: pd.DataFrame, metric: str | None, runs: str = "", under: str | None = None) -> str:
+    """The table in Markdown under the line saying which runs it used and over the line said under it (each where
+    given), as its .md file and report.md show it."""
+    return (f"{runs}\n\n" if runs else "") + markdown(table, metric) + (f"\n{under}.\n" if under else "")
+
+
 def write_table(
-    table: pd.DataFrame, out: Path, name: str, runs: str = "", metric: str | None = None, caption: str | None = None
+    table: pd.DataFrame, out: Path, name: str, text: str, metric: str | None, caption: str | None
 ) -> list[Path]:
-    """<out>/<name>.csv (every digit), .md and .tex (its `caption`, else its name), the ranking metric's columns
-    first; the Markdown opens with `runs` (which runs it used) when given. Returns the paths written."""
+    """<out>/<name>.csv (every digit), .md (`text`: `framed`) and .tex (its `caption`, else its name), the ranking
+    metric's columns first. Returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
     ranked_first(table, metric).to_csv(paths[0], index=False)
-    paths[1].write_text(f"{runs}\n\n{markdown(table, metric)}" if runs else markdown(table, metric))
+    paths[1].write_text(text)
     paths[2].write_text(latex(table, name, metric, caption))
     return paths

@@ -13,7 +13,7 @@ import pandas as pd
 
 from cart_sweeps.stagerecord.runset import LeftOut
 
-from . import ladder, pareto, recipe, search, stage_decisions, stage_tables
+from . import ladder, pareto, recipe, search, stage_decisions, stage_tables, throughput
 from .csv_input import ROW
 from .decisions import ALPHA, Decision
 from .figures import figure_jobs
@@ -21,7 +21,7 @@ from .findings import Findings, listed, words
 from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
-from .render import markdown, write_table
+from .render import framed, write_table
 from .select import left_line, unmeasured
 
 
@@ -71,16 +71,9 @@ def run(
     alpha: float = ALPHA,
     decide_axes: list[str] | None = None,
 ) -> Report:
-    """Tables (CSV, Markdown, LaTeX), figures (PNG), findings.json and report.md under `out`, written whole or
-    not at all (analysis.output).
-
-    What cannot be built (the inputs lack it, or a stage's runs are not what its code can read) is skipped with
-    its reason and the rest written; with `only`, each of those is also a line in Report.asked, the other files
-    in `out` are kept, and where none of them is built it is an error.
-    A claim is decided at the error rate `alpha` (analysis.decisions). Runs without a measurement of the
-    ranking metric are left out and listed before any table is built. Each stage with a seed axis decides the
-    best level of each of its axes (of `decide_axes` where given; analysis.stage_decisions).
-    """
+    """Tables, figures, findings.json and report.md under `out`, written whole or not at all (analysis.output).
+    What cannot be built is skipped with its reason and the rest written (with `only`: also a line in
+    Report.asked, and an error where none is built); runs without a measurement of the metric are listed first."""
     check_roles()
     metric, note = pick_metric(_final(study), metric)
     every = study.final()  # claims see each run that exists, so an option without a valid value is said
@@ -97,6 +90,7 @@ def run(
     ladders = study_tables(study)
     chosen, lost = _selected([*TABLES, *own, *ladders, *figures], only, study.unread)
     report, tables = Report(left_out=study.left_out, asked=[*lost]), {}
+    shown: dict[str, str] = {}  # a table -> its Markdown, as its .md file and report.md show it
     if not only:  # a paper table whose roles no stage takes is not attempted: the study is one's own
         taken = set(final["role"].dropna())
         report.absent = [n for n, roles in _paper_reads().items() if not set(roles) & taken]
@@ -124,7 +118,11 @@ def run(
                             part.rows(every), stage, study.axes[stage], metric, alpha, decide_axes
                         )
                         made = [(replace(d, cell={**d.cell, **part.values}), edge) for d, edge in made]
-                        own_decisions.setdefault(stage, []).extend(stage_decisions.as_json(*pair) for pair in made)
+                        rows = part.rows(final).query("stage == @stage")
+                        noise = throughput.note(rows, [stage_tables.stage_metric(rows, study.axes[stage], metric)])
+                        own_decisions.setdefault(stage, []).extend(
+                            stage_decisions.as_json(*pair, noise) for pair in made
+                        )
                         return stage_decisions.mark(table, made)
                     table, claims = TABLES[name].decide(
                         TABLES[name].of(part.study(study), part.rows(final), metric), part.rows(every), metric, alpha
@@ -138,7 +136,9 @@ def run(
                     split[name] = list(pieces[0].values)
                 report.skipped.update({f"{name} ({label})": why for label, why in failed.items()})
                 caption = TABLES[name].caption if name in TABLES else None
-                report.written += write_table(tables[name], folder, name, runs_used(study, name), metric, caption)
+                under = throughput.note(final[final["stage"].isin(stages_read(final, name))], tables[name])
+                shown[name] = framed(tables[name], metric, runs_used(study, name), under)
+                report.written += write_table(tables[name], folder, name, shown[name], metric, caption)
             except Exception as error:  # noqa: BLE001 (one output that cannot be built is said, the others written)
                 report.skipped[name] = _why(study, final, name, error)
         report.asked += _asked_missing(study, report.skipped, only and chosen, decide_axes)
@@ -155,7 +155,7 @@ def run(
         report.summary = words(report.findings, notes, roles)
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
         listed_ = listed(report.findings, notes, roles)
-        (folder / "report.md").write_text(_markdown_report(tables, report, study, metric, _title(final), listed_))
+        (folder / "report.md").write_text(_markdown_report(shown, report, study, _title(final), listed_))
         report.written += [folder / "findings.json", folder / "report.md"]
     report.written = [out / p.name for p in report.written]
     return report
@@ -172,7 +172,7 @@ def _why(study: Study, final: pd.DataFrame, name: str, error: Exception) -> str:
 
 def _stages_of(study: Study, final: pd.DataFrame, name: str) -> list[str]:
     """The stages whose runs an output reads (a figure of one stage's training log: that stage)."""
-    if name in TABLES or name.startswith(stage_tables.PREFIX) or ladder.stage_of(name) or pareto.stage_of(name):
+    if name in TABLES or _own_stage(name) is not None:
         return stages_read(final, name)
     kind, _, of = name.partition("_")
     return [s for s in study.axes if of in (s, f"stage{s}")] if kind in ("loss", "rho", "search") else []
@@ -233,22 +233,25 @@ def _measured(study: Study, metric: str) -> Study:
 
 def runs_used(study: Study, table: str) -> str:
     """The line saying which runs a table used (empty without a selection: a results CSV)."""
-    if (own := pareto.stage_of(table) or ladder.stage_of(table)) is not None or table.startswith(stage_tables.PREFIX):
-        stage = own if own is not None else stage_tables.stage_of(table)
-        chosen = [study.selection[s] for s in [stage] if s in study.selection]
+    if (own := _own_stage(table)) is not None:
+        chosen = [study.selection[own]] if own in study.selection else []
     else:
-        roles = TABLES[table].reads
-        chosen = [c for c in study.selection.values() if c.role in roles]
+        chosen = [c for c in study.selection.values() if c.role in TABLES[table].reads]
     lines = [c.line() for c in chosen]
     return f"Runs: {'; '.join(lines)}." if lines else ""
 
 
+def _own_stage(table: str) -> str | None:
+    """The one stage a stage's own table, a ladder's or a Pareto table is of (None: a paper table)."""
+    if table.startswith(stage_tables.PREFIX):
+        return stage_tables.stage_of(table)
+    return ladder.stage_of(table) or pareto.stage_of(table)
+
+
 def stages_read(final: pd.DataFrame, table: str) -> list[str]:
     """The stages whose runs `table` reads: its own stage's (a stage's table, a ladder's), else its roles'."""
-    if table.startswith(stage_tables.PREFIX):
-        return [stage_tables.stage_of(table)]
-    if (stage := ladder.stage_of(table) or pareto.stage_of(table)) is not None:
-        return [stage]
+    if (own := _own_stage(table)) is not None:
+        return [own]
     return sorted(final.loc[final["role"].isin(TABLES[table].reads), "stage"].unique()) if "role" in final else []
 
 
@@ -310,9 +313,7 @@ def _roles(final: pd.DataFrame) -> dict[str, str]:
     return {r: s for r, s in zip(final["role"], final["stage"], strict=True) if isinstance(r, str)}
 
 
-def _markdown_report(
-    tables: dict[str, pd.DataFrame], report: Report, study: Study, metric: str, title: str, findings_: str
-) -> str:
+def _markdown_report(shown: dict[str, str], report: Report, study: Study, title: str, findings_: str) -> str:
     """The findings first, one per line under their stage (`findings_`), then the runs used and every table and
     figure on one page."""
     parts = [f"# {title}: regenerated tables\n", f"## Findings\n\n{findings_}"]
@@ -321,9 +322,6 @@ def _markdown_report(
         parts.append("## Runs used\n\n" + "\n".join(lines) + "\n")
     if study.left_out:
         parts.append("## Left out\n\n" + "\n".join(f"- {left_line(o)}" for o in study.left_out) + "\n")
-    parts += [
-        f"## {name}\n\n" + (f"{used}\n\n" if (used := runs_used(study, name)) else "") + markdown(table, metric)
-        for name, table in tables.items()
-    ]
+    parts += [f"## {name}\n\n{text}" for name, text in shown.items()]
     parts += [f"![{p.stem}]({p.name})\n" for p in report.written if p.suffix == ".png"]
     return "\n".join(parts)

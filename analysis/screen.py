@@ -1,9 +1,5 @@
-"""How reliable is a screen? Rank agreement between each evaluation step's ranking and the final one.
-
-The paper's 3,000-step screen ranks R one way and 30,500-step training the other; every run logs evaluations
-along the way, so the analysis asks when a stage's ranking (per width) settles into its final order, and how well
-Stage 1's final ranking predicts Stage 2's. Rankings are of configurations within a stage and width, seed means.
-"""
+"""How reliable is a screen? The paper's 3,000-step screen ranks R one way and 30,500-step training the other:
+when does a stage's ranking (per width, of seed means) settle into its final order, and does Stage 1's carry?"""
 
 from __future__ import annotations
 

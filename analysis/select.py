@@ -1,10 +1,5 @@
-"""Which runs each stage's tables use, and why the others do not.
-
-The runs are the stage's run set (cart_sweeps.stagerecord.runset): per table cell, its newest launched
-configuration, found through the ledger in the folders it names; `plan`, zoom/best selection and the
-dashboard read the same set. `--launch N` tables one launch instead, `--where` narrows further.
-Whatever is left out is listed, never dropped silently.
-"""
+"""Which runs each stage's tables use, and why the others do not: the stage's run set (stagerecord.runset), as
+`plan`, zoom and the dashboard read it, or one launch's (--launch N), narrowed by --where; the rest is listed."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Any stage's own decision: the best level of each axis it varies, the others held fixed (docs/decisions.md).
-
-Per axis (of --decide) and per combination of the stage's other axes, the paper's best-of-k test
-(analysis.decisions.best), in findings.json (`stage_decisions`) and as a `<axis>_best` column of `runs_<stage>`.
-The named variant and the model are held fixed like any other axis, never pooled as seeds; so is a ladder's
-horizon (each rung decides on its own). A run without a value of the axis (a dense run's R) is no option.
-"""
+"""Any stage's own decision: the best level of each axis it varies, the others held fixed (docs/decisions.md),
+by the paper's best-of-k test; the variant, the model and a ladder's rung are held too, never pooled as seeds."""
 
 from __future__ import annotations
 
@@ -71,7 +66,7 @@ def name(axis: str, level: Any) -> str:
     return f"{column_name(axis)}={plain(level)}" if plain(level) is not None else f"no {column_name(axis)}"
 
 
-def sentence(decision: Decision, said_edge: str | None) -> str:
+def sentence(decision: Decision, said_edge: str | None, noise: str | None = None) -> str:
     """The decision in words: the decided best with its margin over the runner-up; undecided, each option the
     seeds cannot tell from the pick with its adjusted p (the closest first); or why nothing can be compared."""
     held = " ".join(name(k, v) for k, v in decision.cell.items())
@@ -105,15 +100,14 @@ def sentence(decision: Decision, said_edge: str | None) -> str:
         said = f"{place}: the best {column} is undecided among {tied} ({decision.why})"
     if decision.no_level:
         said += f"; {runs(decision.no_level)} no {column} (left out)"
-    return said + (f"; {said_edge}" if said_edge else "") + "."
+    return said + "".join(f"; {part}" for part in (said_edge, noise) if part) + "."
 
 
 def decide_stage(
     rows: pd.DataFrame, stage: str, axes: StageAxes, metric: str, alpha: float, asked: list[str] | None = None
 ) -> list[tuple[Decision, str | None]]:
-    """Per axis (of `asked`) and per combination of the stage's other axes, variant and model (where the axis does
-    not set them) and a ladder's rung: the best level and where it lies at the grid's edge. `rows`: every run's last
-    evaluation."""
+    """Per axis (of `asked`) and per combination of the stage's other axes, variant, model and ladder rung: the best
+    level, and whether it lies at the grid's edge."""
     rows = rows[rows["stage"] == stage]
     metric = stage_metric(rows, axes, metric)
     varied = decidable(rows, axes)
@@ -129,16 +123,15 @@ def decide_stage(
     return out
 
 
-def as_json(decision: Decision, said_edge: str | None) -> dict[str, Any]:
-    """A decision as findings.json holds it: its record, the edge note, and its sentence."""
-    return {**decision.as_json(), "edge": said_edge, "said": sentence(decision, said_edge)}
+def as_json(decision: Decision, said_edge: str | None, noise: str | None = None) -> dict[str, Any]:
+    """A decision as findings.json holds it: its record, the edge note, and its sentence (`noise`: its metric's
+    unseen noise, analysis.throughput)."""
+    return {**decision.as_json(), "edge": said_edge, "said": sentence(decision, said_edge, noise)}
 
 
 def mark(table: pd.DataFrame, decisions: list[tuple[Decision, str | None]]) -> pd.DataFrame:
-    """The stage's table with a `<axis>_best` column per decided axis: best (the decided choice), tied (the pick
-    and the levels the data cannot tell from it, where undecided), else empty: a cell that compared nothing (one
-    level, or none) marks nothing. A held column the table does not show (the model, where the variant sets it) is
-    matched through the columns it shows."""
+    """The stage's table with a `<axis>_best` column per decided axis: best, tied (undecided: the pick and the
+    levels not told from it), or empty where nothing was compared; matched through the columns the table shows."""
     decisions = [pair for pair in decisions if len(pair[0].seeds) > 1]
     for axis in dict.fromkeys(d.axis for d, _ in decisions):
         if column_name(axis) not in table:

@@ -1,9 +1,5 @@
 """The parts of the paper's study, by role (a stage file's `role:`): tables read runs by role, no stage by name.
-
-A stage's role comes from what its newest launch recorded (runs/<stage>/stage.json), so a user's stage
-(`--config-dir`) that took a role feeds that role's tables; a stage without a record (older runs, a results
-CSV) plays the role its shipped stage file of the same name claims, unless a recorded stage took that role.
-"""
+A stage's role is what its newest launch recorded (stage.json), else its shipped namesake's, if not taken."""
 
 from __future__ import annotations
 

@@ -58,10 +58,8 @@ def lr_schedule(recipe: Recipe) -> np.ndarray:
 
 @lru_cache(maxsize=64)
 def wd_only_rho(recipe: Recipe, rho0: float = ModelConfig.gate_init) -> np.ndarray:
-    """sigmoid(a) after each of 0..steps steps when only AdamW's decoupled decay a <- a (1 - lr_t wd) acts.
-
-    If the reported rho sits on this curve, the "learned" stability band is weight decay, not learning.
-    """
+    """sigmoid(a) after each of 0..steps steps when only AdamW's decoupled decay a <- a (1 - lr_t wd) acts: if
+    the reported rho sits on this curve, the "learned" stability band is weight decay, not learning."""
     a0 = math.log(rho0 / (1 - rho0))
     wd = recipe.weight_decay if recipe.decay_all else 0.0
     a = a0 * np.concatenate([[1.0], np.cumprod(1 - lr_schedule(recipe) * wd)])
@@ -69,12 +67,9 @@ def wd_only_rho(recipe: Recipe, rho0: float = ModelConfig.gate_init) -> np.ndarr
 
 
 def variance_shares(y: pd.Series, factors: pd.DataFrame, within: pd.Series | None = None) -> dict[str, float]:
-    """Share of the variance of y explained by each factor's main effect (two-way additive decomposition).
-
-    SS of each factor's marginal means over the total SS; with `within` (the width) y is first centred
-    per group, so pooled shares measure effects common to all widths. Exact for a balanced grid; what
-    is left (interaction and noise) is 1 - sum.
-    """
+    """Share of the variance of y explained by each factor's main effect (two-way additive, exact for a balanced
+    grid; the residual is interaction and noise); `within` (the width) centres y per group first, so pooled
+    shares measure effects common to all widths."""
     centred = y - (y.groupby(within).transform("mean") if within is not None else y.mean())
     total = float((centred**2).sum()) or math.nan  # all cells equal: nothing to explain
     shares = {f: float((centred.groupby(factors[f]).transform("mean") ** 2).sum()) / total for f in factors}

@@ -59,10 +59,8 @@ def stage1_cells(final: pd.DataFrame, metric: str, table: str = "stage1") -> pd.
 
 
 def best_cells(rows: pd.DataFrame, by: list[str], options: list[str], metric: str) -> pd.DataFrame:
-    """The tables' "best": per `by` group of runs `rows` (a width), the configuration (values of `options`) with the
-    best seed mean of `metric`, by the study's one rule (cart_sweeps.rules.decide.best_per: exact ties go to the
-    smallest configuration, and `exact_tie` names the configurations tied with it; zoom, the promotion audit and
-    the benchmarks stage use the same rule). Columns in the tables' short names (d, P, R)."""
+    """Per `by` group (a width), the configuration of `options` with the best seed mean, by the study's one rule
+    (rules.decide.best_per, as zoom reads it: exact ties to the smallest, named in `exact_tie`)."""
     rows = rows.dropna(subset=[metric])
     groups = zip(*(rows[k].tolist() for k in by), strict=True)
     configs = zip(*(rows[k].tolist() for k in options), strict=True)
@@ -205,11 +203,9 @@ def reversal_cells(final: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def parity(final: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """CART against dense per validation set; gap = (dense - CART) / CART x 100, negative = dense better.
-
-    The shallower dense model is stored-parameter parity, the deeper effective-parameter parity. CART
-    comes from the parity stage, or else from stage 2 at the same width and its best R.
-    """
+    """CART against dense per validation set; gap = (dense - CART) / CART x 100, negative = dense better. The
+    shallower dense model is stored-parameter parity, the deeper effective; CART is the parity stage's, else
+    stage 2's best R at the width."""
     dense = rows_of(final, (PARITY,), "parity", model="dense", base_only=False)
     require(dense, ["d_model", "n_layers", metric], "parity")
     rows = []
@@ -256,10 +252,8 @@ def parity_cart(final: pd.DataFrame, metric: str, d: int) -> tuple[pd.DataFrame,
 
 
 def ablation_runs(final: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(every ablations run with its `switch`: the stage's variant name, so a switch that is an override rather
-    than an ablation field, such as single_loop's R=1, is its own; the base runs each switch is measured against:
-    the ablations stage's `base`; the runs that measure the base's seed noise: every run of exactly the base's
-    configuration in the ablations, stage 2 and parity, each run once)."""
+    """(every ablations run with its `switch`, the stage's variant name (single_loop's R=1 is one too); the
+    `base` runs each is measured against; every run of the base's configuration in ablations, 2 and parity)."""
     rows = rows_of(final, (ABLATIONS,), "ablations", base_only=False)
     require(rows, [*CONFIG, metric], "ablations")
     named = VARIANT_AXIS if VARIANT_AXIS in rows and rows[VARIANT_AXIS].notna().all() else "variant"

@@ -91,10 +91,10 @@ def test_the_compute_front_costs_the_loaded_runs_from_their_records_composing_no
     from cart_sweeps.analysis.load import load_runs
     from cart_sweeps.model.params import train_flops_per_token
 
-    pareto._screen_recipe.cache_clear()  # another test in this process may have composed it
+    pareto._screen_gflops.cache_clear()  # another test in this process may have costed a results CSV
     final = load_runs(runs).final()
     front = pareto.compute_cells(final, "ppl_austen")
-    assert pareto._screen_recipe.cache_info().currsize == 0  # nothing composed
+    assert pareto._screen_gflops.cache_info().currsize == 0  # none costed at the paper's recipe
     used = final[final["stage"] == "1"]
     by_hand = {}
     for folder in used["run_dir"]:  # each run's cost from its summary.json, by the model's formula

@@ -25,6 +25,27 @@ recipe:
 """
 
 
+def test_a_csv_s_stage1_cells_are_costed_at_the_composed_screen_stage_s_recipe():
+    """The analysis composes nothing: its paper screen recipe (pareto.PAPER_SCREEN_*) is the shipped screen stage's,
+    composed here at scale=paper, so a results CSV's cells cost what that stage's runs record."""
+    from dataclasses import asdict
+
+    from omegaconf import OmegaConf
+
+    from cart_sweeps.analysis import pareto
+    from cart_sweeps.compose import compose_config
+    from cart_sweeps.roles import stage_of
+
+    cfg = compose_config([f"stage={stage_of('screen')}"])
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    model |= {k.removeprefix("model."): v for k, v in cfg.stage.recipe.items() if k.startswith("model.")}
+    ours = asdict(pareto.PAPER_SCREEN_MODEL)
+    assert {k: v for k, v in model.items() if k not in pareto.tables.CONFIG} == {
+        k: v for k, v in ours.items() if k not in pareto.tables.CONFIG
+    }
+    assert cfg.stage.recipe.get("trainer.seq_len", cfg.trainer.seq_len) == pareto.PAPER_SCREEN_SEQ_LEN
+
+
 def by_hand(points: dict[int, tuple[float, float]]) -> set[int]:
     """The configurations no other has a perplexity as low and a throughput as high, one of them strictly."""
     return {

@@ -26,6 +26,9 @@ SUMMARY = "summary.json"
 CKPT_DIR = "checkpoints"
 METRICS = "metrics.jsonl"  # one JSON object per logged event (train.metrics.MetricsLog writes it)
 LOCK = ".run.lock"
+# The environment variable by which a launcher tells its runs how many of them share one machine's cores (or one
+# GPU) at once; a run records it (env.runs_at_once), so a throughput measured beside others is read as such.
+RUNS_AT_ONCE = "CART_SWEEPS_RUNS_AT_ONCE"
 
 
 class RunFolderBusy(ConfigError):

@@ -17,7 +17,7 @@ import torch
 from cart_sweeps.config import REPO_ROOT
 from cart_sweeps.hardware import peak_for_device_name
 from cart_sweeps.record.metrics import read_metrics
-from cart_sweeps.record.runfolder import atomic_write
+from cart_sweeps.record.runfolder import RUNS_AT_ONCE, atomic_write
 
 # The packages whose versions a run records (bitsandbytes: AdamW8bit's kernels).
 PACKAGES = "torch bitsandbytes hydra-core optuna submitit wandb datasets tokenizers cart_sweeps".split()
@@ -57,6 +57,8 @@ def environment(device: torch.device) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "host": platform.node(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cpu_cores": os.cpu_count(),
+        "runs_at_once": int(os.environ.get(RUNS_AT_ONCE, "1")),  # beside it on these cores (or its GPU)
     }
 
 

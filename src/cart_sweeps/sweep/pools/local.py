@@ -27,7 +27,7 @@ from cart_sweeps.adapters.submitit import SessionExecutor
 from cart_sweeps.config import ConfigError, LauncherConfig, at_least
 from cart_sweeps.hardware import gpu_memory_bytes, nvidia_gpus
 from cart_sweeps.options import StageKind
-from cart_sweeps.record.runfolder import atomic_write
+from cart_sweeps.record.runfolder import RUNS_AT_ONCE, atomic_write
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.status import RunStatus
 from cart_sweeps.sweep.cost import GIB, memory_need_bytes
@@ -142,6 +142,7 @@ class LocalPool(Pool[Item]):
         self.free = list(self.slots)
         threads = str(max(1, len(os.sched_getaffinity(0)) // self.capacity))
         self.threads, self.worker_env = threads, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        self.worker_env[RUNS_AT_ONCE] = str(lc.runs_per_gpu if gpus else lc.slots)
         self.run_timeout_s = 60.0 * lc.timeout_min
         self.modules = preloads(cfg)
         self.executor = LocalExecutor(folder)
