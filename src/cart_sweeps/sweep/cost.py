@@ -133,7 +133,7 @@ def launch_set(stage: Stage, history: dict[str, list[FrozenTrial]], results: Res
     set-up the driver runs and `plan` lists."""
     earlier = stage.rule.earlier(history)
     runs = [*stage.known_runs(history), *(a.run for a in earlier)]
-    held = {run.run_id: results.held(run, history.get(run.run_id, [])) for run in runs}  # read once
+    held = results.held_each(runs, history)
     plan = stage.base.plan
     throughput = Throughput.of(
         ((run, h.summary if (h := held[run.run_id]) else None) for run in runs),
