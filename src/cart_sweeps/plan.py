@@ -104,10 +104,8 @@ def statuses(
     held: Mapping[str, Held | None],
     occupants: Mapping[str, RunSummary],
 ) -> dict[str, str]:
-    """Run id -> status: new, a RunStatus from the ledger, cut off (no driver), or lost (the ledger says
-    done, the run folder is gone); without a readable ledger (None), what the run folders hold (`held`).
-    A result another stage's folder holds names that stage: `completed (stage 2)`; one in a folder of another
-    name, that folder: `moved (mine)`; a run whose folder holds another run (`occupants`), that run."""
+    """Run id -> status, where each run stands as the driver sorts it (a RunStatus, new, cut off, lost, moved,
+    occupied, a result another stage holds: `completed (stage 2)`); without a readable ledger (None), from `held`."""
     driver = history is not None and driver_running(stage.sweep_dir)
     history = history or {}
     shown: dict[Standing, str] = {Standing.NEW: "new", Standing.LOST: "lost"}

@@ -113,9 +113,8 @@ def launch_order(runs: Sequence[Run], costs: Mapping[str, Cost]) -> list[Run]:
 
 @dataclass(frozen=True)
 class LaunchSet:
-    """The runs a launch of a stage knows: the grid's (a search's sampled so far) and those its rule added before
-    (`why`: run id -> why), where each one's result is (`held`), and their costs at the throughput measured on
-    the finished ones."""
+    """The runs a launch of a stage knows (the grid's or a search's so far, and those its rule added: `why`),
+    where their results are, and their costs."""
 
     runs: list[Run]
     why: dict[str, str]
