@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from statistics import median
 
@@ -130,14 +131,28 @@ def test_finished_runs_calibrate_the_pace_and_a_finished_stage_is_done(recorded,
     assert len(finished_here(runs)) == 1
 
 
+def clock_seconds(pattern: str, text: str) -> int:
+    """The seconds of the first `MmSSs` that `pattern` finds in `text` (cart_sweeps.text.clock's form)."""
+    found = re.search(pattern, text)
+    assert found is not None, text[-2000:]
+    return 60 * int(found[1]) + int(found[2])
+
+
 @pytest.mark.slow  # a fresh data cache: tokenizing the embedded corpus, ~50 s on 2 cores
 def test_the_driver_prepares_a_fresh_caches_data_before_the_first_run_saying_so(tmp_path):
     """The runs do not wait in silence on the first one tokenizing: the driver says what it prepares, where, and
     how long it took, before any run starts, so the stage's ETA is the runs' pace alone."""
     cache = tmp_path / "cache"
     grid = ["stage=1", "scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2", "trainer.steps=2"]
+    started = time.monotonic()
     done = sweep(tmp_path / "runs", *grid, "launcher.slots=2", CART_SWEEPS_CACHE=str(cache))
+    wall = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-2000:]
+    # the progress clock (its ETA, its closing "finished in") starts once the data is ready: counting the preparation
+    # would make the two together longer than the command's wall time by the preparation's length
+    preparing_s = clock_seconds(r"data=embedded prepared in (\d+)m(\d\d)s", done.stdout)
+    took_s = clock_seconds(r"finished in (\d+)m(\d\d)s", done.stderr)
+    assert preparing_s + took_s <= wall, (preparing_s, took_s, wall)
     said = done.stdout.splitlines()  # the stage's own lines (a run's end goes to stderr, with the progress line)
     preparing = next(i for i, line in enumerate(said) if "preparing data=embedded for its runs, once" in line)
     prepared = next(i for i, line in enumerate(said) if re.match(r"stage 1: data=embedded prepared in \dm\d\ds", line))

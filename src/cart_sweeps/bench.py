@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 
 import torch
+from omegaconf import DictConfig
 
 from cart_sweeps.compose import compose_config, run_cli
 from cart_sweeps.model import param_counts, train_flops_per_token
 from cart_sweeps.train.loop import train_step
 from cart_sweeps.train.metrics import mfu, peak_mem_mb
-from cart_sweeps.train.setup import build_state, compiles, configure_torch
+from cart_sweeps.train.setup import TrainState, build_state, compiles, configure_torch
 from cart_sweeps.validate import validate
 
 USAGE = """usage: python -m cart_sweeps.bench [OVERRIDE ...]
@@ -25,15 +27,15 @@ and prints one JSON line. Overrides are Hydra's, e.g.:
 """
 
 
-def bench(overrides: list[str]) -> dict:
-    cfg = compose_config(overrides)
-    validate(cfg)
-    t, b = cfg.trainer, cfg.bench
-    device, dtype = configure_torch(cfg)
-    state = build_state(cfg, device)
+def random_steps(
+    cfg: DictConfig, state: TrainState, device: torch.device, dtype: torch.dtype | None
+) -> Callable[[int], None]:
+    """`n` training steps on random tokens (the data pipeline is not timed), ended on the device: what both
+    benchmarks time (bench_pace too)."""
+    t = cfg.trainer
     shape = (t.micro_batch_size, t.seq_len + 1)
 
-    def micro_batches():
+    def micro_batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for _ in range(t.grad_accum):
             w = torch.randint(0, cfg.model.vocab_size, shape, device=device)
             yield w[:, :-1], w[:, 1:]
@@ -44,6 +46,15 @@ def bench(overrides: list[str]) -> dict:
         if device.type == "cuda":  # the steps are timed, not their launch
             torch.cuda.synchronize()
 
+    return run
+
+
+def bench(overrides: list[str]) -> dict:
+    cfg = compose_config(overrides)
+    validate(cfg)
+    t, b = cfg.trainer, cfg.bench
+    device, dtype = configure_torch(cfg)
+    run = random_steps(cfg, build_state(cfg, device), device, dtype)
     run(b.warmup)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()

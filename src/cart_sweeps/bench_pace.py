@@ -13,9 +13,9 @@ import time
 import torch
 import torch._dynamo  # noqa: F401 - a worker's preload (sweep/pools/local.py): its import is the worker's start
 
+from cart_sweeps.bench import random_steps
 from cart_sweeps.compose import compose_config
 from cart_sweeps.model import train_flops_per_token
-from cart_sweeps.train.loop import train_step
 from cart_sweeps.train.setup import build_state, configure_torch
 
 TINY = ["scale=tiny", "model.d_model=32", "trainer.threads=1"]
@@ -32,16 +32,10 @@ def phases() -> dict[str, float]:
     state = build_state(cfg, device)
     built = time.perf_counter()
     t = cfg.trainer
-
-    def step() -> None:
-        w = torch.randint(0, cfg.model.vocab_size, (t.micro_batch_size, t.seq_len + 1))
-        train_step(state.forward, state.optimizer, iter([(w[:, :-1], w[:, 1:])]), 1, dtype, t.grad_clip)
-
-    for _ in range(WARMUP):
-        step()
+    steps = random_steps(cfg, state, device, dtype)
+    steps(WARMUP)
     start = time.perf_counter()
-    for _ in range(STEPS):
-        step()
+    steps(STEPS)
     trained = time.perf_counter()
     with tempfile.TemporaryFile() as f:
         torch.save({"model": state.model.state_dict(), "optimizer": state.optimizer.state_dict()}, f)

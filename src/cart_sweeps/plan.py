@@ -104,10 +104,8 @@ def statuses(
     held: Mapping[str, Held | None],
     occupants: Mapping[str, RunSummary],
 ) -> dict[str, str]:
-    """Run id -> status: new, a RunStatus from the ledger, cut off (no driver), or lost (the ledger says
-    done, the run folder is gone); without a readable ledger (None), what the run folders hold (`held`).
-    A result another stage's folder holds names that stage: `completed (stage 2)`; one in a folder of another
-    name, that folder: `moved (mine)`; a run whose folder holds another run (`occupants`), that run."""
+    """Run id -> status, where each run stands as the driver sorts it (a RunStatus, new, cut off, lost, moved,
+    occupied, a result another stage holds: `completed (stage 2)`); without a readable ledger (None), from `held`."""
     driver = history is not None and driver_running(stage.sweep_dir)
     history = history or {}
     shown: dict[Standing, str] = {Standing.NEW: "new", Standing.LOST: "lost"}
@@ -375,10 +373,11 @@ def _si(value: float) -> str:
 
 def _writer(key: str) -> Callable[[Any], str]:
     """How the column `key` writes a value other than None ("-"): chosen once per column, as a table's cells are
-    written twice."""
+    written twice; a number's text kept (the seeds of a configuration share their costs)."""
     if key.startswith("params_") or key == "tokens":
-        return _si
-    return {"train_flops": "{:.3g}".format, "gpu_hours": "{:,.2f}".format}.get(key, str)
+        return cache(_si)
+    formats = {"train_flops": "{:.3g}".format, "gpu_hours": "{:,.2f}".format}
+    return cache(formats[key]) if key in formats else str
 
 
 def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> None:
@@ -432,9 +431,10 @@ def aligned(header: list[str], cells: Callable[[], Iterable[list[str]]], left: s
     for row in cells():
         widths = list(map(max, widths, map(len, row)))
 
+    justs = [str.ljust if h in left else str.rjust for h in header]
+
     def line(row: list[str]) -> str:
-        cells = (c.ljust(w) if h in left else c.rjust(w) for h, c, w in zip(header, row, widths, strict=True))
-        return "  ".join(cells).rstrip()
+        return "  ".join([just(c, w) for just, c, w in zip(justs, row, widths, strict=True)]).rstrip()
 
     yield line(header)
     yield "  ".join("-" * w for w in widths)

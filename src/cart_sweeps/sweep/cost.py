@@ -113,9 +113,8 @@ def launch_order(runs: Sequence[Run], costs: Mapping[str, Cost]) -> list[Run]:
 
 @dataclass(frozen=True)
 class LaunchSet:
-    """The runs a launch of a stage knows: the grid's (a search's sampled so far) and those its rule added before
-    (`why`: run id -> why), where each one's result is (`held`), and their costs at the throughput measured on
-    the finished ones."""
+    """The runs a launch of a stage knows (the grid's or a search's so far, and those its rule added: `why`),
+    where their results are, and their costs."""
 
     runs: list[Run]
     why: dict[str, str]
@@ -133,7 +132,7 @@ def launch_set(stage: Stage, history: dict[str, list[FrozenTrial]], results: Res
     set-up the driver runs and `plan` lists."""
     earlier = stage.rule.earlier(history)
     runs = [*stage.known_runs(history), *(a.run for a in earlier)]
-    held = {run.run_id: results.held(run, history.get(run.run_id, [])) for run in runs}  # read once
+    held = results.held_each(runs, history)
     plan = stage.base.plan
     throughput = Throughput.of(
         ((run, h.summary if (h := held[run.run_id]) else None) for run in runs),

@@ -89,7 +89,8 @@ class Stage:
             raise ConfigError(f"name a stage: stage=<name>, one of {names}")
         self.compose = Composer()  # a run's config, as its own process would compose it (group choices cached)
         self._configurations: dict[tuple[str, ...], Configuration] = {}
-        self._first_seeds: dict[str, Run] = {}  # a configuration's first run: its other seeds are named from it
+        # a configuration's first run, and where its seed is in its overrides: its other seeds are named from it
+        self._first_seeds: dict[tuple[Any, ...], tuple[Run, int]] = {}
         self.base = self.compose(first.base)
         check_interpolations(self.base)  # whole, once: a run differs from it only in its axes (checked per run)
         self.spec = self.base.stage
@@ -290,14 +291,16 @@ class Stage:
         params = {k: axis_value(v) for k, v in params.items()}  # a ledger's list (an earlier version's) as text
         seed = params.get("seed")
         named_alike = isinstance(seed, int) and "seed" not in self.args.passed  # else the command line's seed wins
-        sibling = self._first_seeds.get(_without_seed(params)) if named_alike else None
-        if sibling is None:
+        first = self._first_seeds.get(_without_seed(params)) if named_alike else None
+        if first is None:
             run = self._worked_out(params)
             if named_alike and self._configurations.get(_seedless(run.overrides)) is run.config:
-                self._first_seeds[_without_seed(params)] = run  # its seeds share its config (_named)
+                at = next(i for i, o in enumerate(run.overrides) if o.startswith("seed="))
+                self._first_seeds[_without_seed(params)] = run, at  # its seeds share its config (_named)
             return run
-        overrides = [f"seed={seed}" if o.startswith("seed=") else o for o in sibling.overrides]
-        return make_run(dict(params), overrides, sibling.config, seed, sibling.actual)
+        sibling, at = first
+        overrides = [*sibling.overrides[:at], f"seed={seed}", *sibling.overrides[at + 1 :]]
+        return make_run(params, overrides, sibling.config, seed, sibling.actual)
 
     def _worked_out(self, params: dict[str, Any]) -> Run:
         paper = dict(self.recipe)
@@ -349,9 +352,9 @@ def _seedless(overrides: list[str]) -> tuple[str, ...]:
     return tuple(o for o in overrides if not o.startswith("seed="))
 
 
-def _without_seed(params: dict[str, Any]) -> str:
-    """A grid point less its seed, as a key (values may be lists)."""
-    return repr([(k, v) for k, v in params.items() if k != "seed"])
+def _without_seed(params: dict[str, Any]) -> tuple[Any, ...]:
+    """A grid point less its seed, as a key (its values axis values: hashable)."""
+    return tuple(item for item in params.items() if item[0] != "seed")
 
 
 def _int_value(line: str | None) -> int | None:

@@ -195,12 +195,8 @@ class Pool(ABC, Generic[Item]):
         on_poll: Callable[[Item], bool] = lambda item: False,
     ) -> None:
         """Start what `take(free slots)` gives, report each job as it ends; on any interruption cancel the rest.
-
-        A submission the scheduler refuses ends the launch: `on_refused` hears of each run it took for
-        it (so none is left looking started), then the ConfigError goes to the user. `on_wait` hears at
-        each poll why started jobs wait (None when none does); `on_poll`, of each running job, whether to
-        stop it now (a pruned trial): it then ends as any job does.
-        """
+        A refused submission ends the launch, each of its runs told (`on_refused`: none is left looking started);
+        `on_poll` says whether to stop a running job now (a pruned trial)."""
         active: dict[Job, tuple[Item, Task]] = {job: (item, task(item)) for item, job in attached}
         try:
             while True:

@@ -105,9 +105,8 @@ def check_gpu(stage: Stage, runs: list[Run], no_gpu: str | None, allow_cpu: bool
 
 
 def check_data_ready(data: DictConfig, passed: list[str]) -> None:
-    """Data that only the hub gives (a hub source, validation set or tokenizer) is prepared before launch: its
-    runs would each stream it (or fail at once offline). Local files, such as the embedded corpus the tiny scale
-    reads, are prepared by the first run that needs them. `passed`: the command line's data settings."""
+    """Data that only the hub gives is prepared before launch, else each run would stream it (or fail offline);
+    local files the driver prepares itself (sweep/dataprep.py). `passed`: the command line's data settings."""
     cfg = as_config(data)
     if recipe_dir(cfg, recipe_hash(cfg)).exists():
         return

@@ -26,12 +26,8 @@ FINAL = (
 
 
 class Progress:
-    """Counts of this launch, with an ETA from the pace of the runs finished so far.
-
-    In a terminal the status line stays live at the bottom; in a log each finished run's line carries it. `left`,
-    where given, says how many runs are still to start (a search learns as it goes how many it samples): the runs
-    to run are then those done, running and left.
-    """
+    """Counts of this launch, with an ETA from the pace of the runs finished so far: live at a terminal's bottom,
+    else on each finished run's line. `left`: runs still to start, where a search learns it as it goes."""
 
     def __init__(
         self,

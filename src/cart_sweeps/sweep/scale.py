@@ -81,11 +81,8 @@ def _folded(micro_batch_size: Any, grad_accum: Any) -> dict[str, int]:
 
 
 def to_paper(key: str, value: Any, scale: Scale) -> Any:
-    """A grid value as the paper's number: a width this scale shows (32 at tiny) read back through its table.
-
-    A paper width is taken as one, so a number that is both reads as the paper's; anything else is left
-    for `to_scale` to map or to name.
-    """
+    """A grid value as the paper's number: a width this scale shows (32 at tiny) read back through its table; a
+    number that is also a paper width reads as the paper's."""
     if key != "model.d_model" or not scale.d_model:
         return value
     table = _widths(scale)
@@ -94,11 +91,8 @@ def to_paper(key: str, value: Any, scale: Scale) -> Any:
 
 
 def to_scale(paper: dict[str, Any], scale: Scale, paper_value: Callable[[str], Any], train: bool) -> dict[str, Any]:
-    """`paper` (override key -> value in the paper's numbers) at `scale`, as override key -> value.
-
-    `paper_value(key)` is the key's value in the config composed at scale=paper: it supplies the paper's
-    values of the scaled keys the stage does not state (warm-up, eval and checkpoint intervals, max sequence).
-    """
+    """`paper` (override key -> value in the paper's numbers) at `scale`; `paper_value(key)` gives the paper's
+    value of a scaled key the stage does not state (warm-up, eval and checkpoint intervals, max sequence)."""
     out = dict(paper)
     if train:
         for key in (*_STEP_KEYS, *_SEQ_KEYS, *_BATCH_KEYS):

@@ -15,7 +15,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -224,7 +224,7 @@ class LocalPool(Pool[Item]):
         grace period) and wait; a worker that does not answer is stopped with its runs."""
         for job in jobs:
             job.cancel(check=False)
-        _wait_done(jobs)
+        _wait_until(lambda: all(job.done() for job in jobs))
         _stop_workers([cast(ForkedRun, job).worker.job for job in jobs if not job.done()])
 
     def close(self) -> None:
@@ -298,15 +298,14 @@ def _group_alive(pgid: int) -> bool:
 def _end(worker: WarmWorker) -> None:
     """Wait for a worker whose controller ended to be gone (an orphan stops its run within the grace
     period), then end whatever is left of its group: never two workers on one slot."""
-    deadline = time.monotonic() + GRACE_S + 5
-    while not worker.gone() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_until(worker.gone)
     _kill_group(worker.job)
 
 
-def _wait_done(jobs: Sequence[Job]) -> None:
+def _wait_until(done: Callable[[], bool]) -> None:
+    """Until `done()`, at most the grace period and 5 s more."""
     deadline = time.monotonic() + GRACE_S + 5
-    while any(not j.done() for j in jobs) and time.monotonic() < deadline:
+    while not done() and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -316,7 +315,7 @@ def _stop_workers(workers: Sequence[LocalJob]) -> None:
     for worker in workers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(worker.job_id), signal.SIGTERM)
-    _wait_done(workers)
+    _wait_until(lambda: all(worker.done() for worker in workers))
     for worker in workers:
         _kill_group(worker)
 
