@@ -17,7 +17,7 @@ from . import ladder, pareto, recipe, search, stage_decisions, stage_tables, thr
 from .csv_input import ROW
 from .decisions import ALPHA, Decision
 from .figures import figure_jobs
-from .findings import Findings, listed, words
+from .findings import MEASURED_WITH, Findings, listed, words
 from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
@@ -151,6 +151,9 @@ def run(
         report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
         if own_decisions := {s: made for s, made in own_decisions.items() if made}:
             report.findings["stage_decisions"] = own_decisions
+        by_stage = final.groupby("stage")
+        if beside := {s: line for s, rows in by_stage if (line := throughput.note(rows, [metric]))}:
+            report.findings[MEASURED_WITH] = beside
         notes, roles = _notes(study, note, report.skipped, split, report.absent_line()), _roles(final)
         report.summary = words(report.findings, notes, roles)
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")
