@@ -136,7 +136,8 @@ def run(
                     split[name] = list(pieces[0].values)
                 report.skipped.update({f"{name} ({label})": why for label, why in failed.items()})
                 caption = TABLES[name].caption if name in TABLES else None
-                under = throughput.note(final[final["stage"].isin(stages_read(final, name))], tables[name])
+                shows = [metric] if name in TABLES and TABLES[name].shows_metric else []
+                under = throughput.note(final[final["stage"].isin(stages_read(final, name))], [*tables[name], *shows])
                 shown[name] = framed(tables[name], metric, runs_used(study, name), under)
                 report.written += write_table(tables[name], folder, name, shown[name], metric, caption)
             except Exception as error:  # noqa: BLE001 (one output that cannot be built is said, the others written)

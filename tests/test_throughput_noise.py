@@ -98,8 +98,10 @@ def test_the_paper_claims_and_the_front_ranked_by_tokens_per_s_say_it_was_measur
         return out
 
     out = analysed("tokens_per_s")
-    front = (out / "pareto_1.md").read_text()
-    assert front.rstrip().endswith(f"{line}."), front
+    for table in ["pareto_1", "stage1_grid", "stage1_r_benefit"]:  # the front; paper tables of tokens/s unnamed
+        text = (out / f"{table}.md").read_text()
+        assert text.rstrip().endswith(f"{line}."), text
+    assert "measured with" not in (out / "rho.md").read_text()  # reads no throughput
     report = (out / "report.md").read_text()
     said = stage_bullets(report, "1")  # the paper's best-R claim, its R benefit, the stage's own decision
     assert said[0].startswith("Stage 1, d=32 P=1: ") and said[1].startswith("From the smallest to the largest R")
