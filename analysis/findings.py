@@ -224,6 +224,7 @@ def _screen_limits(tables: dict[str, pd.DataFrame]) -> list[str]:
 
 Said = tuple[str, str]  # (what a finding is of: "Stage 2", or ACROSS for one drawn across stages; its sentence)
 ACROSS, NOTES = "Across stages", "Notes"
+MEASURED_WITH = "measured_with"  # findings.json: stage -> its ranking metric's unseen noise (analysis.throughput)
 
 
 def said(f: Findings, stages: dict[str, str]) -> list[Said]:
@@ -238,8 +239,13 @@ def said(f: Findings, stages: dict[str, str]) -> list[Said]:
     def of(role: str) -> str:
         return f"Stage {stages.get(role, role)}"
 
-    def add(at: str, sentences_: list[str]) -> None:
-        parts.extend((at, sentence) for sentence in sentences_)
+    beside = {f"Stage {s}": line for s, line in f.get(MEASURED_WITH, {}).items()}
+
+    def add(at: str, sentences_: list[str], reads_metric: bool = True) -> None:
+        """`sentences_` of `at`; where they read the ranking metric and it was measured beside other runs (a
+        throughput: analysis.throughput), each says so."""
+        told = beside.get(at) if reads_metric else None
+        parts.extend((at, f"{s.removesuffix('.')}; {told}." if told else s) for s in sentences_)
 
     s1 = f.get("stage1", {})
     add(of(SCREEN), _best_words([c for c in claims.get("best_R", []) if c["role"] == SCREEN]))
@@ -263,18 +269,19 @@ def said(f: Findings, stages: dict[str, str]) -> list[Said]:
             of(CONFIRM),
             [f"Spearman between the stages over {rev['spearman_cells']} shared cells: {rev['spearman']:.3f}."],
         )
-    add(of(PARITY), _parity_words(f, claims.get("parity", [])))
+    add(of(PARITY), _parity_words(f, claims.get("parity", [])), reads_metric=False)  # per validation set
     add(of(ABLATIONS), _ablation_words(f, claims.get("ablation", [])))
     add(of(VARIABLE_R), [_inference_words(c, metric) for c in claims.get("trained_R_best", [])])
     for d, v in f.get("variable_r_bench", {}).items():
-        add(of(VARIABLE_R), [f"On the benchmarks at d={d} (trained R={v['trained_R']}): {_bench_words(v)}."])
+        bench = [f"On the benchmarks at d={d} (trained R={v['trained_R']}): {_bench_words(v)}."]
+        add(of(VARIABLE_R), bench, reads_metric=False)
     if "rho" in f:
         lo, hi = f["rho"]["final_range"]
         wlo, whi = f["rho"]["wd_only_range"]
         add(ACROSS, [f"Final rho spans {lo:.3f}-{hi:.3f}; weight decay alone predicts {wlo:.3f}-{whi:.3f}."])
     parts += _screen_words(f.get("screen", {}), of(CONFIRM))
     for stage, records in f.get("stage_decisions", {}).items():
-        add(f"Stage {stage}", [record["said"] for record in records])
+        add(f"Stage {stage}", [record["said"] for record in records], reads_metric=False)  # each says its own
     return parts
 
 

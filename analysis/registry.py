@@ -34,6 +34,9 @@ class Table:
     findings: Section | None = None  # what findings.json says of it (present only where its tables were built)
     claims: claim.Claims | None = None  # the claims it makes (findings.json's decisions), from its columns
     mark: claim.Mark | None = None  # how it carries them: columns it adds (decided, verdict, ...)
+    # its numbers are, or rank by, the ranking metric's (named in its headers or not): where that is a throughput
+    # measured beside other runs, a line under it says so (analysis.throughput); False: it shows other numbers
+    shows_metric: bool = True
 
     def __post_init__(self) -> None:
         if self.mark is not None and self.claims is None:
@@ -120,6 +123,7 @@ TABLES: dict[str, Table] = {
         findings=("parity", found.parity),
         claims=claim.PARITY_SIDE,
         mark=claim.MARK_PARITY,
+        shows_metric=False,
     ),
     "ablations": Table(
         reads=(ABLATIONS, CONFIRM, PARITY),
@@ -128,6 +132,7 @@ TABLES: dict[str, Table] = {
         findings=("ablations", found.ablations),
         claims=claim.ABLATION,
         mark=claim.MARK_ABLATION,
+        shows_metric=False,
     ),
     "variable_r": Table(
         reads=(VARIABLE_R,),
@@ -135,21 +140,25 @@ TABLES: dict[str, Table] = {
         caption="The metric at inference loop counts $R$ other than the trained one.",
         findings=("variable_r", found.variable_r),
         claims=claim.TRAINED_R_BEST,
+        shows_metric=False,
     ),
     "variable_r_bench": Table(
         reads=(VARIABLE_R,),
         build=tables.variable_r_bench,
         findings=("variable_r_bench", found.variable_r_bench),
+        shows_metric=False,
     ),
     "benchmarks": Table(
         reads=(BENCHMARKS,),
         build=tables.benchmarks,
+        shows_metric=False,
     ),
     "rho": Table(
         reads=(SCREEN, CONFIRM, PARITY),
         build=tables.rho,
         caption="Final gate $\\rho$ against the value weight decay alone predicts.",
         findings=("rho", found.rho),
+        shows_metric=False,
     ),
     "screen_agreement": Table(
         reads=(SCREEN, CONFIRM, PARITY, ABLATIONS, VARIABLE_R),

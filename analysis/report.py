@@ -17,7 +17,7 @@ from . import ladder, pareto, recipe, search, stage_decisions, stage_tables, thr
 from .csv_input import ROW
 from .decisions import ALPHA, Decision
 from .figures import figure_jobs
-from .findings import Findings, listed, words
+from .findings import MEASURED_WITH, Findings, listed, words
 from .load import AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
@@ -136,7 +136,8 @@ def run(
                     split[name] = list(pieces[0].values)
                 report.skipped.update({f"{name} ({label})": why for label, why in failed.items()})
                 caption = TABLES[name].caption if name in TABLES else None
-                under = throughput.note(final[final["stage"].isin(stages_read(final, name))], tables[name])
+                shows = [metric] if name in TABLES and TABLES[name].shows_metric else []
+                under = throughput.note(final[final["stage"].isin(stages_read(final, name))], [*tables[name], *shows])
                 shown[name] = framed(tables[name], metric, runs_used(study, name), under)
                 report.written += write_table(tables[name], folder, name, shown[name], metric, caption)
             except Exception as error:  # noqa: BLE001 (one output that cannot be built is said, the others written)
@@ -151,6 +152,9 @@ def run(
         report.findings = {"input": _input(study, final), **selection, **findings_, "stages": best}
         if own_decisions := {s: made for s, made in own_decisions.items() if made}:
             report.findings["stage_decisions"] = own_decisions
+        by_stage = final.groupby("stage")
+        if beside := {s: line for s, rows in by_stage if (line := throughput.note(rows, [metric]))}:
+            report.findings[MEASURED_WITH] = beside
         notes, roles = _notes(study, note, report.skipped, split, report.absent_line()), _roles(final)
         report.summary = words(report.findings, notes, roles)
         (folder / "findings.json").write_text(json.dumps(report.findings, indent=2) + "\n")

@@ -8,7 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-THROUGHPUT = "tokens_per_s"
+from cart_sweeps.metric import THROUGHPUT, seed_spreads
+
 SHARED = "shared_with"  # load.py's column: "2 runs at once on 2 CPU cores" where the launcher ran several at once
 
 
@@ -28,8 +29,8 @@ def note(rows: pd.DataFrame, columns: Iterable[object]) -> str | None:
     rows = rows[rows[SHARED].notna()]
     if rows.empty:
         return None
-    seeds = rows.dropna(subset=[THROUGHPUT]).groupby("config")[THROUGHPUT]
-    spreads = [(v.max() - v.min()) / v.median() for _, v in seeds if len(v) > 1]
+    measured = rows.dropna(subset=[THROUGHPUT])
+    spreads = seed_spreads(zip(measured["config"], measured[THROUGHPUT], strict=True))
     told = (
         f"the seeds of one configuration differ by up to {max(spreads):.0%}"
         if spreads

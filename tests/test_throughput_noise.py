@@ -59,3 +59,56 @@ def test_tokens_per_s_measured_two_at_a_time_is_said_with_its_spread(tmp_path, d
     found = analysis(alone, tmp_path / "out1")
     assert "measured with" not in (tmp_path / "out1" / "runs_fast.md").read_text()
     assert not any("measured with" in d["said"] for d in found["stage_decisions"]["fast"])
+
+
+SCREEN = [
+    "stage=1",
+    *TINY,
+    "model.d_model=32",
+    "model.n_prelude=1",
+    "model.n_loops=1,2",
+    "seed=1,2",
+    "sweep.metrics=[tokens_per_s,ppl_austen]",  # two objectives: a pareto_1 table too
+]
+
+
+def stage_bullets(report: str, stage: str) -> list[str]:
+    """The findings report.md lists under `### Stage <stage>`."""
+    said = report.split(f"### Stage {stage}\n\n", 1)[1].split("\n\n", 1)[0]
+    return [line.removeprefix("- ") for line in said.splitlines()]
+
+
+@pytest.mark.slow
+def test_the_paper_claims_and_the_front_ranked_by_tokens_per_s_say_it_was_measured_beside_other_runs(
+    tmp_path, data_cache
+):
+    runs = tmp_path / "runs"
+    done = sweep(runs, *SCREEN)  # launcher.slots=2
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = (
+        f"tokens_per_s measured with 2 runs at once on {os.cpu_count()} CPU cores: the seeds of one configuration "
+        f"differ by up to {spread_by_hand(runs / '1'):.0%}"
+    )
+
+    def analysed(metric: str) -> Path:
+        out = tmp_path / metric
+        command = [sys.executable, "-m", "cart_sweeps.analysis", "--runs", str(runs), "--out", str(out)]
+        done = subprocess.run([*command, "--metric", metric], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return out
+
+    out = analysed("tokens_per_s")
+    for table in ["pareto_1", "stage1_grid", "stage1_r_benefit"]:  # the front; paper tables of tokens/s unnamed
+        text = (out / f"{table}.md").read_text()
+        assert text.rstrip().endswith(f"{line}."), text
+    assert "measured with" not in (out / "rho.md").read_text()  # reads no throughput
+    report = (out / "report.md").read_text()
+    said = stage_bullets(report, "1")  # the paper's best-R claim, its R benefit, the stage's own decision
+    assert said[0].startswith("Stage 1, d=32 P=1: ") and said[1].startswith("From the smallest to the largest R")
+    assert all(s.endswith(f"; {line}.") for s in said), said
+    rho = next(s for s in report.splitlines() if s.startswith("- Final rho spans"))  # reads no throughput
+    assert "measured with" not in rho, rho
+
+    said = stage_bullets((analysed("ppl_austen") / "report.md").read_text(), "1")  # the claims read perplexity
+    claim = next(s for s in said if s.startswith("Stage 1, d=32 P=1: "))
+    assert "measured with" not in claim, claim

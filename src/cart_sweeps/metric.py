@@ -8,12 +8,14 @@ train/loop.py's evaluate_sets) or a row in BENCH_MEASURES.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from statistics import median
 from typing import Literal
 
 DEFAULT = "ppl_wiki"  # the paper's ranking metric (sweep.metric's default)
 BENCH = "bench"  # lm-eval scores: bench_<task>_<measure> (cart_sweeps.harness)
+THROUGHPUT = "tokens_per_s"  # the run-wide training throughput: what the runs sharing its cores (or GPU) left it
 RHO_LABEL = "gate ρ = sigmoid(a)"  # what `rho` is called for people: figures, the W&B panels, TensorBoard's cards
 
 
@@ -37,7 +39,7 @@ KINDS = (
     Kind("ppl", "perplexity", "", higher_is_better=False, low=1.0),  # exp(CE) with CE > 0: 1 is a perfect model
     Kind("bpb", "bits per byte", "bits/byte", higher_is_better=False, low=0.0),
     Kind("ce", "cross-entropy", "nats/token", higher_is_better=False, low=0.0),
-    Kind("tokens_per_s", "training throughput", "tokens/s", higher_is_better=True, low=0.0, per_set=False),
+    Kind(THROUGHPUT, "training throughput", "tokens/s", higher_is_better=True, low=0.0, per_set=False),
 )
 # lm-eval's measures, by the last part of bench_<task>_<measure>: accuracies are shares, compared as differences
 BENCH_MEASURES = {
@@ -153,3 +155,13 @@ def is_metric(key: str) -> bool:
     """A measured number a summary keeps among its metrics: a per-set one, or any benchmark score."""
     found = metric(key)
     return (found is not None and found.kind.per_set) or key.startswith(f"{BENCH}_")
+
+
+def seed_spreads(measured: Iterable[tuple[Hashable, float]]) -> list[float]:
+    """How far one configuration's seeds spread, (max - min) / median, for each configuration of `measured`
+    ((configuration, value) pairs) with two or more values: the noise plan and the analysis say a throughput
+    measured beside other runs carries."""
+    by_config: dict[Hashable, list[float]] = {}
+    for config, value in measured:
+        by_config.setdefault(config, []).append(value)
+    return [(max(v) - min(v)) / median(v) for v in by_config.values() if len(v) > 1]

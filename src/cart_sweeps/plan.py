@@ -26,6 +26,7 @@ from rich.console import Console
 from cart_sweeps.compose import run_cli
 from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import nvidia_gpus
+from cart_sweeps.metric import THROUGHPUT, seed_spreads
 from cart_sweeps.modelspec import SHAPE_KEYS, spec_of
 from cart_sweeps.naming import LABEL_SHOWS
 from cart_sweeps.record.summary import RunSummary
@@ -314,9 +315,6 @@ def here_line(stage: Stage, slots: int, table_rows: list[dict[str, Any]]) -> str
     )
 
 
-THROUGHPUT = "tokens_per_s"
-
-
 def shared_throughput_line(stage: Stage, table_rows: list[dict[str, Any]]) -> str | None:
     """Where the stage ranks by throughput and its runs share this machine's cores (launcher.slots > 1 without a
     GPU) or a GPU (launcher.runs_per_gpu > 1), the noise that brings, as measured: each run's rate is what the
@@ -335,11 +333,7 @@ def shared_throughput_line(stage: Stage, table_rows: list[dict[str, Any]]) -> st
 def throughput_spread(table_rows: list[dict[str, Any]]) -> str:
     """How far the tokens/s of one configuration's seeds spread, (max - min) / median, at most over the
     configurations with two or more measured."""
-    by_config: dict[str, list[float]] = {}
-    for r in table_rows:
-        if r["tokens_per_s"]:
-            by_config.setdefault(r["config_id"], []).append(r["tokens_per_s"])
-    spreads = [(max(v) - min(v)) / median(v) for v in by_config.values() if len(v) > 1]
+    spreads = seed_spreads((r["config_id"], r[THROUGHPUT]) for r in table_rows if r[THROUGHPUT])
     if not spreads:
         return (
             "its noise is not measured yet (no configuration has two seeds finished): read it from the spread of seeds"
