@@ -137,7 +137,15 @@ def test_a_ladder_it_cannot_run_is_one_line_before_anything_launches(args, says)
         Stage(["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", "model.n_prelude=6", *args])
 
 
+def said(row, bound: str) -> str:
+    """How plan words a simulated row (its numbers at the precision it prints)."""
+    return f"{row.runs:.1f} runs per width, {row.compute:.2f}x (+- {row.compute_se:.2f}) the fixed design, {bound}"
+
+
 def test_plan_prices_each_rung_beside_the_fixed_design(capsys, tmp_path, monkeypatch):
+    """Per rung its runs at most and as expected, and the compute the simulator expects of the ladder of these
+    rungs, seeds and prior on these widths and configurations under the two truths that bracket it here (R in
+    {2, 8}: `clear` leaves them tied at 30,500 steps, `ties` puts R=8 3% ahead): the simulator's own rows."""
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
     plan.main(["stage=ladder", "scale=tiny", "model.d_model=256,512", "model.n_loops=2,8", "model.n_prelude=6"])
     out = capsys.readouterr().out
@@ -147,20 +155,6 @@ def test_plan_prices_each_rung_beside_the_fixed_design(capsys, tmp_path, monkeyp
     assert "expected 8 runs" in out and "no measurement yet: no drop assumed" in out
     assert "the paper's fixed design on this grid" in out
     assert out.count("-steps20-") == 8  # the grid's runs: every configuration at the first rung (3,000 -> 20 steps)
-
-
-def said(row, bound: str) -> str:
-    """How plan words a simulated row (its numbers at the precision it prints)."""
-    return f"{row.runs:.1f} runs per width, {row.compute:.2f}x (+- {row.compute_se:.2f}) the fixed design, {bound}"
-
-
-def test_plan_expects_a_ladders_compute_from_the_simulator_on_its_own_grid(capsys, tmp_path, monkeypatch):
-    """Under the two truths that bracket it on this grid (R in {2, 8}: `clear` leaves them tied at 30,500 steps,
-    `ties` puts R=8 3% ahead), plan's expected compute is the simulator's rows for the ladder of these rungs, seeds
-    and prior on these widths and configurations."""
-    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
-    plan.main(["stage=ladder", "scale=tiny", "model.d_model=256,512", "model.n_loops=2,8", "model.n_prelude=6"])
-    out = capsys.readouterr().out
     grid = [(d, [config(2, 6), config(8, 6)]) for d in (256, 512)]
     rows = simulate(PLAN_REPS, designs={"ladder": design((3000, 10000, 30500))}, truths=PLAN_TRUTHS, grid=grid)
     got = {(r.truth, r.design): r for r in rows}
@@ -170,6 +164,15 @@ def test_plan_expects_a_ladders_compute_from_the_simulator_on_its_own_grid(capsy
     assert f"clear (here the runner-up trails the best by 0.00% at 30,500 steps): {said(tie, 'no finite bound')}" in out
     ahead = f"{winner.over_bound:.2f}x the bound ({got[('ties', 'bound')].runs:.1f} runs)"
     assert f"ties (here the runner-up trails the best by 3.00% at 30,500 steps): {said(winner, ahead)}" in out
+
+
+def test_plan_says_why_a_grid_the_truths_do_not_cover_is_not_simulated(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    plan.main(["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", "trainer.lr=1e-3,2e-3"])
+    out = capsys.readouterr().out
+    assert (
+        "expected compute: not simulated (its configurations differ in more than d_model, n_loops and n_prelude)" in out
+    )
 
 
 def test_the_shipped_ladder_runs_its_rungs_in_order_at_the_tiny_scale(tmp_path, monkeypatch):
