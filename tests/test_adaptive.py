@@ -20,6 +20,7 @@ from cart_sweeps.analysis.__main__ import main
 from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import require
 from cart_sweeps.rules.decide import ALPHA, POWER, best_level, look_level, looks, seeds_for_power
+from cart_sweeps.rules.simulation import PLAN_REPS, PLAN_TRUTHS, config, simulate
 from cart_sweeps.rules.zoom import promoted, sentinels
 from cart_sweeps.sweep.expand import Stage
 
@@ -163,6 +164,30 @@ def test_an_adaptive_stage_adds_seeds_while_undecided_and_a_relaunch_trains_noth
 
 
 ONE = ["scale=tiny", "model.d_model=256", "model.n_loops=2,4", "model.n_prelude=2"]
+
+
+def test_plan_expects_a_max_seeds_stages_compute_from_the_simulator_on_its_own_grid(capsys, tmp_path, monkeypatch):
+    """Before any run, plan says what the seeds are expected to spend under a clear winner (`clear`: R=6 3% ahead)
+    and a tie (`ties`: R=6 and R=8 equal) at the stage's margin: the simulator's `seeds` rows for 2 grid seeds,
+    up to 4, on this grid's cells with no screen, against its fixed design and the floor."""
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    widths, margin = (256, 512), 0.01
+    plan.main(["stage=2", "scale=tiny", "model.d_model=256,512", "model.n_loops=6,8", "seed=42,137",
+               "stage.max_seeds=4", f"stage.equivalence={margin}"])  # fmt: skip
+    out = capsys.readouterr().out
+    grid = [(d, [config(6, 6), config(8, 6)]) for d in widths]
+    rows = simulate(PLAN_REPS, designs={}, truths=PLAN_TRUTHS, equivalence=margin, grid=grid, sequential=(2, 4, "grid"))
+    got = {(r.truth, r.design): r for r in rows}
+    assert f"expected compute (simulated, {PLAN_REPS} studies under clear/ties at this grid: its 2 widths" in out
+    assert "at this design's margin 1.00%" in out
+    for kind, gap in (("clear", "3.00%"), ("ties", "0.00%")):
+        row, floor = got[(kind, "seeds")], got[(kind, "bound")]
+        assert (
+            f"{kind} (here the runner-up trails the best by {gap} at 30,500 steps): {row.runs:.1f} runs per width, "
+            f"{row.compute:.2f}x (+- {row.compute_se:.2f}) the fixed design, {row.over_bound:.2f}x the bound "
+            f"({floor.runs:.1f} runs); decided {1 - row.undecided:.2f}, falsely {row.false:.2f}"
+        ) in out
+    assert math.isfinite(got[("ties", "bound")].runs)  # a tie has a floor with a margin
 
 
 def test_plan_prices_the_replicates():

@@ -24,7 +24,7 @@ from cart_sweeps.metric import require
 from cart_sweeps.rules.bound import floor, floor_line
 from cart_sweeps.rules.decide import ALPHA, holm, look_level, options, pool
 from cart_sweeps.rules.ladder_walk import judge
-from cart_sweeps.simulate import simulate
+from cart_sweeps.rules.simulation import simulate
 from cart_sweeps.sweep.expand import Stage
 
 PPL = require("ppl_wiki")

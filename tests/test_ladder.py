@@ -1,5 +1,5 @@
 """The ladder's rule (cart_sweeps.rules.ladder_walk), tested by simulation with a known truth through the entry
-point the ladder stage acts on (`walk`), against the paper's fixed design (cart_sweeps.simulate); its
+point the ladder stage acts on (`walk`), against the paper's fixed design (cart_sweeps.rules.simulation); its
 prior from the paper's numbers; its last rung as decide.best_level; a ladder stage refused in one line where
 it cannot run; and `plan`'s per-rung costs."""
 
@@ -19,7 +19,7 @@ from cart_sweeps.metric import require
 from cart_sweeps.record.runfolder import checkpoint_path
 from cart_sweeps.rules.decide import ALPHA, best_level
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, Design, judge, walk
-from cart_sweeps.simulate import design, simulate
+from cart_sweeps.rules.simulation import PLAN_REPS, PLAN_TRUTHS, config, design, simulate
 from cart_sweeps.sweep.expand import Stage
 from cart_sweeps.sweep.scale import steps_at
 
@@ -137,7 +137,15 @@ def test_a_ladder_it_cannot_run_is_one_line_before_anything_launches(args, says)
         Stage(["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", "model.n_prelude=6", *args])
 
 
+def said(row, bound: str) -> str:
+    """How plan words a simulated row (its numbers at the precision it prints)."""
+    return f"{row.runs:.1f} runs per width, {row.compute:.2f}x (+- {row.compute_se:.2f}) the fixed design, {bound}"
+
+
 def test_plan_prices_each_rung_beside_the_fixed_design(capsys, tmp_path, monkeypatch):
+    """Per rung its runs at most and as expected, and the compute the simulator expects of the ladder of these
+    rungs, seeds and prior on these widths and configurations under the two truths that bracket it here (R in
+    {2, 8}: `clear` leaves them tied at 30,500 steps, `ties` puts R=8 3% ahead): the simulator's own rows."""
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
     plan.main(["stage=ladder", "scale=tiny", "model.d_model=256,512", "model.n_loops=2,8", "model.n_prelude=6"])
     out = capsys.readouterr().out
@@ -147,6 +155,24 @@ def test_plan_prices_each_rung_beside_the_fixed_design(capsys, tmp_path, monkeyp
     assert "expected 8 runs" in out and "no measurement yet: no drop assumed" in out
     assert "the paper's fixed design on this grid" in out
     assert out.count("-steps20-") == 8  # the grid's runs: every configuration at the first rung (3,000 -> 20 steps)
+    grid = [(d, [config(2, 6), config(8, 6)]) for d in (256, 512)]
+    rows = simulate(PLAN_REPS, designs={"ladder": design((3000, 10000, 30500))}, truths=PLAN_TRUTHS, grid=grid)
+    got = {(r.truth, r.design): r for r in rows}
+    assert f"expected compute (simulated, {PLAN_REPS} studies under clear/ties at this grid: its 2 widths" in out
+    assert f"drift prior {DRIFT_PRIOR:.2%} and margin none" in out
+    tie, winner = got[("clear", "ladder")], got[("ties", "ladder")]
+    assert f"clear (here the runner-up trails the best by 0.00% at 30,500 steps): {said(tie, 'no finite bound')}" in out
+    ahead = f"{winner.over_bound:.2f}x the bound ({got[('ties', 'bound')].runs:.1f} runs)"
+    assert f"ties (here the runner-up trails the best by 3.00% at 30,500 steps): {said(winner, ahead)}" in out
+
+
+def test_plan_says_why_a_grid_the_truths_do_not_cover_is_not_simulated(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
+    plan.main(["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", "trainer.lr=1e-3,2e-3"])
+    out = capsys.readouterr().out
+    assert (
+        "expected compute: not simulated (its configurations differ in more than d_model, n_loops and n_prelude)" in out
+    )
 
 
 def test_the_shipped_ladder_runs_its_rungs_in_order_at_the_tiny_scale(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from cart_sweeps.rules.decide import seed_order
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call, Design, Walk, group_name, name, walk
 from cart_sweeps.rules.rule import Added, Expanded, StageRule
 from cart_sweeps.rules.seeds import ranked_by
+from cart_sweeps.rules.simulation import expected_lines, stage_grid
 from cart_sweeps.rules.zoom import promoted
 from cart_sweeps.schedule import Schedule, branchable
 from cart_sweeps.stagerecord.runset import Cell, stage_runs
@@ -108,7 +109,8 @@ class LadderRule(StageRule):
 
     def plan_lines(self, hours: dict[str, float]) -> list[str]:
         """What `plan` says of a ladder: per rung its runs and time at most and as expected from what it has
-        measured (no drop assumed without a measurement), the paper's fixed design on the grid, and the floor."""
+        measured (no drop assumed without a measurement), the paper's fixed design on the grid, what the simulator
+        expects it to spend under a clear winner and a tie, and the floor."""
         stage = self.stage
         d, state = design(stage), current(stage)
         per, mapped = _hours_per_config(stage, hours), _mapped(stage)
@@ -147,6 +149,9 @@ class LadderRule(StageRule):
             f"on this grid (1 seed at {d.rungs[0]}, the zoom's candidates x 3 seeds at {d.rungs[-1]}): "
             f"{duration(_fixed(stage, state, per, d, mapped[-1]))}"
         )
+        first = [run for run in stage.runs if run.params.get(SEED) == stage.axes[SEED][0]]
+        by_group = [[run for run in first if split(stage, run.params)[0] == g] for g in groups(stage)]
+        lines += [f"  {line}" for line in expected_lines(stage_grid(stage, by_group), d, d.equivalence)]
         for (k, g), j in state.judged.items():  # the floor at the last rung each width was judged at
             if k == max(r for r, h in state.judged if h == g) and j.noise is not None and j.noise.measurable:
                 costs = [per[(g, o.level)] * d.rungs[-1] for o in j.options]

@@ -26,6 +26,7 @@ from cart_sweeps.rules.decide import (
 )
 from cart_sweeps.rules.ladder_walk import name
 from cart_sweeps.rules.rule import Added, Expanded, StageRule
+from cart_sweeps.rules.simulation import expected_lines, stage_grid
 from cart_sweeps.stagerecord.runset import Cell, StageRun, cell_of, stage_runs
 from cart_sweeps.text import count, duration
 
@@ -126,8 +127,9 @@ class SeedRule(StageRule):
         return out
 
     def plan_lines(self, hours: dict[str, float]) -> list[str]:
-        """What `plan` says of the seeds the stage adds: the replicates' cost, or per width its decision now and
-        the seeds for POWER at the observed margin and noise."""
+        """What `plan` says of the seeds the stage adds: the replicates' cost, or (stage.max_seeds) what the
+        simulator expects them to spend under a clear winner and a tie, and per width its decision now and the seeds
+        for POWER at the observed margin and noise."""
         stage = self.stage
         grid = {cell_of(run.params): run for run in stage.runs}
         if stage.spec.replicates:
@@ -141,15 +143,20 @@ class SeedRule(StageRule):
             ]
         if SEED not in stage.axes or len(stage.axes.get(R, [])) < 2:
             return []
+        expected = []
+        if stage.spec.max_seeds is not None:
+            groups = [[grid[c] for c in cells] for cells in _by_width(grid).values()]
+            sizes = (len(stage.axes[SEED]), stage.spec.max_seeds)
+            expected = expected_lines(stage_grid(stage, groups), sizes, stage.spec.equivalence)
         used = stage_runs(Path(stage.base.paths.runs), stage.name, scale=stage.base.scale.name).used
         values = _values(used, {c: run.params for c, run in grid.items()}, stage.base.sweep.metric)
         if not values:
-            return []
+            return expected
         n_looks = self.looks()
         spending = (
             f"alpha {ALPHA:g} spent over {n_looks} looks (O'Brien-Fleming-like)" if n_looks > 1 else f"alpha {ALPHA:g}"
         )
-        lines = [f"decisions now ({spending}; seeds for {POWER:.0%} power):"]
+        lines = [*expected, f"decisions now ({spending}; seeds for {POWER:.0%} power):"]
         for key, cells, have, verdict in self._decisions(grid, values):
             same = ", ".join(f"R={e}" for e in verdict.equivalent)
             said = (
