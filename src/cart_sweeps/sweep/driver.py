@@ -461,6 +461,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
         )
     preflight(stage)
     stage.sweep_dir.mkdir(parents=True, exist_ok=True)
+    pool = make_pool(stage.base, stage.sweep_dir / JOBS)
     lock = FileLock(stage.sweep_dir / LOCK)
     try:
         lock.acquire(timeout=0)
@@ -468,6 +469,9 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
         raise ConfigError(f"stage {stage.name} is already being run by another driver ({lock.lock_file})") from err
     previous = interrupt.install(signal.SIGTERM, signal.SIGINT)
     try:
+        recorded = StageRecord.read(stage.sweep_dir)  # the previous launch's: the storage it named
+        if recorded is None:  # a stage launched here for the first time has runs to train: its workers start now
+            pool.warm(len(stage.runs) if stage.runs else sweep.n_trials)
         sampler = make_sampler(sweep.sampler, stage.seed(), sweep.startup_trials)  # sweep/samplers.py
         with writing(ledger_path(stage.sweep_dir, sweep.storage)):
             ledger = Ledger.open(stage.sweep_dir, stage.name, sweep.storage, sampler, pruner, stage.objective())
@@ -480,7 +484,6 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 )
             ledger.name_objective(objectives(sweep))
             storage = check_storage(sweep.storage, stage.sweep_dir.parent)  # absolute: readers start elsewhere
-            recorded = StageRecord.read(stage.sweep_dir)  # the previous launch's: the storage it named
             StageRecord(
                 stage.name,
                 stage.spec.role,
@@ -494,9 +497,12 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 scale=stage.base.scale.name,
                 metrics=objectives(sweep) if len(objectives(sweep)) > 1 else [],
             ).write(stage.sweep_dir)
-            pool = make_pool(stage.base, stage.sweep_dir / JOBS)
             after = last_number(stage_ledgers(stage.sweep_dir, stage.name, recorded, skip=storage)[0])  # other files
             return StageDriver(stage, ledger, pool, arguments, after).launch()
+    except KeyboardInterrupt:  # a signal before the launch's own handling (its ledger opening, its runs sorted)
+        print(f"stage {stage.name}: interrupted before its first run; a relaunch starts it", flush=True)
+        return 130
     finally:
+        pool.close()  # its workers, warmed, end with the launch, whatever ended it (launch's pool.run closes it too)
         interrupt.restore(previous)
         lock.release()

@@ -155,6 +155,10 @@ class Pool(ABC, Generic[Item]):
     def ending(self, job: Job) -> tuple[RunStatus, str] | None:
         """How a job that left no result ended, when the scheduler or the job's controller knows."""
 
+    def warm(self, runs: int) -> None:
+        """Get ready for `runs` runs before the first is handed over, while the driver opens its ledger and sorts
+        its runs (a local worker's imports); nothing by default."""
+
     def release(self, job: Job) -> None:
         """A job ended: its slot is free again."""
 
