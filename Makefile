@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 # The slow tier's tests wait more (on SLURM's queue, on runs they kill, on stages of several processes): a third
-# worker fills the core a SLURM test leaves idle.
+# worker fills the core a SLURM test leaves idle; a fourth took it from 1,809 s to 1,904 s (the cores were full).
 SLOW_WORKERS ?= 3
 
 .PHONY: help setup demo test test-full pins fuzz lint tables clean gpu-check
