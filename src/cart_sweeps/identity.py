@@ -152,7 +152,8 @@ class SeededIds:
     def __call__(self, seed: int) -> str:
         if self.tail is None:
             return digest({**self.identity, "seed": seed})
-        return _hash(f'{self.head}"seed": {json.dumps(seed)}{self.tail}')
+        text = str(seed) if type(seed) is int else json.dumps(seed)  # an int's JSON is its str: no encoder per run
+        return _hash(f'{self.head}"seed": {text}{self.tail}')
 
 
 def run_id(cfg: DictConfig, part: GroupPart = group_identity) -> str:
