@@ -279,7 +279,8 @@ def said(f: Findings, stages: dict[str, str]) -> list[Said]:
         lo, hi = f["rho"]["final_range"]
         wlo, whi = f["rho"]["wd_only_range"]
         add(ACROSS, [f"Final rho spans {lo:.3f}-{hi:.3f}; weight decay alone predicts {wlo:.3f}-{whi:.3f}."])
-    parts += _screen_words(f.get("screen", {}), of(CONFIRM))
+    for at, sentence in _screen_words(f.get("screen", {}), of(CONFIRM)):  # rankings by the metric, over steps
+        add(at, [sentence])
     for stage, records in f.get("stage_decisions", {}).items():
         add(f"Stage {stage}", [record["said"] for record in records], reads_metric=False)  # each says its own
     return parts

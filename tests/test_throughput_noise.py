@@ -112,3 +112,23 @@ def test_the_paper_claims_and_the_front_ranked_by_tokens_per_s_say_it_was_measur
     said = stage_bullets((analysed("ppl_austen") / "report.md").read_text(), "1")  # the claims read perplexity
     claim = next(s for s in said if s.startswith("Stage 1, d=32 P=1: "))
     assert "measured with" not in claim, claim
+
+
+def test_the_screens_sentences_of_a_stage_measured_beside_others_say_so_and_the_limits_do_not():
+    """The shortest screen and the Stage 1 -> 2 carry-over rank by the metric over steps: with the throughput
+    measured beside other runs, each carries its stage's line; what the input cannot show (across stages) does not."""
+    from cart_sweeps.analysis.findings import ACROSS, said
+    from cart_sweeps.options import StageRole
+
+    line = "tokens_per_s measured with 2 runs at once on 2 CPU cores: the seeds of one configuration differ by up to 9%"
+    screen = {
+        "shortest": {"1": {"all_widths": {"full_order_step": 10, "top1_step": 5}, "32": {"final_step": 20}}},
+        "stage1_to_stage2": {"32": {"end": {"stage2_step": 30, "top1_agrees": True, "kendall_tau": 1.0}}},
+        "limits": ["a single seed per cell cannot show its noise."],
+    }
+    f = {"metric": "tokens_per_s", "measured_with": {"1": line, "2": line}, "screen": screen}
+    parts = said(f, {StageRole.screen.value: "1", StageRole.confirm.value: "2"})
+    ranked = [s for at, s in parts if at != ACROSS]
+    assert [at for at, _ in parts] == ["Stage 1", "Stage 2", ACROSS]
+    assert ranked[0].startswith("Stage 1: from step 10 of 20 on") and all(s.endswith(f"; {line}.") for s in ranked)
+    assert parts[-1] == (ACROSS, "a single seed per cell cannot show its noise.")
