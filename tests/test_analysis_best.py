@@ -110,5 +110,7 @@ def test_zoom_and_the_benchmarks_best_never_rank_two_recipes_together():
         "together (the analysis tables them apart): relaunch stage 2 at d=32 with one recipe"
     )
     with pytest.raises(ConfigError, match=r"^stage.select=zoom: stage 2's runs at d=32 mix recipes"):
-        zoom_candidates(mixed, "ppl_wiki", [32])
-    assert {(c[R], c[P]) for c in zoom_candidates(mixed, "ppl_wiki", [48])} == {(2, 6), (4, 6)}  # R=2 and above it
+        zoom_candidates(mixed, "ppl_wiki", [32], allowance=0.0)
+    found, _ = zoom_candidates(mixed, "ppl_wiki", [48], allowance=0.0)
+    # R=2, above it, and R=6: 9% behind, which two seeds per cell at a pooled s.d. of 4.3% cannot rule out
+    assert {(c[R], c[P]) for c in found} == {(2, 6), (4, 6), (6, 6)}

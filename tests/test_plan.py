@@ -272,15 +272,19 @@ def test_zoom_selects_from_the_stage1_ledger(runs_dir):
         ppl = STAGE1_P6[d][r] + (6 - p) * 10
         summary = RunSummary.from_dict({"status": "completed", "run_id": run.run_id, "ppl_wiki": ppl})
         run.run_dir.mkdir(parents=True)
+        OmegaConf.save(run.config.cfg, run.run_dir / "config.yaml")  # the screen's horizon: 3,000 paper steps
         write_summary(run.run_dir, summary)
         ledger.finish(trial, summary, "ppl_wiki")
     zoom = Stage(["stage=2", "stage.select=zoom"])
     points = {(r.config.cfg.model.d_model, r.config.cfg.model.n_loops, r.config.cfg.model.n_prelude) for r in zoom.runs}
-    assert {(r, p) for d, r, p in points if d == 1024} == {(8, 6), (6, 6), (10, 6), (8, 4), (8, 8)}
-    assert {(r, p) for d, r, p in points if d == 256} == {(6, 6), (4, 6), (8, 6), (6, 4), (6, 8)}
-    assert len(zoom.runs) == 4 * 5 * 3
-    with pytest.raises(ConfigError, match=re.escape("stage 2 has 60 runs (20 zoom candidates x 3 seed)")):
-        Stage(["stage=2", "stage.select=zoom", "stage.max_runs=59"])  # counted once its candidates are known
+    # the cross, and every R at P=6 within the threshold: 0.73% x ln(30,500 / 3,000) = 1.69% plus, at Holm's
+    # last three steps (every P < 6 is 8% or more behind), 2.39 / 2.24 / 1.96 x 0.5% x sqrt(2) = 3.39 / 3.28 / 3.08%
+    assert {(r, p) for d, r, p in points if d == 1024} == {(8, 6), (6, 6), (10, 6), (8, 4), (8, 8)}  # R=4: 3.39%
+    assert {(r, p) for d, r, p in points if d == 768} == {(2, 6), (4, 6), (6, 6), (8, 6), (10, 6), (8, 4), (8, 8)}
+    assert {(r, p) for d, r, p in points if d == 256} == {(2, 6), (6, 6), (4, 6), (8, 6), (6, 4), (6, 8)}
+    assert len(zoom.runs) == (5 + 7 + 7 + 6) * 3
+    with pytest.raises(ConfigError, match=re.escape("stage 2 has 75 runs (25 zoom candidates x 3 seed)")):
+        Stage(["stage=2", "stage.select=zoom", "stage.max_runs=74"])  # counted once its candidates are known
 
 
 @pytest.mark.parametrize(

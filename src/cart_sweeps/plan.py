@@ -411,6 +411,8 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
         console.print(line, highlight=False)
     if line := runset_line(stage):
         console.print(line, highlight=False)
+    for screened in stage.screened:  # stage.select=zoom: why each width's candidates
+        console.print(screened.line(), highlight=False)
     here = all(r["here_s"] is not None for r in table_rows)  # the rule's times: this machine's where it runs here
     hours = {r["run_id"]: r["here_s"] / 3600 if here else r["gpu_hours"] for r in table_rows}
     for line in stage.rule.plan_lines(hours):
@@ -464,6 +466,8 @@ def main(argv: list[str]) -> None:
         print(makespan_line(slots, table_rows), file=sys.stderr)
         if line := here_line(stage, slots, table_rows):
             print(line, file=sys.stderr)
+        for screened in stage.screened:
+            print(screened.line(), file=sys.stderr)
     else:
         print_table(stage, table_rows, slots)
 

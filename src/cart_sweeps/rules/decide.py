@@ -15,6 +15,9 @@ import numpy as np
 from cart_sweeps.metric import Metric
 
 ALPHA = 0.05
+# The seed s.d. of log-perplexity assumed where no seeds measure it (a one-seed screen; the simulator's truths):
+# the paper publishes no seed spread, and 0.5% is the smaller of the two the project's tests bracket it with
+PRIOR_SD = 0.005
 POWER = 0.8  # what `plan` sizes the seeds per cell for
 MOST_SEEDS = 1000  # past this, `seeds_for_power` says the margin is out of reach
 
@@ -24,7 +27,7 @@ class Noise:
     """Seed noise on the tested scale: a pooled s.d., its degrees of freedom, where, and the values' resolution."""
 
     sd: float
-    df: int
+    df: float  # inf: a stated s.d. (PRIOR_SD), not measured
     source: str
     resolution: float = 0.0
 
@@ -136,6 +139,13 @@ def p_better(better: Option, worse: Option, noise: Noise, allowance: float = 0.0
     from scipy.special import stdtr
 
     return float(stdtr(noise.df, -(diff - allowance) / se))
+
+
+def critical(noise: Noise, level: float) -> float:
+    """The gap, in standard errors, that `two_sided`'s p reaches `level` at: what a stated threshold quotes."""
+    from scipy.special import stdtrit  # see p_better
+
+    return float(stdtrit(noise.df, 1 - level / 2))
 
 
 def two_sided(opts: Sequence[Option], noise: Noise, allowance: float = 0.0) -> np.ndarray:

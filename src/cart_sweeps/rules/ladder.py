@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD, RECORD_FILE, Call
 from cart_sweeps.rules.rule import Added, Expanded, StageRule
 from cart_sweeps.rules.seeds import ranked_by
 from cart_sweeps.rules.simulation import expected_lines, stage_grid
-from cart_sweeps.rules.zoom import promoted
+from cart_sweeps.rules.zoom import drift_allowance, promoted, screen
 from cart_sweeps.schedule import Schedule, branchable
 from cart_sweeps.stagerecord.runset import Cell, stage_runs
 from cart_sweeps.text import duration
@@ -60,10 +60,6 @@ class LadderRule(StageRule):
                 "at least two seeds (seed=42,137)"
             )
         self.check_max_seeds()
-        if spec.drift is not None and not 0 <= spec.drift < math.inf:
-            raise ConfigError(
-                f"stage.drift={spec.drift} must be a finite number >= 0 (a gap's change per unit of ln(horizon))"
-            )
         if spec.branch:
             schedules = [run.config.cfg.trainer.schedule for run in stage.runs]
             if not (schedules and all(map(branchable, [*schedules, spec.recipe.get("trainer.schedule")]))):
@@ -299,16 +295,24 @@ def as_row(call: Call) -> dict[str, Any]:
 
 
 def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: Design, last: float) -> float:
-    """GPU-hours of the paper's two stages on the grid: the screen, and per width the zoom's cross (two axes; else
-    the best three) by the first rung's ranking where measured, 3 seeds each; `last`: the last rung's `_mapped`."""
+    """GPU-hours of the paper's two stages on the grid: the screen, and per width the zoom's candidates (two axes;
+    else the best three), 3 seeds each; `last`: the last rung's `_mapped`. Where the first rung is measured, the
+    zoom reads its ranking, seeds and noise (rules/zoom.screen, at the ladder's prior to its last rung), else the
+    grid's order (the cross of its first cell)."""
     hours = sum(per.values()) * d.rungs[0]
     for g, cs in groups(stage).items():
         j = state.judged.get((0, g))
         rank = {o.level: o.rank for o in j.options} if j else {}
         ranked = sorted(cs, key=lambda c: rank.get(c, 0.0))
         if len(cs[0]) == 2:
-            cross = set(promoted([(c[0][1], c[1][1]) for c in ranked]))
-            chosen = [c for c in cs if (c[0][1], c[1][1]) in cross]
+            rp = {(c[0][1], c[1][1]): c for c in cs}
+            if j is not None and j.noise is not None and len(j.options) == len(cs):
+                opts = [replace(o, level=(o.level[0][1], o.level[1][1])) for o in j.options]
+                allowed = drift_allowance(d.rungs[0], d.rungs[-1], d.prior)
+                chosen_rp = screen(g, opts, d.metric, allowed, j.noise).cells
+            else:
+                chosen_rp = promoted([(c[0][1], c[1][1]) for c in ranked])
+            chosen = [rp[c] for c in chosen_rp if c in rp]
         else:
             chosen = ranked[:3]
         hours += sum(per[(g, c)] for c in chosen) * d.rungs[-1] * 3 * last

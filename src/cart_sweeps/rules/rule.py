@@ -4,6 +4,7 @@ refuses in one line the options that cannot add or promote runs here (each kind 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,10 @@ class StageRule:
             raise ConfigError(
                 f"stage.equivalence={spec.equivalence:g} must be a relative margin between 0 and 1 (0.01: options "
                 "within 1% of the best are equivalent)"
+            )
+        if spec.drift is not None and not 0 <= spec.drift < math.inf:
+            raise ConfigError(
+                f"stage.drift={spec.drift} must be a finite number >= 0 (a gap's change per unit of ln(horizon))"
             )
         if spec.replicates < 0:
             raise ConfigError(f"stage.replicates={spec.replicates} must be >= 0 (configurations re-run per width)")

@@ -23,9 +23,9 @@ from cart_sweeps.rules.axes import D
 from cart_sweeps.rules.axes import P as P_KEY
 from cart_sweeps.rules.axes import R as R_KEY
 from cart_sweeps.rules.bound import floor
-from cart_sweeps.rules.decide import ALPHA, SEEDS, best_level, look_level
+from cart_sweeps.rules.decide import ALPHA, PRIOR_SD, SEEDS, best_level, look_level
 from cart_sweeps.rules.ladder_walk import PAPER_HORIZONS, Design, walk
-from cart_sweeps.rules.zoom import promoted
+from cart_sweeps.rules.zoom import drift_allowance, ordered, screen
 
 if TYPE_CHECKING:
     from cart_sweeps.rules.rule import Expanded
@@ -35,6 +35,8 @@ GRID_R, GRID_P = (2, 4, 6, 8), (2, 3, 4, 6)
 EXTRA_R, EXTRA_P = 10, 8  # what the zoom may add past the grid's edge
 RUNGS = (3000, 10000, 30500)
 METRIC = require("ppl_wiki")
+ZOOM_ALLOWANCE = drift_allowance(RUNGS[0], RUNGS[-1])  # the zoom's: from the screen's horizon to the confirm's
+PAPER_R = [(r, 6) for r in (6, 8, 10)]  # Stage 2 as shipped: R at P=6
 # (seq_len, tokens per step): the paper's Stage-1 and Stage-2 recipes
 SCREEN_RECIPE, CONFIRM_RECIPE = (512, 16384), (1024, 32768)
 # Stage 1 at 3,000 steps, P=6 (REFERENCE.md section 5); R=10 there: 0.5% behind R=8 (not run by the paper)
@@ -199,11 +201,12 @@ def fixed(
     early, final = truth(kind, d, RUNGS[0]), truth(kind, d, RUNGS[-1])
     chosen, cost = list(cells), 0.0
     if select != "grid":
-        screen = {c: _draw(rng, early[c], sd, 1)[0] for c in cells}
-        cost = sum(run_cost(d, c, RUNGS[0], SCREEN_RECIPE) for c in screen)
-        ranked = [(dict(c)[R_KEY], dict(c)[P_KEY]) for c in sorted(screen, key=screen.__getitem__)]
-        chosen = [config(r, p) for r, p in (promoted(ranked) if select == "zoom" else [(r, 6) for r in (6, 8, 10)])]
-        chosen = [c for c in chosen if c in SUPPORT]
+        drawn = {c: _draw(rng, early[c], sd, 1) for c in cells}
+        cost = sum(run_cost(d, c, RUNGS[0], SCREEN_RECIPE) for c in drawn)
+        screened = {(dict(c)[R_KEY], dict(c)[P_KEY]): v for c, v in drawn.items()}
+        zoomed = select == "zoom"
+        promoted = screen(d, ordered(screened, METRIC), METRIC, ZOOM_ALLOWANCE).cells if zoomed else PAPER_R
+        chosen = [c for c in (config(r, p) for r, p in promoted) if c in SUPPORT]
     values = {c: _draw(rng, final[c], sd, most or seeds) for c in chosen}
     looks = 1 if most is None else most - seeds + 1
     for look in range(1, looks + 1):
@@ -274,7 +277,7 @@ def ladders(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, decay: 
     }
 
 
-SD = 0.005  # the seed s.d. of log-perplexity the tables assume
+SD = PRIOR_SD  # the seed s.d. of log-perplexity the tables assume: the one the zoom states
 SEQUENTIAL = (2, 8, "zoom")  # the seeds design: 2 seeds per zoom candidate, one more per round while undecided, to 8
 EQUAL_MOST = 16  # fixed (equal) raises the zoom's seeds per candidate up to this
 

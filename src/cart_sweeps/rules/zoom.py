@@ -1,17 +1,37 @@
 """Stage-2 candidates by the author's "zoom and confirm" rule, from the runs the Stage-1 tables use: per width
-the best (R, P) and its grid neighbours along each axis (past an edge the last step repeats), and
-`stage.sentinels=K` ranked just below; a width whose runs mix recipes is refused in one line."""
+the best (R, P) and its grid neighbours along each axis (past an edge the last step repeats), every cell the
+screen could not rule out against the best (docs/ladder.md, "The zoom's candidates"), and `stage.sentinels=K`
+ranked just below; a width whose runs mix recipes is refused in one line."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from omegaconf import DictConfig, OmegaConf
 
 from cart_sweeps.config import RECIPE_KEYS, ConfigError
-from cart_sweeps.metric import require
+from cart_sweeps.metric import Metric, require
+from cart_sweeps.record.runfolder import CONFIG
 from cart_sweeps.rules.axes import D, P, R
-from cart_sweeps.rules.decide import best_per, ranked
+from cart_sweeps.rules.decide import (
+    ALPHA,
+    PRIOR_SD,
+    Noise,
+    Option,
+    best_per,
+    critical,
+    options,
+    pool,
+    ranked,
+    settle,
+    tested_margin,
+)
+from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR
 from cart_sweeps.stagerecord.runset import RunSet, StageRun, cell_of
 
 ZOOM_AXES = (D, R, P)
@@ -73,7 +93,8 @@ def best_single_run(runs: RunSet, metric: str) -> dict[int, dict[str, Any]]:
 
 
 def promoted(order: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The (R, P) promoted from one width's configurations, best first: the best and its neighbours on each axis."""
+    """The author's cross from one width's configurations, best first: the best and its neighbours on each axis
+    (`screen` adds every cell the screen cannot rule out)."""
     best_r, best_p = order[0]
     points = {(best_r, best_p)}
     points |= {(r, best_p) for r in neighbours([r for r, _ in order], best_r, _LOWEST[R])}
@@ -81,30 +102,146 @@ def promoted(order: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return sorted(points)
 
 
-def sentinels(order: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
-    """The `k` configurations ranked just below the cutoff: the best-ranked ones the rule does not promote."""
-    cut = set(promoted(order))
-    return [c for c in order if c not in cut][:k]
+def sentinels(order: list[tuple[int, int]], k: int, cut: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
+    """The `k` configurations ranked just below the cutoff: the best-ranked ones the rule does not promote (`cut`:
+    the candidates; default the cross)."""
+    out = set(cut or promoted(order))
+    return [c for c in order if c not in out][:k]
 
 
 def ranking(scored: list[tuple[float, dict[str, Any]]], metric: str) -> list[tuple[int, int]]:
     """One width's (R, P) configurations best first (decide.ranked)."""
+    return [r.option for r in ranked(_cells(scored), require(metric))]
+
+
+def _cells(scored: list[tuple[float, dict[str, Any]]]) -> dict[tuple[int, int], list[float]]:
     values: dict[tuple[int, int], list[float]] = defaultdict(list)
     for value, params in scored:
         values[(params[R], params[P])].append(value)
-    return [r.option for r in ranked(values, require(metric))]
+    return values
 
 
-def zoom_candidates(runs: RunSet, metric: str, widths: list[int], k: int = 0) -> list[dict[str, Any]]:
-    """The (d, R, P) points to confirm per width in `widths`, with `k` sentinels (stage.sentinels) each."""
+def drift_allowance(screen_steps: int, confirm_steps: int, drift: float | None = None) -> float:
+    """How far a gap may still close from the screen's horizon to the confirm's (paper steps): the ladder's rule,
+    `drift` (stage.drift; default the paper's prior) per unit of ln(horizon)."""
+    rate = DRIFT_PRIOR if drift is None else drift
+    return rate * max(0.0, math.log(confirm_steps / screen_steps))
+
+
+def screen_steps(runs: RunSet) -> int:
+    """The screen's horizon in paper steps, from a used run's config.yaml (its scale keeps the paper's number)."""
+    for run in runs.used:
+        try:
+            cfg = cast(DictConfig, OmegaConf.load(run.folder / CONFIG))
+        except (OSError, ValueError):
+            continue
+        return int(cfg.scale.get("paper", {}).get("trainer.steps", cfg.trainer.steps))
+    raise ConfigError(f"stage.select=zoom: no run of stage {runs.stage} holds a readable {CONFIG}")
+
+
+@dataclass(frozen=True)
+class Screened:
+    """One width's promotion: its candidates, and of them the cells the screen could not rule out, with why."""
+
+    width: int
+    cells: list[tuple[int, int]]  # promoted (sentinels apart), sorted
+    unruled: list[tuple[int, int]]  # best first: the screen best, and every cell not ruled out against it
+    cross: list[tuple[int, int]]  # the author's rule: the best and its neighbours
+    compared: int  # the width's comparisons with its best (one Holm family)
+    threshold: float  # every unruled cell's gap to the best is at most this, on the tested scale
+    allowance: float  # the drift allowance on the tested scale
+    noise: Noise
+
+    def line(self) -> str:
+        beyond = [c for c in self.unruled if c not in self.cross]
+        named = ", ".join(f"R={r} P={p}" for r, p in beyond)
+        extra = f"; beyond the best and its neighbours: {named}" if beyond else ""
+        if not math.isfinite(self.threshold):
+            return (
+                f"d_model={self.width}: kept all {len(self.unruled)} cells: the screen rules nothing out here (one "
+                f"cell, or no seed spread beyond rounding){extra}"
+            )
+        return (
+            f"d_model={self.width}: kept {len(self.unruled)} cells the screen could not rule out (gap <= "
+            f"{self.threshold:.2%}: drift allowance {self.allowance:.2%}, seed s.d. {self.noise.sd:.2%} "
+            f"{self.noise.source}, Holm at alpha {ALPHA:g} over the width's {self.compared} comparisons){extra}"
+        )
+
+    def record(self) -> dict[str, Any]:
+        return {
+            D: self.width,
+            "candidates": [list(c) for c in self.cells],
+            "not_ruled_out": [list(c) for c in self.unruled],
+            "threshold": self.threshold if math.isfinite(self.threshold) else None,
+            "allowance": self.allowance,
+            "seed_sd": self.noise.sd,
+            "noise": self.noise.source,
+            "said": self.line(),
+        }
+
+
+def prior_noise(opts: Sequence[Option], metric: Metric) -> Noise:
+    """PRIOR_SD on the tested scale, where no cell has two seeds to measure the noise by."""
+    return Noise(tested_margin(PRIOR_SD, metric, opts[0]), math.inf, "(stated prior)", max(o.resolution for o in opts))
+
+
+def measured_noise(opts: Sequence[Option]) -> Noise | None:
+    """The screen's seed noise pooled over every width's options (the ladder's rung noise), where cells have seeds
+    to measure it by and it is more than rounding; else None (the prior applies)."""
+    noise = pool(opts, "(measured on the screen's seeds)")
+    return noise if noise is not None and noise.measurable else None
+
+
+def ordered(values: Mapping[tuple[int, int], Sequence[float]], metric: Metric) -> list[Option]:
+    """One width's options best first, exact ties in `ranked`'s order (the smaller R, then P, first)."""
+    return options({r.option: values[r.option] for r in ranked(values, metric)}, metric)
+
+
+def screen(
+    width: int,
+    opts: Sequence[Option],
+    metric: Metric,
+    allowance: float,
+    noise: Noise | None = None,
+    alpha: float = ALPHA,
+) -> Screened:
+    """One width's candidates from its screen's options (levels (R, P), best first: `ordered`): the cross, and every
+    cell not ruled out against the screen best by the ladder's drop test (decide.settle, Holm over the width's
+    comparisons at `alpha`) beyond `allowance` (drift_allowance, relative); `noise`: measured (measured_noise),
+    else the prior (prior_noise)."""
+    noise = noise or prior_noise(opts, metric)
+    at = tested_margin(allowance, metric, opts[0])
+    unruled, threshold = [o.level for o in opts], math.inf
+    if len(opts) > 1 and noise.measurable:
+        adjusted = settle(opts, noise, at).adjusted
+        unruled = [opts[0].level] + [o.level for o, a in zip(opts[1:], adjusted, strict=True) if a > alpha]
+        level = alpha / max(1, len(unruled) - 1)  # Holm's level at the step it stopped (alpha: none kept)
+        fewest = min(o.seeds for o in opts)
+        threshold = at + critical(noise, level) * noise.sd * math.sqrt(1 / opts[0].seeds + 1 / fewest)
+    cross = promoted([o.level for o in opts])
+    cells = sorted({*cross, *unruled})
+    return Screened(width, cells, unruled, cross, len(opts) - 1, threshold, at, noise)
+
+
+def zoom_candidates(
+    runs: RunSet, metric: str, widths: list[int], k: int = 0, *, allowance: float
+) -> tuple[list[dict[str, Any]], list[Screened]]:
+    """The (d, R, P) points to confirm per width in `widths`, with `k` sentinels (stage.sentinels) each, and each
+    width's promotion; `allowance`: from the screen's horizon to the confirm's (drift_allowance)."""
     by_width: dict[int, list[tuple[float, dict[str, Any], StageRun]]] = defaultdict(list)
     for value, params, run in _scored(runs, metric, ZOOM_AXES):
         by_width[params[D]].append((value, params, run))
-    out = []
     for d in widths:
         if not by_width.get(d):
             raise ConfigError(f"stage.select=zoom: stage {runs.stage} has no completed run with {metric} at d={d}")
         _one_recipe(runs, d, [run for _, _, run in by_width[d]], "zoom")
-        order = ranking([(value, params) for value, params, _ in by_width[d]], metric)
-        out += [{D: d, R: r, P: p} for r, p in sorted([*promoted(order), *sentinels(order, k)])]
-    return out
+    record = require(metric)
+    opts = {d: ordered(_cells([(value, params) for value, params, _ in by_width[d]]), record) for d in widths}
+    noise = measured_noise([o for d in widths for o in opts[d]])
+    out, screened = [], []
+    for d in widths:
+        found = screen(d, opts[d], record, allowance, noise)
+        order = [o.level for o in opts[d]]
+        out += [{D: d, R: r, P: p} for r, p in sorted([*found.cells, *sentinels(order, k, found.cells)])]
+        screened.append(found)
+    return out, screened

@@ -60,6 +60,8 @@ class StageRecord:
     grid_seeds: int | None = None  # stage.max_seeds: the grid's seeds, where alpha is spent over the looks
     scale: str = PAPER  # the launch's scale: the file keeps the newest launch's record of each scale (`SCALES`)
     metrics: list[str] = field(default_factory=list)  # sweep.metrics where several: a multi-objective stage
+    # stage.select=zoom: per width its candidates and the cells the screen could not rule out, with why
+    promoted: list[dict[str, Any]] = field(default_factory=list)
 
     def write(self, sweep_dir: Path) -> None:
         """The newest record on top, and the newest of each scale under `SCALES` (an old one as `UNRECORDED`'s)."""

@@ -395,6 +395,7 @@ class StageDriver:
             f"{size}; {self.skipped} done, skipped; {len(self.attached)} still queued or running; "
             f"{sum(a.trial is not None for a in self.queue)} cut off, resumed; -> {s.sweep_dir}"
         ]
+        lines += [screened.line() for screened in s.screened]  # stage.select=zoom: why its candidates
         if self.recovered:
             lines.append(f"{count(self.recovered, 'result')} recorded in the ledger from their run folders")
         if self.referenced:
@@ -496,6 +497,7 @@ def run_stage(arguments: Sequence[str], make_pool: PoolFactory) -> int:
                 grid_seeds=stage.rule.spending_from(),
                 scale=stage.base.scale.name,
                 metrics=objectives(sweep) if len(objectives(sweep)) > 1 else [],
+                promoted=[screened.record() for screened in stage.screened],
             ).write(stage.sweep_dir)
             after = last_number(stage_ledgers(stage.sweep_dir, stage.name, recorded, skip=storage)[0])  # other files
             return StageDriver(stage, ledger, pool, arguments, after).launch()

@@ -30,7 +30,7 @@ from cart_sweeps.record.runfolder import with_source
 from cart_sweeps.register import stage_paths
 from cart_sweeps.roles import check_claim
 from cart_sweeps.rules import for_stage
-from cart_sweeps.rules.zoom import ZOOM_AXES, best_single_run, zoom_candidates
+from cart_sweeps.rules.zoom import ZOOM_AXES, Screened, best_single_run, drift_allowance, screen_steps, zoom_candidates
 from cart_sweeps.stagerecord.runset import RunSet, stage_runs
 from cart_sweeps.sweep import objectives, samplers, space
 from cart_sweeps.sweep.overrides import Arguments, split_arguments
@@ -91,6 +91,8 @@ class Stage:
         self._configurations: dict[tuple[str, ...], Configuration] = {}
         # a configuration's first run, and where its seed is in its overrides: its other seeds are named from it
         self._first_seeds: dict[tuple[Any, ...], tuple[Run, int]] = {}
+        self.screened: list[Screened] = []  # stage.select=zoom: each width's promotion, with why (plan, the record)
+        self._zoomed: dict[str, list[Any]] = {}  # stage.select=zoom: the values its candidates take on each axis
         self.base = self.compose(first.base)
         check_interpolations(self.base)  # whole, once: a run differs from it only in its axes (checked per run)
         self.spec = self.base.stage
@@ -187,7 +189,8 @@ class Stage:
     def dists(self, params: dict[str, Any]) -> dict[str, BaseDistribution]:
         """The distributions a trial at `params` records (the axis it came from, or the search space)."""
         return {
-            k: self.search[k] if k in self.search else distribution(self.axes.get(k, [v])) for k, v in params.items()
+            k: self.search[k] if k in self.search else distribution(self._zoomed.get(k) or self.axes.get(k, [v]))
+            for k, v in params.items()
         }
 
     def _check_size(self, sizes: dict[str, int]) -> None:
@@ -215,9 +218,13 @@ class Stage:
         if self.select == "zoom":
             if not all(k in self.axes for k in ZOOM_AXES[:2]):
                 raise ConfigError(f"stage.select=zoom needs a grid over {ZOOM_AXES[:2]}; stage {self.name} has none")
-            cands = zoom_candidates(
-                self._source(), self.base.sweep.metric, self.axes[ZOOM_AXES[0]], self.spec.sentinels
+            source = self._source()
+            confirm = self.recipe.get("trainer.steps", self._paper_value("trainer.steps"))
+            allowed = drift_allowance(screen_steps(source), int(confirm), self.spec.drift)
+            cands, self.screened = zoom_candidates(
+                source, self.base.sweep.metric, self.axes[ZOOM_AXES[0]], self.spec.sentinels, allowance=allowed
             )
+            self._zoomed = {k: sorted({c[k] for c in cands}) for k in ZOOM_AXES}  # what its trials record
             rest = {k: v for k, v in self.axes.items() if k not in ZOOM_AXES}
             self._check_size({"zoom candidates": len(cands), **{k: len(v) for k, v in rest.items()}})
             return ({**c, **g} for c in cands for g in product(rest))
