@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 
 from cart_sweeps.rules.decide import ALPHA
-from cart_sweeps.rules.simulation import RUNGS, SD, SEQUENTIAL, TRUTHS, Row, ladders, simulate
+from cart_sweeps.rules.simulation import SD, SEQUENTIAL, TRUTHS, Row, ladders, shipped, simulate
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -34,9 +34,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=200, help="studies (of four widths) per truth")
     parser.add_argument("--sd", type=float, default=SD, help="seed s.d. of log-perplexity")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--first", type=int, default=2, help="the ladder's grid seeds per cell")
-    parser.add_argument("--most", type=int, default=3, help="the ladder's stage.max_seeds")
-    parser.add_argument("--rungs", type=int, nargs="+", default=list(RUNGS), help="the ladder's horizons")
+    rungs, first, most = shipped()  # sweeps/ladder.yaml's
+    parser.add_argument("--first", type=int, default=first, help="the ladder's grid seeds per cell")
+    parser.add_argument("--most", type=int, default=most, help="the ladder's stage.max_seeds")
+    parser.add_argument("--rungs", type=int, nargs="+", default=list(rungs), help="the ladder's horizons")
     parser.add_argument("--decay", type=float, default=0.2, help="the branched ladder's wsd decay fraction")
     parser.add_argument("--equivalence", type=float, default=None, help="the relative margin (0.01: 1%%)")
     parser.add_argument("--truths", nargs="+", default=list(TRUTHS), choices=list(TRUTHS))

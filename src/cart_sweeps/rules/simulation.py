@@ -262,14 +262,24 @@ class Row:
     compute_se: float  # the standard error of `compute` over the draws
 
 
-def design(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, branch: float | None = None,
-           equivalence: float | None = None) -> Design:  # fmt: skip
-    """A ladder the simulation runs (`branch`: a branched ladder's decay fraction; None: fresh runs)."""
+@cache
+def shipped() -> tuple[tuple[int, ...], int, int]:
+    """The shipped ladder (sweeps/ladder.yaml): its rungs, grid seeds and stage.max_seeds, the simulator's own."""
+    spec = compose_config(["stage=ladder"]).stage
+    return tuple(spec.rungs), len(spec.grid["seed"]), int(spec.max_seeds)
+
+
+def design(rungs: Sequence[int] | None = None, first: int | None = None, most: int | None = None,
+           branch: float | None = None, equivalence: float | None = None) -> Design:  # fmt: skip
+    """A ladder the simulation runs, the shipped one's where not given (`branch`: a branched ladder's decay
+    fraction; None: fresh runs)."""
+    default = shipped()
+    rungs, first, most = rungs or default[0], first or default[1], most or default[2]
     return Design(tuple(rungs), tuple(SEEDS), first, most, METRIC, branch=branch, equivalence=equivalence)
 
 
-def ladders(rungs: Sequence[int] = RUNGS, first: int = 2, most: int = 3, decay: float = 0.2,
-            equivalence: float | None = None) -> dict[str, Design]:  # fmt: skip
+def ladders(rungs: Sequence[int] | None = None, first: int | None = None, most: int | None = None,
+            decay: float = 0.2, equivalence: float | None = None) -> dict[str, Design]:  # fmt: skip
     """The ladders the table shows: fresh runs, and the same ladder branched."""
     return {
         "ladder": design(rungs, first, most, equivalence=equivalence),
