@@ -276,7 +276,8 @@ class StageConfig:
     equivalence: float | None = None
     # A ladder of horizons (rules/ladder.py, docs/ladder.md): each run's trainer.steps, paper numbers; [] for none
     rungs: list[int] = field(default_factory=list, metadata=rule("cart_sweeps.rules.ladder.LadderRule"))
-    drift: float | None = None  # a gap's change per unit of ln(horizon) before two rungs (None: the paper's)
+    # a gap's change per unit of ln(horizon) before two rungs, and zoom's from screen to confirm (None: the paper's)
+    drift: float | None = None
     branch: bool = False  # trainer.schedule=wsd: a promoted run branches from the previous rung's stable phase
     # Set by the sweep: the keys its runs differ in that a label does not always show (trainer.lr): run_label adds them
     varied: list[str] = field(default_factory=list)
