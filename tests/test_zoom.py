@@ -12,10 +12,14 @@ import pytest
 from scipy import stats
 from stages import sweep
 
+from cart_sweeps.metric import require
+from cart_sweeps.rules.zoom import drift_allowance, measured_noise, ordered, screen
+
 SCREEN = ["stage=1", "scale=tiny", "trainer.steps=20", "model.d_model=256", "model.n_loops=1,2,4,8"]
 SCREEN += ["model.n_prelude=1,6", "trainer.lr=3e-2", "trainer.min_lr=3e-2"]  # gaps of 0.5% to 35% at 20 steps
 CONFIRM = ["stage=2", "scale=tiny", "trainer.steps=4", "stage.select=zoom", "model.d_model=256", "seed=42"]
 DRIFT, SD, ALPHA = 0.0073, 0.005, 0.05  # the paper's drift prior (tests/test_ladder.py), the stated seed s.d.
+PPL = require("ppl_wiki")
 
 
 def screen_values(runs: Path) -> dict[tuple[int, int], float]:
@@ -35,18 +39,46 @@ def cross(best: tuple[int, int], grid: dict[tuple[int, int], float]) -> set[tupl
     return out
 
 
-def not_ruled_out(values: dict[tuple[int, int], float]) -> tuple[set[tuple[int, int]], float]:
-    """Holm's step-down by hand: the largest log gap first, each beyond the drift allowance from 3,000 to 30,500
-    steps plus the two-sided normal critical value of a difference of two one-seed values at the stated s.d."""
-    best = min(values, key=values.__getitem__)
-    gaps = sorted(((math.log(v / values[best]), c) for c, v in values.items() if c != best), reverse=True)
+def not_ruled_out(values: dict[tuple[int, int], list[float]]) -> tuple[set[tuple[int, int]], float]:
+    """Holm's step-down by hand over cells of n seeds each: the largest gap of log means first, each beyond the drift
+    allowance from 3,000 to 30,500 steps plus the two-sided critical value of a difference of two n-seed means: a
+    t on the pooled s.d. where n > 1, else the normal at the stated s.d."""
+    logs = {c: [math.log(x) for x in v] for c, v in values.items()}
+    mean = {c: sum(v) / len(v) for c, v in logs.items()}
+    n = len(next(iter(values.values())))
+    df = len(values) * (n - 1)
+    sd = math.sqrt(sum((x - mean[c]) ** 2 for c, v in logs.items() for x in v) / df) if df else SD
+    best = min(mean, key=mean.__getitem__)
+    gaps = sorted(((mean[c] - mean[best], c) for c in mean if c != best), reverse=True)
     allowance = DRIFT * math.log(30500 / 3000)
+
+    def threshold(level: float) -> float:
+        quantile = stats.t.isf(level / 2, df) if df else stats.norm.isf(level / 2)
+        return allowance + quantile * sd * math.sqrt(2 / n)
+
     for i, (gap, _) in enumerate(gaps):
-        level = ALPHA / (len(gaps) - i)
-        threshold = allowance + stats.norm.isf(level / 2) * SD * math.sqrt(2)
-        if gap <= threshold:
-            return {best, *(c for _, c in gaps[i:])}, threshold
-    return {best}, allowance + stats.norm.isf(ALPHA / 2) * SD * math.sqrt(2)
+        if gap <= threshold(ALPHA / (len(gaps) - i)):
+            return {best, *(c for _, c in gaps[i:])}, threshold(ALPHA / (len(gaps) - i))
+    return {best}, threshold(ALPHA)
+
+
+GRID = [(r, p) for r in (2, 4, 6, 8) for p in (2, 3, 4, 6)]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {c: [30 * math.exp(0.004 * i)] for i, c in enumerate(GRID)},  # one seed, 0.4% apart: the prior s.d.
+        {c: [30 * math.exp(0.004 * i + 0.006 * s) for s in (-1, 1)] for i, c in enumerate(GRID)},  # two seeds
+    ],
+)
+def test_the_zoom_keeps_the_cross_and_what_its_screen_cannot_rule_out(values):
+    found = screen(256, ordered(values, PPL), PPL, drift_allowance(3000, 30500), measured_noise(ordered(values, PPL)))
+    kept, threshold = not_ruled_out(values)
+    best = min(values, key=lambda c: sum(values[c]))
+    assert set(found.unruled) == kept and found.threshold == pytest.approx(threshold)
+    assert set(found.cells) == kept | cross(best, dict.fromkeys(GRID, 0.0))
+    assert f"kept {len(kept)} cells the screen could not rule out (gap <= {threshold:.2%}" in found.line()
 
 
 @pytest.mark.slow
@@ -54,7 +86,7 @@ def test_zoom_runs_every_cell_its_screen_cannot_rule_out_and_no_other(tmp_path, 
     runs = tmp_path / "runs"
     assert sweep(runs, *SCREEN).returncode == 0
     values = screen_values(runs)
-    kept, threshold = not_ruled_out(values)
+    kept, threshold = not_ruled_out({c: [v] for c, v in values.items()})
     neighbours = cross(min(values, key=values.__getitem__), values)
     assert kept - neighbours, "a cell outside the neighbours within the threshold"
     assert set(values) - neighbours - kept, "a cell outside the neighbours beyond it"
