@@ -306,10 +306,11 @@ def _fixed(stage: Expanded, state: Walk, per: dict[tuple[Any, Cell], float], d: 
         ranked = sorted(cs, key=lambda c: rank.get(c, 0.0))
         if len(cs[0]) == 2:
             rp = {(c[0][1], c[1][1]): c for c in cs}
-            if j is not None and j.noise is not None and len(j.options) == len(cs):
+            if j is not None and len(j.options) == len(cs):
                 opts = [replace(o, level=(o.level[0][1], o.level[1][1])) for o in j.options]
                 allowed = drift_allowance(d.rungs[0], d.rungs[-1], d.prior)
-                chosen_rp = screen(g, opts, d.metric, allowed, j.noise).cells
+                noise = j.noise if j.noise is not None and j.noise.measurable else None  # else the stated prior
+                chosen_rp = screen(g, opts, d.metric, allowed, noise).cells
             else:
                 chosen_rp = promoted([(c[0][1], c[1][1]) for c in ranked])
             chosen = [rp[c] for c in chosen_rp if c in rp]
