@@ -87,6 +87,7 @@ class Decision:
     no_level: int = 0  # the cell's runs with no value of the axis (a dense run's R): no option, left out
     equivalence: float | None = None  # the relative margin the claim was tested with (None: none)
     equivalent: list[Any] = field(default_factory=list)  # options decided within the margin of the choice
+    metric: str = ""  # what the options were compared on (its direction words the gaps)
 
     @property
     def d(self) -> Any:
@@ -201,15 +202,23 @@ def pooled_noise(rows: pd.DataFrame, metric: str, cell: list[str], source: str) 
 
 def margin(better: Option, worse: Option, noise: Noise, alpha: float, metric: str) -> Margin:
     """How much worse `worse` is than `better`, in % of `better`'s metric, with a two-sided (1 - alpha) t
-    interval: a ratio on a log scale, a difference over the better mean on a linear one."""
+    interval: a ratio on a log scale, a difference over the better mean on a linear one. (The tested scale is
+    sign x log: where higher is better, `better` over `worse` is exp(diff), so worse/better - 1 is -expm1(-diff).)"""
     diff, se = gap(better, worse, noise)
     half = float(stats.t.ppf(1 - alpha / 2, noise.df)) * se
     points = (diff, diff - half, diff + half)
-    if require(metric).kind.log_scale:
-        pct = [100 * math.expm1(x) for x in points]
+    record = require(metric)
+    if record.kind.log_scale:
+        pct = [100 * record.sign * math.expm1(record.sign * x) for x in points]
     else:
         pct = [100 * x / abs(better.mean) if better.mean else math.nan for x in points]
     return Margin(worse.level, round(pct[0], 6), (round(pct[1], 6), round(pct[2], 6)))
+
+
+def differs(pct: float, metric: str) -> str:
+    """'0.49% higher': how far the worse option lies from the better one, in the metric's direction (a throughput's
+    worse option is lower), so a sentence naming two options cannot be read backwards."""
+    return f"{pct:.2f}% {'lower' if require(metric).higher_is_better else 'higher'}"
 
 
 def worse_by(pct: float, ci: tuple[float, float] | list[float], alpha: float, p: float | None) -> str:
@@ -310,7 +319,9 @@ def best_of(
     """The best-of-k decision over `opts` (best first); see `best`. `missing` options leave it undecided;
     within `equivalence` an option may be decided equivalent instead of worse (rules/decide.settle)."""
     choice, others = opts[0], opts[1:]
-    base = Decision(claim, stage, cell, axis, choice.level, False, "", alpha=alpha, equivalence=equivalence)
+    base = Decision(
+        claim, stage, cell, axis, choice.level, False, "", alpha=alpha, equivalence=equivalence, metric=metric
+    )
     base = replace(
         base,
         seeds={str(plain(o.level)): o.seeds for o in opts},
@@ -346,9 +357,10 @@ def best_of(
     equivalent = [c.over for c, w in zip(compared, found.within, strict=True) if w and c.p_adjusted <= alpha]
     decided = not tied
     if decided:
-        why = decided_text(name, compared, equivalent, alpha, lambda level: label(axis, level), equivalence)
+        why = decided_text(name, compared, equivalent, alpha, lambda level: label(axis, level), equivalence, metric)
     else:
-        why = not_told(name, compared, alpha, lambda level: label(axis, level), seeds_text([o.seeds for o in opts]))
+        seeds = seeds_text([o.seeds for o in opts])
+        why = not_told(name, compared, alpha, lambda level: label(axis, level), seeds, metric)
     return replace(
         base,
         decided=decided,
@@ -376,29 +388,35 @@ def decided_text(
     alpha: float,
     named: Callable[[Any], str],
     equivalence: float | None,
+    metric: str,
 ) -> str:
     """A decided best-of-k in words: 'R=6 beats R=2 at alpha=0.05 (Holm)', or with a margin 'R=6 and R=8 are
-    equivalent within 1% (R=8 0.06% worse, adjusted p=0.01); R=6 beats R=2 at alpha=0.05 (Holm)'."""
+    equivalent within 1% (R=8 0.06% higher, adjusted p=0.01); R=6 beats R=2 at alpha=0.05 (Holm)'."""
     beaten = [named(c.over) for c in compared if c.over not in equivalent]
     beats = f"{name} beats {', '.join(beaten)} at alpha={alpha:g} (Holm)" if beaten else ""
     if not equivalent:
         return beats
     said = [
-        f"{named(c.over)} {c.pct:.2f}% worse, adjusted p={c.p_adjusted:.2g}" for c in compared if c.over in equivalent
+        f"{named(c.over)} {differs(c.pct, metric)}, adjusted p={c.p_adjusted:.2g}"
+        for c in compared
+        if c.over in equivalent
     ]
     both = and_([name, *(named(e) for e in equivalent)])
     same = f"{both} are equivalent within {100 * (equivalence or 0):g}% ({'; '.join(said)})"
     return f"{same}; {beats}" if beats else f"{same} at alpha={alpha:g} (Holm)"
 
 
-def not_told(name: str, compared: list[Comparison], alpha: float, named: Callable[[Any], str], seeds: str) -> str:
+def not_told(
+    name: str, compared: list[Comparison], alpha: float, named: Callable[[Any], str], seeds: str, metric: str
+) -> str:
     """An undecided best-of-k in words, the closest to decided first (a near-decision is said, not hidden behind
-    the largest p): 'R=6 is not told from R=10 (0.49% worse, adjusted p=0.07) with 3 seeds each; it beats R=2 (...)'."""
+    the largest p): 'R=6 is not told from R=10 (0.49% higher, adjusted p=0.07) with 3 seeds each; it beats R=2
+    (...)', each gap in the metric's direction (`differs`)."""
     close = sorted((c for c in compared if c.p_adjusted > alpha), key=lambda c: c.p_adjusted)
     told = [c for c in compared if c.p_adjusted <= alpha]
 
     def said(c: Comparison) -> str:
-        return f"{named(c.over)} ({c.pct:.2f}% worse, adjusted p={c.p_adjusted:.2g})"
+        return f"{named(c.over)} ({differs(c.pct, metric)}, adjusted p={c.p_adjusted:.2g})"
 
     beats = f"; it beats {and_([said(c) for c in told])}" if told else ""
     return f"{name} is not told from {and_([said(c) for c in close], 'or')} with {seeds}{beats}"

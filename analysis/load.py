@@ -100,21 +100,24 @@ def bench_sets(rows: pd.DataFrame) -> list[str]:
     return metric_columns(rows, "bench_")
 
 
-def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str | None]:
-    """The ranking metric and, when it is a fallback (a corpus without the paper's wiki set: the first ppl_*), a
-    sentence saying so. Any metric whose record says which way is better may be asked for."""
+ASKED, PAPERS = "as --metric asks", "the paper's"  # why the analysis ranks by its metric, beside the fallback's
+
+
+def pick_metric(rows: pd.DataFrame, requested: str | None) -> tuple[str, str]:
+    """The ranking metric and why it is the one: --metric's, the paper's, or a fallback (a corpus without the
+    paper's wiki set: the first ppl_*). Any metric whose record says which way is better may be asked for."""
     if requested:
         if metric(requested) is None:
             raise AnalysisError(f"--metric {require_error(requested)}")
         if requested not in rows.columns or rows[requested].isna().all():
             raise AnalysisError(f"--metric {requested}: no run has it (have: {', '.join(metric_columns(rows))})")
-        return requested, None
+        return requested, ASKED
     sets = ppl_sets(rows)
     if DEFAULT in sets:
-        return DEFAULT, None
+        return DEFAULT, PAPERS
     if not sets:
         raise AnalysisError("the input has no ppl_<set> column to rank runs by")
-    return sets[0], f"Ranking metric: {sets[0]}, since {DEFAULT} is absent (the first ppl_* column in sorted order)."
+    return sets[0], f"since {DEFAULT} is absent (the first ppl_* column in sorted order)"
 
 
 def rank_values(values: pd.Series, name: str) -> pd.Series:

@@ -75,7 +75,9 @@ def run(
     What cannot be built is skipped with its reason and the rest written (with `only`: also a line in
     Report.asked, and an error where none is built); runs without a measurement of the metric are listed first."""
     check_roles()
-    metric, note = pick_metric(_final(study), metric)
+    first = _final(study)
+    metric, why = pick_metric(first, metric)
+    note = stage_tables.ranking_line(study, first, metric, why)
     every = study.final()  # claims see each run that exists, so an option without a valid value is said
     study = _measured(study, metric)
     final = _final(study)

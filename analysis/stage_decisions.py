@@ -77,7 +77,13 @@ def sentence(decision: Decision, said_edge: str | None, noise: str | None = None
     if decision.decided and decision.equivalent:  # options equivalent within the margin: no one best
         named = partial(name, axis)
         same = decided_text(
-            name(axis, choice), decision.comparisons, decision.equivalent, decision.alpha, named, decision.equivalence
+            name(axis, choice),
+            decision.comparisons,
+            decision.equivalent,
+            decision.alpha,
+            named,
+            decision.equivalence,
+            decision.metric,
         )
         said = f"{place}: {same}"
     elif decision.decided and decision.margin is not None:
@@ -91,6 +97,7 @@ def sentence(decision: Decision, said_edge: str | None, noise: str | None = None
             decision.alpha,
             partial(name, axis),
             seeds_text(list(decision.seeds.values())),
+            decision.metric,
         )
         said = f"{place}: the best {column} is undecided: {told}"
     elif len(decision.seeds) == 1:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pandas as pd
 
 from . import tables
+from .decisions import and_
 from .errors import AnalysisError
-from .load import StageAxes, Study, ppl_sets, rank_values
+from .load import ASKED, PAPERS, StageAxes, Study, ppl_sets, rank_values
 
 PREFIX = "runs_"  # runs_<stage>
 SHORT = {f"{prefix}{key}": short for key, short in tables.SHORT.items() for prefix in ("model.", "")}  # runs, a CSV
@@ -32,6 +33,28 @@ def stage_metric(rows: pd.DataFrame, axes: StageAxes, metric: str) -> str:
     """The stage's own sweep metric where its runs hold it, else the ranking metric."""
     own = axes.metric
     return own if own is not None and own in rows and rows[own].notna().any() else metric
+
+
+def ranking_line(study: Study, final: pd.DataFrame, metric: str, why: str) -> str | None:
+    """'Ranking metric: ...' where a reader could assume another: per stage where stages rank by different metrics
+    (one by its own sweep.metric), else the analysis's where it is a fallback; nothing where every stage ranks by
+    --metric's or the paper's."""
+    by: dict[str, list[str]] = {}
+    for stage, axes in sorted(study.axes.items()):
+        by.setdefault(stage_metric(final[final["stage"] == stage], axes, metric), []).append(stage)
+    own = {m: stages for m, stages in by.items() if m != metric}
+    if not own:
+        return None if why in (ASKED, PAPERS) else f"Ranking metric: {metric}, {why}."
+    said = [f"{m} for {_stages(stages)} (its sweep.metric)" for m, stages in own.items()]
+    if metric in by:
+        reason = f" ({why})" if why in (ASKED, PAPERS) else f", {why}"
+        said.append(f"{metric} for {_stages(by[metric])}{reason}")
+    return f"Ranking metric: {'; '.join(said)}."
+
+
+def _stages(names: list[str]) -> str:
+    """'stage 1', 'stages 1, 2 and 3'."""
+    return f"stage{'s' * (len(names) > 1)} {and_(names)}"
 
 
 def stage_table(final: pd.DataFrame, stage: str, axes: StageAxes, metric: str) -> pd.DataFrame:

@@ -174,8 +174,8 @@ def test_an_undecided_integer_axis_names_its_near_decision_with_its_adjusted_p(t
     near, far = sorted(compared, key=lambda c: c["p_adjusted"])
     assert 0.05 < near["p_adjusted"] < 0.1 < far["p_adjusted"]  # the data as designed
     said = (
-        f"Stage mine: the best R is undecided: R=2 is not told from R=8 ({near['pct']:.2f}% worse, adjusted "
-        f"p={near['p_adjusted']:.2g}) or R=4 ({far['pct']:.2f}% worse, adjusted p={far['p_adjusted']:.2g}) with 3 "
+        f"Stage mine: the best R is undecided: R=2 is not told from R=8 ({near['pct']:.2f}% higher, adjusted "
+        f"p={near['p_adjusted']:.2g}) or R=4 ({far['pct']:.2f}% higher, adjusted p={far['p_adjusted']:.2g}) with 3 "
         "seeds each; R=2 is the grid's smallest value."
     )
     assert record["said"] == said and said in capsys.readouterr().out

@@ -78,7 +78,7 @@ def test_two_tied_options_are_not_decided_over_each_other_beyond_the_rate(decide
     assert all(c["tied"] == [6 - c["choice"]] for c in undecided)  # the tied partner, not the far options
     c = undecided[0]
     tied = next(x for x in c["comparisons"] if x["over"] == c["tied"][0])  # its near-decision, said with its p
-    near = f"R={tied['over']} ({tied['pct']:.2f}% worse, adjusted p={tied['p_adjusted']:.2g})"
+    near = f"R={tied['over']} ({tied['pct']:.2f}% higher, adjusted p={tied['p_adjusted']:.2g})"
     assert c["why"].startswith(f"R={c['choice']} is not told from {near} with 3 seeds each; it beats R=")
 
 

@@ -143,7 +143,7 @@ def said(row, bound: str) -> str:
 
 
 def test_plan_prices_each_rung_beside_the_fixed_design(capsys, tmp_path, monkeypatch):
-    """Per rung its runs at most and as expected, and the compute the simulator expects of the ladder of these
+    """Per rung its runs at most and if nothing is dropped, and the compute the simulator expects of the ladder of these
     rungs, seeds and prior on these widths and configurations under the two truths that bracket it here (R in
     {2, 8}: `clear` leaves them tied at 30,500 steps, `ties` puts R=8 3% ahead): the simulator's own rows."""
     monkeypatch.setenv("CART_SWEEPS_RUNS", str(tmp_path))
@@ -151,8 +151,8 @@ def test_plan_prices_each_rung_beside_the_fixed_design(capsys, tmp_path, monkeyp
     out = capsys.readouterr().out
     assert "ladder: rungs [3000, 10000, 30500] steps, 2 seeds per cell (at most 3), alpha 0.05 / 6 looks" in out
     for k, steps in enumerate((3000, 10000, 30500), 1):
-        assert f"rung {k} ({steps} steps): at most 12 runs" in out  # 2 widths x 2 R x 3 seeds
-    assert "expected 8 runs" in out and "no measurement yet: no drop assumed" in out
+        assert f"rung {k} ({steps:,} paper steps: " in out and ": at most 12 runs" in out  # 2 widths x 2 R x 3 seeds
+    assert "; 8 runs, " in out and "if nothing is dropped" in out
     assert "the paper's fixed design on this grid" in out
     assert out.count("-steps20-") == 8  # the grid's runs: every configuration at the first rung (3,000 -> 20 steps)
     grid = [(d, [config(2, 6), config(8, 6)]) for d in (256, 512)]

@@ -28,7 +28,7 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.hardware import nvidia_gpus
 from cart_sweeps.metric import THROUGHPUT, seed_spreads
 from cart_sweeps.modelspec import SHAPE_KEYS, spec_of
-from cart_sweeps.naming import LABEL_SHOWS
+from cart_sweeps.naming import LABEL_SHOWS, short_value
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.register import stage_paths
 from cart_sweeps.rules.axes import STEPS
@@ -367,11 +367,16 @@ def _si(value: float) -> str:
 
 def _writer(key: str) -> Callable[[Any], str]:
     """How the column `key` writes a value other than None ("-"): chosen once per column, as a table's cells are
-    written twice; a number's text kept (the seeds of a configuration share their costs)."""
+    written twice; a number's text kept (the seeds of a configuration share their costs). An axis's float (a
+    sampled lr) as the run's label writes it: 3.16e-3, not 0.0031622776601683794."""
     if key.startswith("params_") or key == "tokens":
         return cache(_si)
     formats = {"train_flops": "{:.3g}".format, "gpu_hours": "{:,.2f}".format}
-    return cache(formats[key]) if key in formats else str
+    return cache(formats[key]) if key in formats else _axis_value
+
+
+def _axis_value(value: Any) -> str:
+    return short_value(value) if isinstance(value, float) else str(value)
 
 
 def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> None:

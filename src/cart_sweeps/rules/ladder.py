@@ -104,12 +104,13 @@ class LadderRule(StageRule):
         return [a for a in wanted if a.run.run_id not in grid]
 
     def plan_lines(self, hours: dict[str, float]) -> list[str]:
-        """What `plan` says of a ladder: per rung its runs and time at most and as expected from what it has
-        measured (no drop assumed without a measurement), the paper's fixed design on the grid, what the simulator
-        expects it to spend under a clear winner and a tie, and the floor."""
+        """What `plan` says of a ladder: per rung (in paper steps and the steps its runs train here) its runs and
+        time at most, and as measured so far or if nothing is dropped; the paper's fixed design on the grid; what
+        the simulator expects it to spend under a clear winner and a tie (the one figure called expected), and
+        the floor."""
         stage = self.stage
         d, state = design(stage), current(stage)
-        per, mapped = _hours_per_config(stage, hours), _mapped(stage)
+        per, mapped, trained = _hours_per_config(stage, hours), _mapped(stage), horizons(stage)
         configs = [(g, c) for g, cs in groups(stage).items() for c in cs]
         lines = [
             f"ladder: rungs {list(d.rungs)} steps, {d.first} seeds per cell (at most {d.most}), alpha {d.alpha:g} / "
@@ -122,7 +123,7 @@ class LadderRule(StageRule):
                 f"{'/'.join(str(d.steps(k, True)) for k in range(len(d.rungs)))} steps; a seed first run at a rung, "
                 "fresh"
             )
-        total_most = total_expected = 0.0
+        total_most = total_kept = 0.0
         alive = configs
         for k, h in enumerate(d.rungs):
             settled = [c for c in state.calls if c.rung == k - 1]
@@ -132,18 +133,20 @@ class LadderRule(StageRule):
             n_seeds = max(seeds, default=d.first)
             grid_steps, more_steps = d.steps(k, branched=True), d.steps(k, branched=False)  # more seeds: fresh
             most = sum(per[key] for key in configs) * (d.first * grid_steps + (d.most - d.first) * more_steps)
-            expected = sum(per[key] for key in alive) * (d.first * grid_steps + (n_seeds - d.first) * more_steps)
-            most, expected = most * mapped[k], expected * mapped[k]
-            total_most, total_expected = total_most + most, total_expected + expected
-            basis = "measured" if (k == 0 or settled) and state.judged else "no measurement yet: no drop assumed"
+            kept = sum(per[key] for key in alive) * (d.first * grid_steps + (n_seeds - d.first) * more_steps)
+            most, kept = most * mapped[k], kept * mapped[k]
+            total_most, total_kept = total_most + most, total_kept + kept
+            basis = "as measured so far" if (k == 0 or settled) and state.judged else "if nothing is dropped"
+            here = f"{h:,} steps" if trained[k] == h else f"{h:,} paper steps: {trained[k]:,} here"
             lines.append(
-                f"  rung {k + 1} ({h} steps): at most {len(configs) * d.most} runs, {duration(most)}; expected "
-                f"{len(alive) * n_seeds} runs, {duration(expected)} ({basis})"
+                f"  rung {k + 1} ({here}): at most {len(configs) * d.most} runs, {duration(most)}; "
+                f"{len(alive) * n_seeds} runs, {duration(kept)} {basis}"
             )
         lines.append(
-            f"  total: {duration(total_most)} at most, {duration(total_expected)} expected; the paper's fixed design "
-            f"on this grid (1 seed at {d.rungs[0]}, the zoom's candidates x 3 seeds at {d.rungs[-1]}): "
-            f"{duration(_fixed(stage, state, per, d, mapped[-1]))}"
+            f"  total: {duration(total_most)} at most, {duration(total_kept)} if nothing more is dropped; the "
+            f"paper's fixed design on this grid (1 seed at {d.rungs[0]:,}, the zoom's candidates x 3 seeds at "
+            f"{d.rungs[-1]:,}): {duration(_fixed(stage, state, per, d, mapped[-1]))}; the expected compute, with "
+            "drops: simulated below"
         )
         first = [run for run in stage.runs if run.params.get(SEED) == stage.axes[SEED][0]]
         by_group = [[run for run in first if split(stage, run.params)[0] == g] for g in groups(stage)]
