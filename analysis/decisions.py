@@ -278,7 +278,9 @@ def best(
     where the best mean beats every other option at alpha, two-sided (the data chose which is on top), Holm over
     the k - 1. `noise` only where no cell has several seeds; runs without a value of `axis` are counted, no option."""
     groups, gone = grouped_options(rows, metric, axis, cell), absent(rows, metric, axis, cell)
-    equivalence, level = equivalence_of(rows), look_alpha(rows, alpha)
+    level = look_alpha(rows, alpha)
+    whole = equivalence_of(rows)
+    margins = {cell_key(at): equivalence_of(part) for at, part in rows.groupby(cell, dropna=False)} if cell else {}
     stage_noise = pool([o for opts in groups.values() for o in opts], f"the seeds of stage {stage}") or noise
     counts = Counter(cell_key(r) for r in rows.loc[rows[axis].isna(), cell].itertuples(index=False))
     out = []
@@ -289,9 +291,8 @@ def best(
             out.append(Decision(claim, stage, where, axis, None, False, why, alpha=level([]), no_level=counts[at]))
             continue
         own = pool(groups[at], "the options' seeds") or stage_noise
-        made = best_of(
-            groups[at], own, claim, stage, where, axis, level(groups[at]), metric, gone.get(at, []), equivalence
-        )
+        margin = margins.get(at, whole)  # a ladder's earlier rungs: none (stage_decisions)
+        made = best_of(groups[at], own, claim, stage, where, axis, level(groups[at]), metric, gone.get(at, []), margin)
         if at in counts:
             why = f"{made.why}; {runs(counts[at])} no {SHORT.get(axis, axis)} (left out)"
             made = replace(made, why=why, no_level=counts[at])
@@ -393,7 +394,7 @@ def decided_text(
     """A decided best-of-k in words: 'R=6 beats R=2 at alpha=0.05 (Holm)', or with a margin 'R=6 and R=8 are
     equivalent within 1% (R=8 0.06% higher, adjusted p=0.01); R=6 beats R=2 at alpha=0.05 (Holm)'."""
     beaten = [named(c.over) for c in compared if c.over not in equivalent]
-    beats = f"{name} beats {', '.join(beaten)} at alpha={alpha:g} (Holm)" if beaten else ""
+    beats = f"{name} beats {', '.join(beaten)} at alpha={alpha:.3g} (Holm)" if beaten else ""
     if not equivalent:
         return beats
     said = [
@@ -403,7 +404,7 @@ def decided_text(
     ]
     both = and_([name, *(named(e) for e in equivalent)])
     same = f"{both} are equivalent within {100 * (equivalence or 0):g}% ({'; '.join(said)})"
-    return f"{same}; {beats}" if beats else f"{same} at alpha={alpha:g} (Holm)"
+    return f"{same}; {beats}" if beats else f"{same} at alpha={alpha:.3g} (Holm)"
 
 
 def not_told(
@@ -419,4 +420,4 @@ def not_told(
         return f"{named(c.over)} ({differs(c.pct, metric)}, adjusted p={c.p_adjusted:.2g})"
 
     beats = f"; it beats {and_([said(c) for c in told])}" if told else ""
-    return f"{name} is not told from {and_([said(c) for c in close], 'or')} with {seeds}{beats}"
+    return f"{name} is not told from {and_([said(c) for c in close], 'or')} at alpha={alpha:.3g} with {seeds}{beats}"

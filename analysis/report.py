@@ -18,7 +18,7 @@ from .csv_input import ROW
 from .decisions import ALPHA, Decision
 from .figures import figure_jobs
 from .findings import MEASURED_WITH, Findings, listed, words
-from .load import AnalysisError, Study, pick_metric, unreadable
+from .load import ASKED, AnalysisError, Study, pick_metric, unreadable
 from .output import replacing
 from .registry import TABLES, check_roles, findings
 from .render import framed, write_table
@@ -78,6 +78,8 @@ def run(
     first = _final(study)
     metric, why = pick_metric(first, metric)
     note = stage_tables.ranking_line(study, first, metric, why)
+    if why == ASKED:  # --metric ranks every table, a stage's own too, over its sweep.metric
+        study = replace(study, axes={stage: replace(axes, metric=None) for stage, axes in study.axes.items()})
     every = study.final()  # claims see each run that exists, so an option without a valid value is said
     study = _measured(study, metric)
     final = _final(study)
@@ -140,6 +142,8 @@ def run(
                 caption = TABLES[name].caption if name in TABLES else None
                 shows = [metric] if name in TABLES and TABLES[name].shows_metric else []
                 under = throughput.note(final[final["stage"].isin(stages_read(final, name))], [*tables[name], *shows])
+                if name in own and (mean := stage_tables.mean_note(tables[name])):
+                    under = f"{under}. {mean}" if under else mean
                 shown[name] = framed(tables[name], metric, runs_used(study, name), under)
                 report.written += write_table(tables[name], folder, name, shown[name], metric, caption)
             except Exception as error:  # noqa: BLE001 (one output that cannot be built is said, the others written)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from cart_sweeps.metric import metric as metric_of
+
 from . import tables
 from .decisions import and_
 from .errors import AnalysisError
@@ -36,20 +38,23 @@ def stage_metric(rows: pd.DataFrame, axes: StageAxes, metric: str) -> str:
 
 
 def ranking_line(study: Study, final: pd.DataFrame, metric: str, why: str) -> str | None:
-    """'Ranking metric: ...' where a reader could assume another: per stage where stages rank by different metrics
-    (one by its own sweep.metric), else the analysis's where it is a fallback; nothing where every stage ranks by
-    --metric's or the paper's."""
-    by: dict[str, list[str]] = {}
+    """'Ranking metric: ...' where a reader could assume another, each with its one reason: --metric's for every
+    table, over the stages' own sweep.metric it overrides (report.build); else each stage's own table by its
+    sweep.metric where it records one, every other table by the analysis's (the paper's, or a fallback); nothing
+    where every table ranks by --metric's or the paper's."""
+    own: dict[str, list[str]] = {}  # a sweep.metric -> the stages whose own table ranks by it
     for stage, axes in sorted(study.axes.items()):
-        by.setdefault(stage_metric(final[final["stage"] == stage], axes, metric), []).append(stage)
-    own = {m: stages for m, stages in by.items() if m != metric}
-    if not own:
-        return None if why in (ASKED, PAPERS) else f"Ranking metric: {metric}, {why}."
-    said = [f"{m} for {_stages(stages)} (its sweep.metric)" for m, stages in own.items()]
-    if metric in by:
-        reason = f" ({why})" if why in (ASKED, PAPERS) else f", {why}"
-        said.append(f"{metric} for {_stages(by[metric])}{reason}")
-    return f"Ranking metric: {'; '.join(said)}."
+        if (m := stage_metric(final[final["stage"] == stage], axes, metric)) == axes.metric:
+            own.setdefault(m, []).append(stage)
+    if why == ASKED:
+        over = "; ".join(f"{_stages(stages)}'s sweep.metric {m}" for m, stages in own.items() if m != metric)
+        return f"Ranking metric: {metric} for every table, {why} (over {over})." if over else None
+    if not own or (why == PAPERS and set(own) == {metric}):
+        return None if why == PAPERS else f"Ranking metric: {metric}, {why}."
+    said = [f"{m} for {_stages(stages)}" for m, stages in own.items()]
+    reason = f" ({why})" if why == PAPERS else f", {why}"
+    own_tables = f"{'; '.join(said)} (a stage's own table: its sweep.metric)"
+    return f"Ranking metric: {own_tables}; {metric} for every other table{reason}."
 
 
 def _stages(names: list[str]) -> str:
@@ -85,6 +90,19 @@ def stage_table(final: pd.DataFrame, stage: str, axes: StageAxes, metric: str) -
     table = table.reset_index()
     table = table.loc[rank_values(table[metric], metric).sort_values(kind="stable").index].reset_index(drop=True)
     return table.rename(columns={k: column_name(k) for k in keys})
+
+
+def mean_note(table: pd.DataFrame) -> str | None:
+    """Which mean a seeded log-scale column shows, beside the sentences' % (of geometric means: the tested scale)."""
+    logged = [
+        c.removesuffix("_std") for c in table if c.endswith("_std") and (m := metric_of(c[:-4])) and m.kind.log_scale
+    ]
+    if not logged:
+        return None
+    return (
+        f"{and_(logged)}: the seeds' arithmetic mean; the decisions' % compare geometric means, on the log scale "
+        "they test (docs/statistics.md)"
+    )
 
 
 def best_rows(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, object]]:

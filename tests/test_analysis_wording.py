@@ -56,8 +56,9 @@ def test_each_stage_names_its_ranking_metric_and_its_gaps_read_in_its_direction(
     found = analysis(runs, tmp_path / "out")
     printed = capsys.readouterr().out
     assert (
-        "Ranking metric: tokens_per_s for stage fast (its sweep.metric); ppl_austen for stage plain, since ppl_wiki "
-        "is absent (the first ppl_* column in sorted order)."
+        "Ranking metric: tokens_per_s for stage fast; ppl_austen for stage plain (a stage's own table: its "
+        "sweep.metric); ppl_austen for every other table, since ppl_wiki is absent (the first ppl_* column in sorted "
+        "order)."
     ) in printed
     for stage, metric, higher, word in (
         ("fast", "tokens_per_s", True, "lower"),

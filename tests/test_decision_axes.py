@@ -175,8 +175,8 @@ def test_an_undecided_integer_axis_names_its_near_decision_with_its_adjusted_p(t
     assert 0.05 < near["p_adjusted"] < 0.1 < far["p_adjusted"]  # the data as designed
     said = (
         f"Stage mine: the best R is undecided: R=2 is not told from R=8 ({near['pct']:.2f}% higher, adjusted "
-        f"p={near['p_adjusted']:.2g}) or R=4 ({far['pct']:.2f}% higher, adjusted p={far['p_adjusted']:.2g}) with 3 "
-        "seeds each; R=2 is the grid's smallest value."
+        f"p={near['p_adjusted']:.2g}) or R=4 ({far['pct']:.2f}% higher, adjusted p={far['p_adjusted']:.2g}) at "
+        "alpha=0.05 with 3 seeds each; R=2 is the grid's smallest value."
     )
     assert record["said"] == said and said in capsys.readouterr().out
     assert [r["R"] for r in text_table(tmp_path / "out" / "runs_mine.csv")] == ["2", "4", "8"]

@@ -79,7 +79,7 @@ def test_two_tied_options_are_not_decided_over_each_other_beyond_the_rate(decide
     c = undecided[0]
     tied = next(x for x in c["comparisons"] if x["over"] == c["tied"][0])  # its near-decision, said with its p
     near = f"R={tied['over']} ({tied['pct']:.2f}% higher, adjusted p={tied['p_adjusted']:.2g})"
-    assert c["why"].startswith(f"R={c['choice']} is not told from {near} with 3 seeds each; it beats R=")
+    assert c["why"].startswith(f"R={c['choice']} is not told from {near} at alpha=0.05 with 3 seeds each; it beats R=")
 
 
 @pytest.mark.slow  # over 3 s of the fast tier's 2 cores (issue 40: the fast tier <= 120 s)

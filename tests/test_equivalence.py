@@ -26,6 +26,7 @@ from cart_sweeps.rules.decide import ALPHA, holm, look_level, options, pool
 from cart_sweeps.rules.ladder_walk import judge
 from cart_sweeps.rules.simulation import simulate
 from cart_sweeps.sweep.expand import Stage
+from cart_sweeps.text import duration
 
 PPL = require("ppl_wiki")
 STUDIES = 300  # widths per truth
@@ -183,12 +184,13 @@ def test_the_analysis_refuses_a_margin_it_cannot_take_in_one_line(capsys):
 
 def test_plan_states_the_floor_at_the_observed_gaps_and_noise():
     """`plan`'s floor line (a ladder's, a max_seeds stage's) is rules/bound.floor on the options' gaps and pooled
-    s.d., in GPU-hours; an observed tie without a margin has none."""
+    s.d., as run time in the hours plan passes (this machine's or GPU-hours); an observed tie without a margin has
+    none."""
     values = {6: [100.0, 100.5, 99.5], 8: [101.0, 101.5, 100.5], 10: [103.0, 103.5, 102.5]}
     opts = options(values, PPL)
     noise = pool(opts, "test")
     assert noise is not None
     by_hand = floor([o.score_mean - opts[0].score_mean for o in opts], noise.sd, ALPHA, None, [2.0, 2.0, 2.0])
-    assert floor_line(opts, noise.sd, ALPHA, None, [2.0] * 3).startswith(f"floor {by_hand:,.2f} GPU-hours")
+    assert floor_line(opts, noise.sd, ALPHA, None, [2.0] * 3).startswith(f"floor {duration(by_hand)} of run time")
     tie = options({6: [100.0, 100.5], 8: [100.0, 100.5]}, PPL)
     assert "none finite" in floor_line(tie, 0.005, ALPHA, None, [1.0, 1.0])

@@ -420,7 +420,10 @@ def print_table(stage: Stage, table_rows: list[dict[str, Any]], slots: int) -> N
         console.print(screened.line(), highlight=False)
     here = all(r["here_s"] is not None for r in table_rows)  # the rule's times: this machine's where it runs here
     hours = {r["run_id"]: r["here_s"] / 3600 if here else r["gpu_hours"] for r in table_rows}
-    for line in stage.rule.plan_lines(hours):
+    if lines := stage.rule.plan_lines(hours):
+        unit = "on this machine, at its pace above" if here else f"on one {p.gpu} at {p.mfu:.0%} MFU, as the total"
+        console.print(f"the rule's times: run time summed over its runs, {unit}", highlight=False)
+    for line in lines:
         console.print(line, highlight=False)
 
 

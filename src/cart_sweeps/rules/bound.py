@@ -9,6 +9,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cart_sweeps.text import duration
+
 if TYPE_CHECKING:
     from cart_sweeps.rules.decide import Option
 
@@ -44,8 +46,8 @@ def floor(gaps: Sequence[float], sd: float, alpha: float, margin: float | None =
 
 
 def floor_line(opts: Sequence[Option], sd: float, alpha: float, margin: float | None, costs: Sequence[float]) -> str:
-    """`plan`'s floor line at the observed gaps and noise (options best first; `costs`: GPU-hours of a run)."""
+    """`plan`'s floor line at the observed gaps and noise (options best first; `costs`: a run's hours, plan's unit)."""
     need = floor([o.score_mean - opts[0].score_mean for o in opts], sd, alpha, margin, costs)
     if not math.isfinite(need):
         return "floor: none finite (an observed tie and no stage.equivalence)"
-    return f"floor {need:,.2f} GPU-hours at the observed gaps and noise (rules/bound.py: any alpha-correct rule)"
+    return f"floor {duration(need)} of run time at the observed gaps and noise (rules/bound.py: any alpha-correct rule)"

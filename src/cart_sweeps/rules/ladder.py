@@ -139,11 +139,12 @@ class LadderRule(StageRule):
             basis = "as measured so far" if (k == 0 or settled) and state.judged else "if nothing is dropped"
             here = f"{h:,} steps" if trained[k] == h else f"{h:,} paper steps: {trained[k]:,} here"
             lines.append(
-                f"  rung {k + 1} ({here}): at most {len(configs) * d.most} runs, {duration(most)}; "
+                f"  rung {k + 1} ({here}): at most {len(configs) * d.most} runs, {duration(most)} of run time; "
                 f"{len(alive) * n_seeds} runs, {duration(kept)} {basis}"
             )
         lines.append(
-            f"  total: {duration(total_most)} at most, {duration(total_kept)} if nothing more is dropped; the "
+            f"  total: {duration(total_most)} of run time at most, {duration(total_kept)} if nothing more is dropped "
+            "(summed over runs, not wall time on the slots); the "
             f"paper's fixed design on this grid (1 seed at {d.rungs[0]:,}, the zoom's candidates x 3 seeds at "
             f"{d.rungs[-1]:,}): {duration(_fixed(stage, state, per, d, mapped[-1]))}; the expected compute, with "
             "drops: simulated below"

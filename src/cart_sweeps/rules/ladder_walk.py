@@ -68,6 +68,7 @@ class Judged:
     level: float  # alpha / looks
     equivalent: list[Any] = field(default_factory=list)  # kept, and decided within the margin of the best
     margin: float = 0.0  # the equivalence margin on the tested scale (0: none)
+    said_within: list[Any] = field(default_factory=list)  # undecided or equivalent: p is the equivalence claim's
 
     @property
     def open(self) -> bool:
@@ -98,7 +99,10 @@ def judge(
     dropped = [c for c, a in p.items() if a <= level and not within[c]]
     equivalent = [c for c, a in p.items() if a <= level and within[c]]
     kept = [o.level for o in opts if o.level not in dropped]
-    return Judged(opts[0].level, opts, p, dropped, kept, noise, allowance, level, equivalent, margin or 0.0)
+    said_within = [c for c in p if within[c]]
+    return Judged(
+        opts[0].level, opts, p, dropped, kept, noise, allowance, level, equivalent, margin or 0.0, said_within
+    )
 
 
 @dataclass(frozen=True)
@@ -335,6 +339,7 @@ def _calls(k: int, horizon: int, group: Any, j: Judged, final: bool, drift: Drif
         else:
             p = j.p.get(c)
             action = "undecided" if final else "promoted"
-            text = f"{worse}, not beyond the allowance" + (f" (p={p:.3g})" if p is not None else "")
+            claim = "equivalence" if c in j.said_within else "drop"  # the pair's smaller-p claim (decide.settle)
+            text = f"{worse}, not beyond the allowance" + (f" ({claim} claim's p={p:.3g})" if p is not None else "")
         out.append(Call(k, horizon, group, c, action, f"{where}: {name(c)} {text}; {basis}"))
     return out
