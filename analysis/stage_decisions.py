@@ -119,9 +119,6 @@ def decide_stage(
     metric = stage_metric(rows, axes, metric)
     varied = decidable(rows, axes)
     rung = [HORIZON] if HORIZON in axes.columns and HORIZON in rows else []  # a ladder's: held, never decided
-    if rung and "equivalence" in rows:  # before its last rung the ladder tests within the margin less its drift
-        # allowance, which these tests do not apply: equivalence is claimed at the last rung only, as the ladder does
-        rows = rows.assign(equivalence=rows["equivalence"].where(rows[HORIZON] == rows[HORIZON].max()))
     held = [c for c in HELD if c in rows and c not in varied and rows[c].nunique(dropna=False) > 1]
     out = []
     for axis in wanted_axes(varied, asked):
