@@ -291,7 +291,7 @@ def best(
             out.append(Decision(claim, stage, where, axis, None, False, why, alpha=level([]), no_level=counts[at]))
             continue
         own = pool(groups[at], "the options' seeds") or stage_noise
-        margin = margins.get(at, whole)  # a ladder's earlier rungs: none (load._last_rung)
+        margin = margins.get(at, whole)  # none at a rung a ladder promoted from (load._settled_steps)
         made = best_of(groups[at], own, claim, stage, where, axis, level(groups[at]), metric, gone.get(at, []), margin)
         if at in counts:
             why = f"{made.why}; {runs(counts[at])} no {SHORT.get(axis, axis)} (left out)"

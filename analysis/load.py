@@ -181,22 +181,25 @@ def unreadable(error: Exception) -> str:
     return str(error) if isinstance(error, AnalysisError) else f"{type(error).__name__}: {error}"
 
 
-def _last_rung(folder: Path, scale: str) -> int | None:
-    """A ladder's last rung, in its runs' steps at `scale`: the one rung where it tests equivalence within the
-    whole margin (before it, within the margin less its drift allowance, which the analysis does not apply: so
-    the analysis states the margin at the last rung only). None where the stage is no ladder."""
+def _settled_steps(folder: Path, scale: str) -> set[int] | None:
+    """A ladder's rungs (in its runs' steps at `scale`) where it promoted nothing: where its claims are final, and
+    so where the analysis states its margin. At a rung it promoted from, the ladder tests equivalence within the
+    margin less its drift allowance, which the analysis does not apply. None where the stage is no ladder."""
     path = folder / RECORD_FILE
     if not path.is_file():
         return None
-    design = json.loads(path.read_text())["design"]
-    return int(((design.get("steps") or {}).get(scale) or design["rungs"])[-1])
+    record = json.loads(path.read_text())
+    design = record["design"]
+    steps = (design.get("steps") or {}).get(scale) or design["rungs"]
+    promoted = {r["steps"] for r in record["records"] if r["action"] == "promoted"}
+    return {at for at, rung in zip(steps, design["rungs"], strict=True) if rung not in promoted}
 
 
 def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One stage's evaluation rows and training-log rows, from its runs' folders."""
     evals: list[dict[str, Any]] = []
     train: list[dict[str, Any]] = []
-    last = _last_rung(root / stage, choice.record.scale) if choice.record else None
+    settled = _settled_steps(root / stage, choice.record.scale) if choice.record else None
     for run in choice.runs:
         summary = run.summary
         assert summary is not None  # a used run holds its result
@@ -205,7 +208,7 @@ def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, 
             meta["looks"] = choice.record.looks
         if choice.record and choice.record.looks > 1 and choice.record.grid_seeds:  # alpha spent over its looks
             meta["grid_seeds"] = choice.record.grid_seeds
-        if choice.record and choice.record.equivalence is not None and meta.get(STEPS) in (None, last):
+        if choice.record and choice.record.equivalence is not None and (settled is None or meta.get(STEPS) in settled):
             meta["equivalence"] = choice.record.equivalence  # stage.equivalence: its decisions' margin
         logged: dict[Any, dict[str, Any]] = {}  # step -> its evaluation (a resumed run logs a step again: the newest)
         for event in read_metrics(run.folder / METRICS):
