@@ -409,8 +409,13 @@ def _promotion_words(promotion: Findings) -> list[str]:
         if d == "all" or "cutoff_missed_winner" not in r:
             continue
         rank = f"screen rank {int(r['winner_screen_rank'])}" if "winner_screen_rank" in r else "not screened"
-        said = "would have missed it" if r["cutoff_missed_winner"] else "promoted it"
-        parts.append(f"d={d}: Stage 2's winner {r['winner']} ({rank}); the zoom cutoff {said}.")
+        missed, zoomed = r["cutoff_missed_winner"], r.get("zoomed")
+        said = (
+            ("missed it (a sentinel ran it)" if missed else "promoted it")
+            if zoomed
+            else ("would have missed it" if missed else "would have promoted it")
+        )
+        parts.append(f"d={d}: Stage 2's winner {r['winner']} ({rank}); the zoom rule {said}.")
     return parts
 
 

@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from omegaconf import OmegaConf
 
 from cart_sweeps.metric import require
+from cart_sweeps.record.runfolder import CONFIG
 from cart_sweeps.rules.axes import SEED, STEPS, D
 from cart_sweeps.rules.decide import SEEDS
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD_FILE, Design, Walk, gaps, measured_rate, name, walk
@@ -61,13 +63,28 @@ def _rows(study: Study, stage: str, metric: str) -> pd.DataFrame:
     return rows
 
 
-def _cells(rows: pd.DataFrame, width: str, keys: list[str], metric: str) -> dict:
-    """(steps, width, config) -> seed -> value: each run by its own horizon (the steps it trained)."""
+def _cells(rows: pd.DataFrame, width: str, keys: list[str], metric: str, paper: dict[int, int]) -> dict:
+    """(steps, width, config) -> seed -> value: each run by its own horizon (the steps it trained), its width by
+    its paper number (`paper`: _paper_widths)."""
     cells: dict = {}
     for _, row in rows.iterrows():
         config = tuple((k, row[k]) for k in keys)
-        cells.setdefault((int(row[STEPS]), int(row[width]), config), {})[int(row[SEED])] = float(row[metric])
+        d = paper.get(int(row[width]), int(row[width]))
+        cells.setdefault((int(row[STEPS]), d, config), {})[int(row[SEED])] = float(row[metric])
     return cells
+
+
+def _paper_widths(study: Study, rows: pd.DataFrame, width: str) -> dict[int, int]:
+    """Each width the runs trained -> its paper number, as the driver names a group (d_model=256 at scale=tiny, whose
+    runs train 32): from a run's config.yaml, whose scale keeps the paper's numbers; a CSV's are the paper's."""
+    out: dict[int, int] = {}
+    for d, run in rows.groupby(width)["run"].first().items() if "run" in rows else ():
+        try:
+            cfg = OmegaConf.load(Path(study.source) / run / CONFIG)
+        except (OSError, ValueError):
+            continue
+        out[int(d)] = int(OmegaConf.select(cfg, "scale.paper", default={}).get(D, d))
+    return out
 
 
 def _recorded(study: Study, stage: str) -> dict | None:
@@ -89,11 +106,15 @@ def _design(shown: dict | None, rungs: list[int], data: dict, metric: str, alpha
     return Design(tuple(rungs), tuple(order), len(grid), max(map(len, cells)), require(metric), DRIFT_PRIOR, alpha)
 
 
-def _walked(study: Study, stage: str, metric: str, alpha: float, least: int = 2) -> tuple[list[int], dict, Walk, dict]:
+def _walked(
+    study: Study, stage: str, metric: str, alpha: float, least: int = 2
+) -> tuple[list[int], dict, Walk, dict, Design]:
     """The ladder recomputed on the runs: the rungs' steps (the runs' horizons where the record has none for their
-    scale), (rung, width, config) -> seed -> value, the walk, and the runs at no rung of it (an earlier ladder's).
+    scale), (rung, width, config) -> seed -> value (widths in the paper's numbers, as the driver's), the walk, the
+    runs at no rung of it (an earlier ladder's), and its design (rungs in paper steps: the record's, else a CSV's).
     `least`: the horizons the table needs (the rungs table: one, where stage.equivalence ended at the first)."""
-    cells = _cells(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
+    rows, width = _rows(study, stage, metric), _width(study, stage)
+    cells = _cells(rows, width, _config_keys(study, stage), metric, _paper_widths(study, rows, width))
     shown, ran = _recorded(study, stage), {h for h, _, _ in cells}
     at_scales = (shown or {}).get("steps") or {}  # scale -> the steps of each rung: the scale these runs are at
     fits = [list(steps) for steps in at_scales.values() if ran & set(steps)]
@@ -105,14 +126,15 @@ def _walked(study: Study, stage: str, metric: str, alpha: float, least: int = 2)
     for _, d, config in (key for key in data if key[0] == 0):
         groups.setdefault(d, []).append(config)
     off = {key: v for key, v in cells.items() if key[0] not in rungs}
-    return rungs, data, walk(_design(shown, rungs, data, metric, alpha), groups, data), off
+    design = _design(shown, rungs, data, metric, alpha)
+    return rungs, data, walk(design, groups, data), off, design
 
 
 def rungs_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
     """Each configuration at each rung with what the ladder did there and why, read by the steps its runs trained:
     a rung's runs carry the decision made at that rung's horizon; a configuration this ladder stopped earlier, or a
     run at no rung of it (an earlier ladder's), is `not in this ladder`."""
-    rungs, data, state, off = _walked(study, stage, metric, alpha, least=1)
+    rungs, data, state, off, _ = _walked(study, stage, metric, alpha, least=1)
     said = {(c.rung, c.group, c.config): c for c in state.calls}
     stopped = {(c.group, c.config): c for c in state.calls if c.action != "promoted"}
     out = []
@@ -142,7 +164,7 @@ def _row(rung: object, steps: int, d: int, config: tuple, seeds: dict, metric: s
 
 
 def agreement_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, _, _ = _walked(study, stage, metric, alpha)
+    rungs, data, _, _, _ = _walked(study, stage, metric, alpha)
     sign = require(metric).sign
 
     def at(k: int) -> dict[tuple, np.ndarray]:
@@ -160,7 +182,10 @@ def agreement_table(study: Study, stage: str, metric: str, alpha: float) -> pd.D
 
 
 def drift_table(study: Study, stage: str, metric: str, alpha: float) -> pd.DataFrame:
-    rungs, data, _, _ = _walked(study, stage, metric, alpha)
+    """Each gap's change between consecutive rungs per ln(paper steps) (`from`, `to`: the rungs' paper steps), the
+    unit of the driver's drift and of the prior it is checked against."""
+    _, data, _, _, design = _walked(study, stage, metric, alpha)
+    rungs = list(design.rungs)
     m = require(metric)
     score = {key: float(np.mean([m.scaled(v) for v in s.values()])) for key, s in data.items()}
     widths = sorted({d for (_, d, _) in data}, key=str)

@@ -36,6 +36,7 @@ RUN_KEY = ("stage", "model", "variant", *MODEL_KEYS, "seed", "eval_n_loops", "nu
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens", "rho", "tokens_per_s")
 CELL = ("model", "variant", *MODEL_KEYS, "eval_n_loops", "num_fewshot")  # per stage
 FLOPS = "gflops_per_token"  # a run's training FLOPs per token (forward + backward), in units of 10^9
+ZOOM_ALLOWANCE = "zoom_allowance"  # a zoom stage's record: the relative drift allowance its candidates took
 VARIANT_AXIS = "stage.variant"  # the column of a stage's named variants (`variant` is the ablation label)
 
 __all__ = ["AnalysisError", "Study", "load_csv", "load_runs"]
@@ -208,6 +209,9 @@ def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, 
             meta["looks"] = choice.record.looks
         if choice.record and choice.record.looks > 1 and choice.record.grid_seeds:  # alpha spent over its looks
             meta["grid_seeds"] = choice.record.grid_seeds
+        if choice.record and choice.record.promoted:  # stage.select=zoom: the drift allowance its candidates took
+            zoomed = choice.record.promoted[0]  # a record from before drift_allowance: its tested-scale allowance,
+            meta[ZOOM_ALLOWANCE] = zoomed.get("drift_allowance", zoomed.get("allowance"))  # a perplexity's the same
         if choice.record and choice.record.equivalence is not None and (settled is None or meta.get(STEPS) in settled):
             meta["equivalence"] = choice.record.equivalence  # stage.equivalence: its decisions' margin
         logged: dict[Any, dict[str, Any]] = {}  # step -> its evaluation (a resumed run logs a step again: the newest)

@@ -1,6 +1,6 @@
-"""The promotion audit (docs/statistics.md): would the screen's cutoff (cart_sweeps.rules.zoom.promoted)
-have missed the configuration Stage 2 confirms, and how well do the two stages' rankings agree, pair by pair,
-with a bootstrap interval over each configuration's seeds (a one-seed configuration stays fixed)?
+"""The promotion audit (docs/statistics.md): would the zoom's rule (cart_sweeps.rules.zoom.screens, the zoom
+stage's own) have missed the configuration Stage 2 confirms, and how well do the two stages' rankings agree, pair
+by pair, with a bootstrap interval over each configuration's seeds (a one-seed configuration stays fixed)?
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pandas as pd
 
 from cart_sweeps.metric import require as require_metric
 from cart_sweeps.rules.decide import ranked
-from cart_sweeps.rules.zoom import promoted
+from cart_sweeps.rules.zoom import drift_allowance, screens
 
-from .load import AnalysisError, last_steps, rank_values
+from .load import ZOOM_ALLOWANCE, AnalysisError, last_steps, rank_values
 from .stages import CONFIRM, SCREEN
 from .tables import select
 
@@ -29,6 +29,22 @@ def _values(rows: pd.DataFrame, metric: str) -> dict[tuple[int, int], np.ndarray
     return {
         (int(r), int(p)): group["ranked"].to_numpy(float) for (r, p), group in rows.groupby(["n_loops", "n_prelude"])
     }
+
+
+def _screened(rows: pd.DataFrame, metric: str) -> dict[tuple[int, int], list[float]]:
+    """(R, P) -> the metric of each of its screen runs, as the zoom reads them."""
+    rows = rows.dropna(subset=[metric])
+    return {(int(r), int(p)): group[metric].tolist() for (r, p), group in rows.groupby(["n_loops", "n_prelude"])}
+
+
+def _allowance(one: pd.DataFrame, two: pd.DataFrame) -> tuple[float, bool]:
+    """The drift allowance the zoom is given, and whether Stage 2 zoomed: its record's (load.ZOOM_ALLOWANCE), else
+    the zoom's own from the two stages' horizons at the drift prior (a CSV's steps are the paper's)."""
+    recorded = two[ZOOM_ALLOWANCE].dropna() if ZOOM_ALLOWANCE in two else pd.Series(dtype=float)
+    if len(recorded):
+        return float(recorded.iloc[0]), True
+    steps = [int(rows["step"].max()) if "step" in rows else 1 for rows in (one, two)]
+    return drift_allowance(*steps), False
 
 
 def _order(values: dict[tuple[int, int], np.ndarray], metric: str) -> list[tuple[int, int]]:
@@ -75,11 +91,13 @@ def screen_promotion(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
     rng = np.random.default_rng(0)  # the same interval each time the analysis runs
     rows: list[dict] = []
     everywhere: tuple[dict, dict] = ({}, {})
-    for d in widths:
+    allowance, zoomed = _allowance(one, two)
+    found = screens({d: _screened(one[one["d_model"] == d], metric) for d in widths}, metric, allowance)
+    for d, screened in zip(widths, found, strict=True):
         screen, confirm = (_values(rows_[rows_["d_model"] == d], metric) for rows_ in (one, two))
         by_d = ({(d, *c): v for c, v in screen.items()}, {(d, *c): v for c, v in confirm.items()})
         order = _order(screen, metric)  # the one rule, as zoom ranks (cart_sweeps.rules.decide.ranked)
-        cut = set(promoted(order))
+        cut = set(screened.cells)
         winner = _order(confirm, metric)[0]  # Stage 2's best, as its table names it (tables.best_cells)
         below = [c for c in confirm if c not in cut]
         pairs, share, low, high = agreement(*by_d, rng)
@@ -90,6 +108,7 @@ def screen_promotion(evals: pd.DataFrame, metric: str) -> pd.DataFrame:
                 "d": d,
                 "winner": f"R={winner[0]} P={winner[1]}",
                 "winner_screen_rank": order.index(winner) + 1 if winner in screen else None,
+                "zoomed": zoomed,
                 "promoted": len(cut & set(confirm)),
                 "below_cutoff": len(below),
                 "cutoff_missed_winner": (winner not in cut) if below and winner in screen else None,

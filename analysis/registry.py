@@ -176,8 +176,9 @@ TABLES: dict[str, Table] = {
     "screen_promotion": Table(
         reads=(SCREEN, CONFIRM),
         build=promotion.screen_promotion,
-        caption="The promotion audit: per width, Stage 2's winner and its screen rank, whether the cutoff "
-        "promoted it, and the pairwise agreement of the two stages' rankings with a bootstrap interval.",
+        caption="The promotion audit: per width, Stage 2's winner and its screen rank, whether the zoom's rule "
+        "(the zoom stage's own) promoted it, and the pairwise agreement of the two stages' rankings with a bootstrap "
+        "interval.",
         every_step=True,  # it takes each run's last evaluation itself
     ),
 }

@@ -252,7 +252,7 @@ def test_the_promotion_audit_says_how_the_rankings_agree_and_whether_the_cutoff_
     assert audit["all"]["agreement"] == agree and audit["all"]["ci_low"] <= agree <= audit["all"]["ci_high"]
     assert audit["256"].get("cutoff_missed_winner") is missed
     if missed:
-        assert "the zoom cutoff would have missed it" in (tmp_path / "out" / "report.md").read_text()
+        assert "the zoom rule would have missed it" in (tmp_path / "out" / "report.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -274,3 +274,13 @@ def test_a_higher_is_better_metric_decides_its_highest_option():
     accuracy = require("bench_cart_lastword_acc")
     verdict = best_level({6: [0.30, 0.31, 0.29], 8: [0.50, 0.52, 0.51], 10: [0.10, 0.11, 0.12]}, accuracy)
     assert verdict.decided and verdict.choice == 8 and [o.level for o in verdict.options] == [8, 6, 10]
+
+
+def test_the_audit_words_the_papers_fixed_stage_2_as_what_the_zoom_rule_would_have_done(tmp_path):
+    """The paper's Stage 2 ran fixed candidates, no zoom: the audit says what the zoom's rule would have done (it
+    said 'the zoom cutoff promoted it', as if the paper had zoomed)."""
+    csv = Path(__file__).parent / "fixtures" / "paper_results.csv"
+    assert main(["--from-csv", str(csv), "--out", str(tmp_path), "--only", "screen_promotion"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "d=256: Stage 2's winner R=8 P=6 (screen rank 4); the zoom rule would have promoted it." in report
+    assert json.loads((tmp_path / "findings.json").read_text())["screen"]["promotion"]["256"]["zoomed"] is False

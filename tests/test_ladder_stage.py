@@ -158,3 +158,37 @@ def test_a_ladder_names_the_width_it_ran_and_its_tables_are_written_wherever_the
     for row in table.itertuples():
         mean = np.mean(values[(row.steps, row.d, int(row.config.split("=")[1]))])
         assert row.ppl_austen == pytest.approx(mean, rel=1e-9)
+
+
+TINY_LADDER = ["stage=ladder", "scale=tiny", "model.d_model=256", "model.n_loops=2,8", "model.n_prelude=6"]
+TINY_LADDER += ["stage.rungs=[1000,4000,9000]", "stage.max_seeds=2"]
+
+
+@pytest.mark.slow
+def test_the_ladders_drift_table_measures_per_ln_paper_steps_and_names_widths_as_its_driver(tmp_path, data_cache):
+    """docs/ladder.md's tiny ladder (10, 21 and 24 steps at scale=tiny for 1,000, 4,000 and 9,000 paper steps): the
+    analysis's drift rates are gap changes per ln(paper steps), the unit of the driver and the prior it checks (it
+    used the trained steps, ln(21/10)), by hand from the run folders and ladder.json; and its groups read as the
+    driver's records name them (d_model=256, not the d_model=32 the runs train)."""
+    ran = sweep(tmp_path, *TINY_LADDER)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    design = json.loads((tmp_path / "ladder" / "ladder.json").read_text())["design"]
+    paper = dict(zip(design["steps"]["tiny"], design["rungs"], strict=True))  # trained steps -> paper steps
+    logs: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for folder in (tmp_path / "ladder").iterdir():
+        if (summary := folder / "summary.json").is_file():
+            s = json.loads(summary.read_text())
+            logs[(paper[s["trainer"]["steps"]], s["model"]["n_loops"])].append(np.log(s["ppl_austen"]))
+    mean = {key: float(np.mean(v)) for key, v in logs.items()}
+    out = tmp_path / "out"
+    assert analysis(["--runs", str(tmp_path), "--out", str(out), "--only", "ladder"]) == 0
+    drift = pd.read_csv(out / "ladder_ladder_drift.csv")
+    rows = drift[drift["d"] != "all"]
+    assert len(rows), "a configuration at two rungs beside its best"
+    for row in rows.itertuples():
+        r, ref = (int(c.split()[0].split("=")[1]) for c in (row.config, row.against))
+        closed = mean[(row._1, r)] - mean[(row._1, ref)] - mean[(row.to, r)] + mean[(row.to, ref)]
+        assert row.closed_per_ln_h == pytest.approx(closed / np.log(row.to / row._1), abs=1e-6)
+        assert str(row.d) == "256"
+    rungs = pd.read_csv(out / "ladder_ladder_rungs.csv")
+    assert set(rungs["d"]) == {256} and "d_model=32" not in " ".join(rungs["reason"].astype(str))

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from scipy import stats
-from stages import sweep
+from stages import env, sweep
 
+from cart_sweeps.analysis.__main__ import main as analysis
 from cart_sweeps.metric import require
 from cart_sweeps.rules.zoom import drift_allowance, measured_noise, ordered, screen
 
@@ -99,6 +102,38 @@ def test_zoom_runs_every_cell_its_screen_cannot_rule_out_and_no_other(tmp_path, 
     record = json.loads((runs / "2" / "stage.json").read_text())["promoted"]
     assert [(r["model.d_model"], sorted(map(tuple, r["candidates"]))) for r in record] == [(256, sorted(ran))]
     assert record[0]["threshold"] == pytest.approx(threshold) and said in record[0]["said"]
+
+
+NARROW = ["scale=tiny", "model.d_model=32", "model.n_loops=1,2,4", "model.n_prelude=1,2", "trainer.steps=20"]
+
+
+@pytest.mark.slow
+def test_after_a_zoom_stage_2_plan_reads_a_lone_r_and_the_audit_counts_the_stages_own_candidates(tmp_path, data_cache):
+    """After a real zoom Stage 2 (three seeds a cell), plan says a group of one R (a P the cross adds past the
+    grid's edge) has nothing to compare (it crashed on its missing p), and the analysis's promotion audit counts the
+    candidates stage.json records, by the zoom's own rule, not the cross alone (it said 'below_cutoff' of some)."""
+    runs, zoom = tmp_path / "runs", ["stage=2", "stage.select=zoom", *NARROW]
+    assert sweep(runs, "stage=1", *NARROW).returncode == 0
+    confirm = sweep(runs, *zoom)
+    assert confirm.returncode == 0, confirm.stderr
+    values = screen_values(runs)
+    candidates = not_ruled_out({c: [v] for c, v in values.items()})[0] | cross(min(values, key=values.get), values)
+    record = json.loads((runs / "2" / "stage.json").read_text())["promoted"]
+    assert sorted(map(tuple, record[0]["candidates"])) == sorted(candidates)
+
+    plan = subprocess.run(
+        [sys.executable, "-m", "cart_sweeps.plan", *zoom], env=env(runs), capture_output=True, text=True
+    )
+    assert plan.returncode == 0, plan.stderr
+    alone = {p: rs for p in {p for _, p in candidates} if len(rs := [r for r, q in candidates if q == p]) == 1}
+    assert alone, "the cross adds a P with one R"
+    for p, (r,) in alone.items():
+        assert f"d_model=256 n_prelude={p}: 3 seeds per cell, R={r} alone: nothing to compare" in plan.stdout
+
+    out = tmp_path / "out"
+    assert analysis(["--runs", str(runs), "--out", str(out), "--only", "screen_promotion"]) == 0
+    audit = json.loads((out / "findings.json").read_text())["screen"]["promotion"]["32"]
+    assert (audit["promoted"], audit["below_cutoff"], audit["zoomed"]) == (len(candidates), 0, True)
 
 
 def _summaries(folder: Path) -> list[str]:

@@ -159,6 +159,9 @@ class SeedRule(StageRule):
         lines = [*expected, f"decisions now ({spending}; seeds for {POWER:.0%} power):"]
         for key, cells, have, verdict in self._decisions(grid, values):
             same = ", ".join(f"R={e}" for e in verdict.equivalent)
+            if len(verdict.options) < 2:  # a zoom's cell past the grid's edge: one R in its group
+                lines.append(f"  {_where(key)}: {have} seeds per cell, R={verdict.choice} alone: nothing to compare")
+                continue
             said = (
                 f"R={verdict.choice} decided"
                 if verdict.best
@@ -168,7 +171,7 @@ class SeedRule(StageRule):
             )
             needed = _needed(verdict, have, n_looks, sum(hours.get(grid[c].run_id, 0.0) for c in cells))
             lines.append(f"  {_where(key)}: {have} seeds per cell, {said}; {needed}")
-            if verdict.noise is not None and verdict.noise.measurable and len(verdict.options) > 1:
+            if verdict.noise is not None and verdict.noise.measurable:
                 cost = {dict(c)[R]: hours.get(grid[c].run_id, 0.0) for c in cells}
                 margin = self.stage.spec.equivalence
                 costs = [cost[o.level] for o in verdict.options]
@@ -206,7 +209,7 @@ def _values(used: list[StageRun], grid: dict[Cell, Any], metric: str) -> dict[Ce
 
 def _needed(verdict: Verdict, have: int, n_looks: int, per_seed: float) -> str:
     """The seeds per cell for POWER, and the time of those to add (`per_seed`: a seed of every cell)."""
-    if verdict.noise is None or len(verdict.options) < 2:
+    if verdict.noise is None:
         return "no seed spread to size it from"
     best, runner = verdict.options[0], verdict.options[1]
     n = seeds_for_power(runner.score_mean - best.score_mean, verdict.noise.sd, ALPHA / n_looks, len(verdict.options))

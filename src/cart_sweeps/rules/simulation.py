@@ -401,6 +401,11 @@ def expected_lines(grid: Grid | str, design: Design | tuple[int, int], margin: f
             if math.isfinite(row.over_bound)
             else "no finite bound (a tie without stage.equivalence)"
         )
+        if row.over_bound < 1:  # the floor counts full-length runs only (rules/bound.py)
+            over += (
+                ": the bound is for deciding on full-length runs; the ladder decided at a shorter rung, where the "
+                "margin exceeds the drift allowance"
+            )
         trails = f"here the runner-up trails the best by {float(np.mean(gaps)):.2%} at 30,500 steps"
         lines.append(
             f"  {kind} ({trails}): {row.runs:.1f} runs per {per}, {row.compute:.2f}x (+- {row.compute_se:.2f}) the "

@@ -147,10 +147,12 @@ class Screened:
     cells: list[tuple[int, int]]  # promoted (sentinels apart), sorted
     unruled: list[tuple[int, int]]  # best first: the screen best, and every cell not ruled out against it
     cross: list[tuple[int, int]]  # the author's rule: the best and its neighbours
+    order: list[Option]  # every cell screened, best first
     compared: int  # the width's comparisons with its best (one Holm family)
     threshold: float  # every unruled cell's gap to the best is at most this, on the tested scale
     allowance: float  # the drift allowance on the tested scale
     noise: Noise
+    drift_allowance: float  # the same, relative: what the stage was given (drift_allowance)
 
     def line(self) -> str:
         beyond = [c for c in self.unruled if c not in self.cross]
@@ -174,6 +176,7 @@ class Screened:
             "not_ruled_out": [list(c) for c in self.unruled],
             "threshold": self.threshold if math.isfinite(self.threshold) else None,
             "allowance": self.allowance,
+            "drift_allowance": self.drift_allowance,
             "seed_sd": self.noise.sd,
             "noise": self.noise.source,
             "said": self.line(),
@@ -220,7 +223,7 @@ def screen(
         threshold = at + critical(noise, level) * noise.sd * math.sqrt(1 / opts[0].seeds + 1 / fewest)
     cross = promoted([o.level for o in opts])
     cells = sorted({*cross, *unruled})
-    return Screened(width, cells, unruled, cross, len(opts) - 1, threshold, at, noise)
+    return Screened(width, cells, unruled, cross, list(opts), len(opts) - 1, threshold, at, noise, allowance)
 
 
 def zoom_candidates(
@@ -235,13 +238,23 @@ def zoom_candidates(
         if not by_width.get(d):
             raise ConfigError(f"stage.select=zoom: stage {runs.stage} has no completed run with {metric} at d={d}")
         _one_recipe(runs, d, [run for _, _, run in by_width[d]], "zoom")
-    record = require(metric)
-    opts = {d: ordered(_cells([(value, params) for value, params, _ in by_width[d]]), record) for d in widths}
-    noise = measured_noise([o for d in widths for o in opts[d]])
-    out, screened = [], []
-    for d in widths:
-        found = screen(d, opts[d], record, allowance, noise)
-        order = [o.level for o in opts[d]]
-        out += [{D: d, R: r, P: p} for r, p in sorted([*found.cells, *sentinels(order, k, found.cells)])]
-        screened.append(found)
+    screened = screens(
+        {d: _cells([(value, params) for value, params, _ in by_width[d]]) for d in widths}, metric, allowance
+    )
+    out = []
+    for found in screened:
+        order = [o.level for o in found.order]
+        cells = sorted([*found.cells, *sentinels(order, k, found.cells)])
+        out += [{D: found.width, R: r, P: p} for r, p in cells]
     return out, screened
+
+
+def screens(
+    values: Mapping[int, Mapping[tuple[int, int], Sequence[float]]], metric: str, allowance: float
+) -> list[Screened]:
+    """Each width's promotion from its screen's values per (R, P) (`screen`, at the noise pooled over every width
+    given): the zoom stage's candidates and the analysis's promotion audit, one rule."""
+    record = require(metric)
+    opts = {d: ordered(cells, record) for d, cells in values.items()}
+    noise = measured_noise([o for d in values for o in opts[d]])
+    return [screen(d, opts[d], record, allowance, noise) for d in values]
