@@ -210,8 +210,7 @@ def _stage_rows(root: Path, stage: str, choice: Chosen) -> tuple[list[dict[str, 
         if choice.record and choice.record.looks > 1 and choice.record.grid_seeds:  # alpha spent over its looks
             meta["grid_seeds"] = choice.record.grid_seeds
         if choice.record and choice.record.promoted:  # stage.select=zoom: the drift allowance its candidates took
-            zoomed = choice.record.promoted[0]  # a record from before drift_allowance: its tested-scale allowance,
-            meta[ZOOM_ALLOWANCE] = zoomed.get("drift_allowance", zoomed.get("allowance"))  # a perplexity's the same
+            meta[ZOOM_ALLOWANCE] = choice.record.promoted[0].get("drift_allowance")
         if choice.record and choice.record.equivalence is not None and (settled is None or meta.get(STEPS) in settled):
             meta["equivalence"] = choice.record.equivalence  # stage.equivalence: its decisions' margin
         logged: dict[Any, dict[str, Any]] = {}  # step -> its evaluation (a resumed run logs a step again: the newest)
