@@ -18,6 +18,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# One torch thread in each test process and each single run it starts: the tiers run more processes than cores
+# (xdist workers, each with its runs), where a run's second OpenMP thread spins waiting on a core another process
+# holds. A 20-step run under the slow tier's load: 183 s (36 s of CPU) at torch's default 2 threads, 27 s (5.6 s)
+# at 1, the same metrics. A stage's runs keep the pool's own share (cores / slots: sweep/pools/local.py).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks
