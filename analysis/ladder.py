@@ -15,17 +15,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from omegaconf import OmegaConf
 
 from cart_sweeps.metric import require
-from cart_sweeps.record.runfolder import CONFIG
 from cart_sweeps.rules.axes import SEED, STEPS, D
 from cart_sweeps.rules.decide import SEEDS
 from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD_FILE, Design, Walk, gaps, measured_rate, name, walk
 
 from .errors import AnalysisError
 from .figures import metric_label, save, styles
-from .load import Study
+from .load import Study, paper_number
 from .promotion import agreement
 
 WIDTH = "d_model"
@@ -74,17 +72,12 @@ def _cells(rows: pd.DataFrame, width: str, keys: list[str], metric: str, paper: 
     return cells
 
 
-def _paper_widths(study: Study, rows: pd.DataFrame, width: str) -> dict[int, int]:
-    """Each width the runs trained -> its paper number, as the driver names a group (d_model=256 at scale=tiny, whose
-    runs train 32): from a run's config.yaml, whose scale keeps the paper's numbers; a CSV's are the paper's."""
-    out: dict[int, int] = {}
-    for d, run in rows.groupby(width)["run"].first().items() if "run" in rows else ():
-        try:
-            cfg = OmegaConf.load(Path(study.source) / run / CONFIG)
-        except (OSError, ValueError):
-            continue
-        out[int(d)] = int(OmegaConf.select(cfg, "scale.paper", default={}).get(D, d))
-    return out
+def _paper_widths(rows: pd.DataFrame, width: str) -> dict[int, int]:
+    """Each width the runs trained -> its paper number (load.paper_number), as the driver names a group
+    (d_model=256 at scale=tiny, whose runs train 32)."""
+    if "run_dir" not in rows:
+        return {}
+    return {int(d): paper_number(run, D, int(d)) for d, run in rows.groupby(width)["run_dir"].first().items()}
 
 
 def _recorded(study: Study, stage: str) -> dict | None:
@@ -114,7 +107,7 @@ def _walked(
     runs at no rung of it (an earlier ladder's), and its design (rungs in paper steps: the record's, else a CSV's).
     `least`: the horizons the table needs (the rungs table: one, where stage.equivalence ended at the first)."""
     rows, width = _rows(study, stage, metric), _width(study, stage)
-    cells = _cells(rows, width, _config_keys(study, stage), metric, _paper_widths(study, rows, width))
+    cells = _cells(rows, width, _config_keys(study, stage), metric, _paper_widths(rows, width))
     shown, ran = _recorded(study, stage), {h for h, _, _ in cells}
     at_scales = (shown or {}).get("steps") or {}  # scale -> the steps of each rung: the scale these runs are at
     fits = [list(steps) for steps in at_scales.values() if ran & set(steps)]

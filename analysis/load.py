@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from omegaconf import OmegaConf
 
 from cart_sweeps.config import AXIS, RECIPE_KEYS, ModelConfig, keys_with
 from cart_sweeps.metric import DEFAULT, metric, require_error
 from cart_sweeps.model.params import train_flops_per_token
 from cart_sweeps.record.metrics import read_metrics
-from cart_sweeps.record.runfolder import METRICS, SUMMARY
+from cart_sweeps.record.runfolder import CONFIG, METRICS, SUMMARY
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.rules.axes import STEPS
 from cart_sweeps.rules.ladder_walk import RECORD_FILE
@@ -262,6 +263,16 @@ def _stage_axes(choice: Chosen) -> StageAxes:
     metric, search = (record.metric, record.search) if record else (None, False)
     metrics = tuple(record.metrics) if record else ()
     return StageAxes([*columns, *(["seed"] if seeds else [])], metric, search, metrics)
+
+
+def paper_number(run_dir: str | Path, key: str, trained: int) -> int:
+    """A run's `key` in the paper's numbers (its config.yaml's scale keeps them: d_model 256 for a run of 32 at
+    scale=tiny), else `trained` (a CSV's, or a scale that maps nothing, are the paper's)."""
+    try:
+        cfg = OmegaConf.load(Path(run_dir) / CONFIG)
+    except (OSError, ValueError):
+        return trained
+    return int(OmegaConf.select(cfg, "scale.paper", default={}).get(key, trained))
 
 
 def _run_meta(stage: str, summary: RunSummary, run: StageRun, root: Path) -> dict[str, Any]:

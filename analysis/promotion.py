@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 
 from cart_sweeps.metric import require as require_metric
+from cart_sweeps.rules.axes import STEPS
 from cart_sweeps.rules.decide import ranked
 from cart_sweeps.rules.zoom import drift_allowance, screens
 
-from .load import ZOOM_ALLOWANCE, AnalysisError, last_steps, rank_values
+from .load import ZOOM_ALLOWANCE, AnalysisError, last_steps, paper_number, rank_values
 from .stages import CONFIRM, SCREEN
 from .tables import select
 
@@ -39,12 +40,19 @@ def _screened(rows: pd.DataFrame, metric: str) -> dict[tuple[int, int], list[flo
 
 def _allowance(one: pd.DataFrame, two: pd.DataFrame) -> tuple[float, bool]:
     """The drift allowance the zoom is given, and whether Stage 2 zoomed: its record's (load.ZOOM_ALLOWANCE), else
-    the zoom's own from the two stages' horizons at the drift prior (a CSV's steps are the paper's)."""
+    the zoom's own from the two stages' horizons in paper steps at the drift prior, as the zoom stage takes them."""
     recorded = two[ZOOM_ALLOWANCE].dropna() if ZOOM_ALLOWANCE in two else pd.Series(dtype=float)
     if len(recorded):
         return float(recorded.iloc[0]), True
-    steps = [int(rows["step"].max()) if "step" in rows else 1 for rows in (one, two)]
-    return drift_allowance(*steps), False
+    return drift_allowance(*(_paper_steps(rows) for rows in (one, two))), False
+
+
+def _paper_steps(rows: pd.DataFrame) -> int:
+    """A stage's horizon in paper steps: its longest run's (load.paper_number)."""
+    if "step" not in rows:
+        return 1
+    last = rows.loc[rows["step"].idxmax()]
+    return paper_number(last["run_dir"], STEPS, int(last["step"])) if "run_dir" in rows else int(last["step"])
 
 
 def _order(values: dict[tuple[int, int], np.ndarray], metric: str) -> list[tuple[int, int]]:
