@@ -40,8 +40,8 @@ def stage_metric(rows: pd.DataFrame, axes: StageAxes, metric: str) -> str:
 def ranking_line(study: Study, final: pd.DataFrame, metric: str, why: str) -> str | None:
     """'Ranking metric: ...' where a reader could assume another, each with its one reason: --metric's for every
     table, over the stages' own sweep.metric it overrides (report.build); else each stage's own table by its
-    sweep.metric where it records one, every other table by the analysis's (the paper's, or a fallback); nothing
-    where every table ranks by --metric's or the paper's."""
+    sweep.metric where it records one, every other table by the analysis's (the paper's, or a fallback), in one
+    clause where the two are one metric; nothing where every table ranks by --metric's or the paper's."""
     own: dict[str, list[str]] = {}  # a sweep.metric -> the stages whose own table ranks by it
     for stage, axes in sorted(study.axes.items()):
         if (m := stage_metric(final[final["stage"] == stage], axes, metric)) == axes.metric:
@@ -51,6 +51,9 @@ def ranking_line(study: Study, final: pd.DataFrame, metric: str, why: str) -> st
         return f"Ranking metric: {metric} for every table, {why} (over {over})." if over else None
     if not own or (why == PAPERS and set(own) == {metric}):
         return None if why == PAPERS else f"Ranking metric: {metric}, {why}."
+    if set(own) == {metric}:  # one metric: one clause, each table's reason in it
+        stages, whose = own[metric], "its" if len(own[metric]) == 1 else "their"
+        return f"Ranking metric: {metric} for every table: {_stages(stages)} by {whose} sweep.metric, the others {why}."
     said = [f"{m} for {_stages(stages)}" for m, stages in own.items()]
     reason = f" ({why})" if why == PAPERS else f", {why}"
     own_tables = f"{'; '.join(said)} (a stage's own table: its sweep.metric)"

@@ -78,8 +78,8 @@ def test_a_stage_tables_mean_is_named_beside_the_geometric_means_its_sentences_c
     runs, _ = ladder
     assert analysis_main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 0
     assert (  # without --metric: one reason per table, not two for one
-        "Ranking metric: ppl_austen for stage ladder (a stage's own table: its sweep.metric); ppl_austen for every "
-        "other table, since ppl_wiki is absent (the first ppl_* column in sorted order)."
+        "Ranking metric: ppl_austen for every table: stage ladder by its sweep.metric, the others since ppl_wiki is "
+        "absent (the first ppl_* column in sorted order)."
     ) in capsys.readouterr().out
     table = pd.read_csv(tmp_path / "out" / "runs_ladder.csv")
     by_hand: dict[tuple[int, int], list[float]] = {}
