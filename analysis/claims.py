@@ -93,7 +93,7 @@ def reversal(table: pd.DataFrame, final: pd.DataFrame, metric: str, alpha: float
     for _, r in table.iterrows():
         cell = {"d_model": r["d"], "n_prelude": r["P"]}
         opts, pick = groups.get((r["d"], r["P"]), []), r["stage1_R"]
-        base = Decision("reversal", CONFIRM, cell, "n_loops", None, False, "", alpha=level(opts))
+        base = Decision("reversal", CONFIRM, cell, "n_loops", None, False, "", alpha=level(opts), metric=metric)
         if pd.isna(pick):
             out.append(replace(base, why=f"no Stage-1 runs at d={r['d']} P={r['P']}"))
         elif pick not in {o.level for o in opts}:

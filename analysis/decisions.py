@@ -288,7 +288,11 @@ def best(
         where = dict(zip(cell, at, strict=True))
         if at not in groups:
             why = f"its {runs(counts[at])} no {SHORT.get(axis, axis)}: nothing to compare"
-            out.append(Decision(claim, stage, where, axis, None, False, why, alpha=level([]), no_level=counts[at]))
+            out.append(
+                Decision(
+                    claim, stage, where, axis, None, False, why, alpha=level([]), no_level=counts[at], metric=metric
+                )
+            )
             continue
         own = pool(groups[at], "the options' seeds") or stage_noise
         margin = margins.get(at, whole)  # none at a rung a ladder promoted from (load._settled_steps)

@@ -63,7 +63,7 @@ def test_the_quick_demos_ablations_count_each_run_once(quick_demo):
     rows = table[table["metric"] == "ppl_austen"].set_index("variant")
     assert (rows["base"] == base["ppl_austen"]).all() and (rows["base_seeds"] == len(seeds)).all()
     assert rows["base_seed_std"].iloc[0] == pytest.approx(pd.Series([s["ppl_austen"] for s in distinct.values()]).std())
-    claims = [
-        c for c in json.loads((root / "out" / "findings.json").read_text())["decisions"] if c["claim"] == "ablation"
-    ]
+    decisions = json.loads((root / "out" / "findings.json").read_text())["decisions"]
+    assert all(c["metric"] for c in decisions)  # each names what it compared, undecidable ones too (a reversal's)
+    claims = [c for c in decisions if c["claim"] == "ablation"]
     assert len(claims) == 7 * 3 and {c["noise"]["df"] for c in claims} == {len(seeds) - 1}
