@@ -23,7 +23,7 @@ from cart_sweeps.rules.ladder_walk import DRIFT_PRIOR, RECORD_FILE, Design, Walk
 
 from .errors import AnalysisError
 from .figures import metric_label, save, styles
-from .load import Study, paper_number
+from .load import Study
 from .promotion import agreement
 
 WIDTH = "d_model"
@@ -61,23 +61,13 @@ def _rows(study: Study, stage: str, metric: str) -> pd.DataFrame:
     return rows
 
 
-def _cells(rows: pd.DataFrame, width: str, keys: list[str], metric: str, paper: dict[int, int]) -> dict:
-    """(steps, width, config) -> seed -> value: each run by its own horizon (the steps it trained), its width by
-    its paper number (`paper`: _paper_widths)."""
+def _cells(rows: pd.DataFrame, width: str, keys: list[str], metric: str) -> dict:
+    """(steps, width, config) -> seed -> value: each run by its own horizon (the steps it trained)."""
     cells: dict = {}
     for _, row in rows.iterrows():
         config = tuple((k, row[k]) for k in keys)
-        d = paper.get(int(row[width]), int(row[width]))
-        cells.setdefault((int(row[STEPS]), d, config), {})[int(row[SEED])] = float(row[metric])
+        cells.setdefault((int(row[STEPS]), int(row[width]), config), {})[int(row[SEED])] = float(row[metric])
     return cells
-
-
-def _paper_widths(rows: pd.DataFrame, width: str) -> dict[int, int]:
-    """Each width the runs trained -> its paper number (load.paper_number), as the driver names a group
-    (d_model=256 at scale=tiny, whose runs train 32)."""
-    if "run_dir" not in rows:
-        return {}
-    return {int(d): paper_number(run, D, int(d)) for d, run in rows.groupby(width)["run_dir"].first().items()}
 
 
 def _recorded(study: Study, stage: str) -> dict | None:
@@ -103,11 +93,10 @@ def _walked(
     study: Study, stage: str, metric: str, alpha: float, least: int = 2
 ) -> tuple[list[int], dict, Walk, dict, Design]:
     """The ladder recomputed on the runs: the rungs' steps (the runs' horizons where the record has none for their
-    scale), (rung, width, config) -> seed -> value (widths in the paper's numbers, as the driver's), the walk, the
-    runs at no rung of it (an earlier ladder's), and its design (rungs in paper steps: the record's, else a CSV's).
+    scale), (rung, width, config) -> seed -> value, the walk, the runs at no rung of it (an earlier ladder's), and
+    its design (rungs in paper steps: the record's, else a CSV's).
     `least`: the horizons the table needs (the rungs table: one, where stage.equivalence ended at the first)."""
-    rows, width = _rows(study, stage, metric), _width(study, stage)
-    cells = _cells(rows, width, _config_keys(study, stage), metric, _paper_widths(rows, width))
+    cells = _cells(_rows(study, stage, metric), _width(study, stage), _config_keys(study, stage), metric)
     shown, ran = _recorded(study, stage), {h for h, _, _ in cells}
     at_scales = (shown or {}).get("steps") or {}  # scale -> the steps of each rung: the scale these runs are at
     fits = [list(steps) for steps in at_scales.values() if ran & set(steps)]

@@ -80,7 +80,7 @@ def test_a_ladder_reads_per_rung_in_time_not_zero_gpu_hours(recorded, capsys):
     plan.main([*args, "stage.rungs=[1000,4000,9000]", "launcher.slots=2"])
     out = capsys.readouterr().out
     assert "on this machine: about" in out and "for 12 runs on 2 slots" in out  # 4 configurations x 3 rungs
-    rungs = re.findall(r"rung \d \(\d+ steps\): at most 6 runs, (\d+) (s|min);", out)
+    rungs = re.findall(r"rung \d \([\d,]+ paper steps: \d+ here\): at most 6 runs, (\d+) (s|min) of run time;", out)
     assert len(rungs) == 3 and "GPU-hours" not in out.split("ladder:")[1], out
     seconds = [int(n) * (60 if unit == "min" else 1) for n, unit in rungs]
     assert seconds == sorted(seconds) and seconds[0] > 0
