@@ -218,7 +218,7 @@ def test_seed_options_a_stage_cannot_take_are_one_line_before_anything_launches(
 def test_the_zoom_promotes_the_best_and_its_neighbours_and_k_sentinels_below_the_cutoff():
     ranked = [(6, 6), (8, 6), (4, 4), (2, 2), (6, 4), (8, 8), (2, 6)]  # (R, P), best first
     assert promoted(ranked) == [(4, 6), (6, 4), (6, 6), (6, 8), (8, 6)]
-    assert sentinels(ranked, 2) == [(4, 4), (2, 2)]  # the two best-ranked ones the cross leaves out
+    assert sentinels(ranked, 2, promoted(ranked)) == [(4, 4), (2, 2)]  # the two best-ranked the cross leaves out
 
 
 def promotion_csv(path: Path, screen: dict, confirm: dict) -> Path:

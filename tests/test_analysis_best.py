@@ -17,7 +17,7 @@ from cart_sweeps.config import ConfigError
 from cart_sweeps.metric import require
 from cart_sweeps.record.summary import RunSummary
 from cart_sweeps.rules.decide import best, ranked
-from cart_sweeps.rules.zoom import D, P, R, best_single_run, ranking, zoom_candidates
+from cart_sweeps.rules.zoom import D, P, R, best_single_run, ordered, zoom_candidates
 from cart_sweeps.stagerecord.runset import RunSet, StageRun
 
 PPL = require("ppl_wiki")
@@ -95,8 +95,11 @@ def test_tables_zoom_promotion_and_benchmarks_name_one_best(tables):
     chosen = best_single_run(_stage2_runs(), "ppl_wiki")  # what stage=benchmarks evaluates
     assert chosen == {32: {R: 4, "run_dir": "d32-P6-R4-s1"}, 48: {R: 2, "run_dir": "d48-P6-R2-s1"}}
     runs = _stage2_runs().used
-    at = {d: [(r.summary.value("ppl_wiki"), r.params) for r in runs if r.params[D] == d] for d in (32, 48)}
-    assert ranking(at[32], "ppl_wiki")[0] == (4, 6) and ranking(at[48], "ppl_wiki")[:2] == [(2, 6), (4, 6)]
+    at: dict[int, dict[tuple[int, int], list[float]]] = {32: {}, 48: {}}
+    for r in runs:
+        at[r.params[D]].setdefault((r.params[R], r.params[P]), []).append(r.summary.value("ppl_wiki"))
+    order = {d: [o.level for o in ordered(cells, require("ppl_wiki"))] for d, cells in at.items()}  # as the zoom ranks
+    assert order[32][0] == (4, 6) and order[48][:2] == [(2, 6), (4, 6)]
 
 
 def test_zoom_and_the_benchmarks_best_never_rank_two_recipes_together():

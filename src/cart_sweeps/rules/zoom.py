@@ -102,16 +102,10 @@ def promoted(order: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return sorted(points)
 
 
-def sentinels(order: list[tuple[int, int]], k: int, cut: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
-    """The `k` configurations ranked just below the cutoff: the best-ranked ones the rule does not promote (`cut`:
-    the candidates; default the cross)."""
-    out = set(cut or promoted(order))
+def sentinels(order: list[tuple[int, int]], k: int, cut: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The `k` configurations ranked just below the cutoff: the best-ranked ones not among the candidates `cut`."""
+    out = set(cut)
     return [c for c in order if c not in out][:k]
-
-
-def ranking(scored: list[tuple[float, dict[str, Any]]], metric: str) -> list[tuple[int, int]]:
-    """One width's (R, P) configurations best first (decide.ranked)."""
-    return [r.option for r in ranked(_cells(scored), require(metric))]
 
 
 def _cells(scored: list[tuple[float, dict[str, Any]]]) -> dict[tuple[int, int], list[float]]:
